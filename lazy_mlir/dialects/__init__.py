@@ -1,0 +1,1 @@
+"""The only package that imports MLIR Python bindings (torch-mlir and IREE)."""

@@ -1,0 +1,44 @@
+"""Which aten ops the pipeline can compile.
+
+An op is supported when the torch dialect defines it (the generated op list
+of torch-mlir) and it is not denied: denied ops are listed here with the
+reason, and ops whose compile failed at run time are added by the runtime.
+"""
+from __future__ import annotations
+
+import functools
+
+from torch_mlir.dialects import _torch_ops_gen
+
+# op name (as torch.ops.aten.<name>.<overload>) -> why it is not compiled
+DENIED: dict[str, str] = {}
+
+
+@functools.lru_cache(maxsize=1)
+def dialect_ops() -> frozenset[str]:
+    names = set()
+    for obj in vars(_torch_ops_gen).values():
+        name = getattr(obj, "OPERATION_NAME", None)
+        if isinstance(name, str) and name.startswith("torch.aten."):
+            names.add(name[len("torch.aten."):])
+    return frozenset(names)
+
+
+def mlir_name(func) -> str:
+    """``aten.add.Tensor`` -> ``add.Tensor``; default overloads drop the suffix."""
+    base, overload = func.__name__.split(".")[0], func._overloadname
+    return base if overload == "default" else f"{base}.{overload}"
+
+
+@functools.lru_cache(maxsize=None)
+def _static_support(func) -> bool:
+    return mlir_name(func) in dialect_ops()
+
+
+def op_is_supported(func) -> bool:
+    return _static_support(func) and mlir_name(func) not in DENIED
+
+
+def deny(func_name: str, why: str) -> None:
+    """Stop compiling an op (``add.Tensor`` form) for the rest of the process."""
+    DENIED[func_name] = why

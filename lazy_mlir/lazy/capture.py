@@ -1,0 +1,316 @@
+"""Capture: every aten op on lazy tensors becomes a graph node.
+
+``dispatch`` is the ``__torch_dispatch__`` of ``LazyTensor``. It sorts each op
+into one of: a sync (the op returns a Python value), a view, an in-place or
+``out=`` op (recorded in its functional form, then written back through
+views), an op that falls back to eager CPU, or a plain op that is recorded.
+"""
+from __future__ import annotations
+
+import functools
+import numbers
+import time
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from . import metrics, shapes
+from .ir import DeviceData, Node, TensorSpec, Value
+from .scalars import lift_scalars
+from .tensor import LazyTensor, Storage, live_storages, wrap_value
+from .views import (IDENTITY, functional_view_op, is_inplace_view_op, is_view_op, scatter)
+
+aten = torch.ops.aten
+LAZY_TYPE = "lazy"
+
+# Time spent in capture since the last mark_step (reported as TraceTime).
+trace_seconds = [0.0]
+
+
+# --------------------------------------------------------------------- values
+def data_value(host: torch.Tensor) -> Value:
+    """Device data from a host tensor (the caller gives up the tensor)."""
+    return Value.of_data(DeviceData(TensorSpec.of(host.contiguous()), host=host.contiguous()))
+
+
+def value_of(t: LazyTensor) -> Value:
+    """The current value of ``t``, reading through its view steps."""
+    storage = t._storage
+    if not t._view:
+        return storage.value
+    cache = t._cache
+    if cache is not None and cache[0] == storage.version:
+        return cache[1]
+    v = storage.value
+    for step in t._view:
+        v = apply_view(v, step)
+    t._cache = (storage.version, v)
+    return v
+
+
+def apply_view(v: Value, step) -> Value:
+    op, args, kwargs, index = step
+    return emit(op, (v, *args), kwargs)[index]
+
+
+def assign(t: LazyTensor, new: Value) -> None:
+    """Write ``new`` as the contents of ``t`` (and of everything aliasing it)."""
+    storage = t._storage
+    if t._view:
+        chain = [storage.value]
+        for step in t._view[:-1]:
+            chain.append(apply_view(chain[-1], step))
+        for step, base in zip(reversed(t._view), reversed(chain)):
+            new_base = scatter(emit, step, base, new)
+            new = new_base
+    storage.value = new
+    storage.version += 1
+    t._cache = None
+    if new.pending:
+        live_storages.add(storage)
+
+
+# ----------------------------------------------------------------- recording
+def emit(func, args, kwargs) -> list[Value]:
+    """Record ``func`` on Values and constants; returns its output Values."""
+    flat, tree = tree_flatten((args, kwargs))
+    inputs = []
+    placeholders = []
+    for a in flat:
+        if isinstance(a, Value):
+            inputs.append(a)
+            placeholders.append(shapes.Placeholder(a.spec))
+        else:
+            placeholders.append(a)
+    out_flat, out_tree = shapes.infer(func, placeholders, tree)
+    specs = [o for o in out_flat if isinstance(o, TensorSpec)]
+    consts = repr([None if isinstance(a, Value) else a for a in flat]) + repr(tree)
+    node = Node(func, args, kwargs, inputs, specs, consts)
+    return node.outputs
+
+
+def _to_value(a):
+    if isinstance(a, LazyTensor):
+        return value_of(a)
+    if isinstance(a, torch.Tensor):
+        if a.dim() == 0:  # 0-dim CPU tensors are allowed, as with CUDA
+            return data_value(a.detach().clone())
+        raise RuntimeError(
+            "Expected all tensors to be on the same device, but found at least two "
+            f"devices, lazy:0 and {a.device}! Move the tensor with .to('lazy') first.")
+    if isinstance(a, torch.device) and a.type == LAZY_TYPE:
+        return torch.device("cpu")
+    return a
+
+
+def _make_scalar(x, dtype):
+    return wrap_value(data_value(torch.tensor(x, dtype=dtype)))
+
+
+def record(func, args, kwargs):
+    """Record a functional op on lazy tensors; returns lazy tensors."""
+    func, args, kwargs = lift_scalars(func, args, kwargs, LazyTensor, _make_scalar)
+    from .fallback import run_eagerly, supported
+    flat, tree = tree_flatten((args, kwargs))
+    vals = [_to_value(a) for a in flat]
+    if not supported(func, vals):
+        return run_eagerly(func, args, kwargs)
+    vargs, vkwargs = tree_unflatten(vals, tree)
+    outs = emit(func, vargs, vkwargs)
+    metrics.counter_inc("lazy::" + func.__name__.split(".")[0])
+    return _wrap_outputs(func, vargs, vkwargs, outs)
+
+
+def _wrap_outputs(func, vargs, vkwargs, outs):
+    flat, tree = tree_flatten((vargs, vkwargs))
+    placeholders = [shapes.Placeholder(a.spec) if isinstance(a, Value) else a for a in flat]
+    out_flat, out_tree = shapes.infer(func, placeholders, tree)
+    it = iter(outs)
+    result = [wrap_value(next(it)) if isinstance(o, TensorSpec) else o for o in out_flat]
+    return tree_unflatten(result, out_tree)
+
+
+# ------------------------------------------------------------------ dispatch
+@functools.lru_cache(maxsize=None)
+def _kind(func) -> str:
+    schema = func._schema
+    if func in _SPECIAL:
+        return "special"
+    if not any(isinstance(r.type, torch.TensorType) or "Tensor" in str(r.type)
+               for r in schema.returns):
+        return "sync"
+    if is_inplace_view_op(func):
+        return "inplace_view"
+    if is_view_op(func):
+        return "view"
+    if schema.is_mutable:
+        return "mutating"
+    return "functional"
+
+
+def dispatch(func, args, kwargs):
+    t0 = time.perf_counter()
+    try:
+        kind = _kind(func)
+        if kind == "functional":
+            return record(func, args, kwargs)
+        if kind == "view":
+            return _view(func, args, kwargs)
+        if kind == "mutating":
+            return _mutating(func, args, kwargs)
+        if kind == "special":
+            return _SPECIAL[func](func, args, kwargs)
+        if kind == "inplace_view":
+            return _inplace_view(func, args, kwargs)
+        return _sync_op(func, args, kwargs)
+    finally:
+        trace_seconds[0] += time.perf_counter() - t0
+
+
+def _view(func, args, kwargs):
+    base = args[0]
+    if func in IDENTITY:
+        return LazyTensor(base.spec, base._storage, base._view)
+    placeholders, tree = tree_flatten(((shapes.Placeholder(base.spec), *args[1:]), kwargs))
+    out_flat, out_tree = shapes.infer(func, placeholders, tree)
+    metrics.counter_inc("lazy::" + func.__name__.split(".")[0])
+    result = []
+    for i, spec in enumerate(out_flat):
+        step = (func, tuple(args[1:]), dict(kwargs), i)
+        result.append(LazyTensor(spec, base._storage, base._view + (step,)))
+    return tree_unflatten(result, out_tree)
+
+
+def _inplace_view(func, args, kwargs):
+    """``t_``, ``transpose_``, ...: the tensor becomes a view of what it was."""
+    t = args[0]
+    step = (functional_view_op(func), tuple(args[1:]), dict(kwargs), 0)
+    with torch.utils._mode_utils.no_dispatch():
+        # Change the wrapper's sizes and strides the way PyTorch's own
+        # return_and_correct_aliasing does: run the op with meta in TLS.
+        was = torch._C._meta_in_tls_dispatch_include()
+        torch._C._set_meta_in_tls_dispatch_include(True)
+        try:
+            func(*args, **kwargs)
+        finally:
+            torch._C._set_meta_in_tls_dispatch_include(was)
+    t._view = t._view + (step,)
+    t._cache = None
+    metrics.counter_inc("lazy::" + func.__name__.split(".")[0])
+    return t
+
+
+def _functional_of(func):
+    packet = getattr(aten, func.__name__.split(".")[0].rstrip("_"), None)
+    if packet is not None and func._overloadname in packet.overloads():
+        return getattr(packet, func._overloadname)
+    return None
+
+
+def _mutating(func, args, kwargs):
+    schema = func._schema
+    written = [a.name for a in schema.arguments if a.alias_info and a.alias_info.is_write]
+    if written == ["self"] and not schema.arguments[0].kwarg_only:
+        self = args[0]
+        fn = _functional_of(func)
+        if fn is None:
+            from .fallback import run_eagerly
+            return run_eagerly(func, args, kwargs)
+        # Check shapes and dtypes the way the in-place kernel would.
+        flat, tree = tree_flatten((args, kwargs))
+        shapes.infer(func, [shapes.Placeholder(a.spec) if isinstance(a, LazyTensor)
+                            else a for a in flat], tree)
+        out = fn(*args, **kwargs)  # re-enters dispatch, recorded functionally
+        if out.dtype != self.dtype:
+            out = aten._to_copy.default(out, dtype=self.dtype)
+        assign(self, value_of(out))
+        return self
+    # out= variants: compute functionally, then copy into the outputs.
+    outs = [kwargs[n] for n in written if n in kwargs]
+    rest = {k: v for k, v in kwargs.items() if k not in written}
+    result = func.overloadpacket(*args, **rest)
+    results = result if isinstance(result, (tuple, list)) else (result,)
+    for o, r in zip(outs, results):
+        if tuple(o.shape) != tuple(r.shape):
+            raise RuntimeError(
+                f"lazy-mlir: {func} would resize its out= tensor from {tuple(o.shape)} to "
+                f"{tuple(r.shape)}; call the op without out= on lazy tensors")
+        o.copy_(r)
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _sync_op(func, args, kwargs):
+    """Ops that return Python values (``item``, ``equal``, ...): run on host."""
+    from .sync import to_host
+    metrics.counter_inc("sync::" + func.__name__.split(".")[0])
+    flat, tree = tree_flatten((args, kwargs))
+    host = [to_host(a) if isinstance(a, LazyTensor) else a for a in flat]
+    hargs, hkwargs = tree_unflatten(host, tree)
+    return func(*hargs, **hkwargs)
+
+
+# ------------------------------------------------------------ special ops
+def _copy_(func, args, kwargs):
+    dst, src = args[0], args[1]
+    if isinstance(src, LazyTensor):
+        out = src
+        if src.dtype != dst.dtype:
+            out = aten._to_copy.default(src, dtype=dst.dtype)
+        if tuple(out.shape) != tuple(dst.shape):
+            out = aten.expand.default(out, list(dst.shape))
+        if dst._view or tuple(out.shape) != tuple(dst.shape) or out is src:
+            out = aten.clone.default(out)
+        assign(dst, value_of(out))
+    else:
+        host = src.detach().to(dst.dtype).expand(dst.shape).contiguous().clone()
+        metrics.counter_inc("TransferToDevice", host.numel() * host.element_size())
+        assign(dst, data_value(host))
+    return dst
+
+
+def _to_copy(func, args, kwargs):
+    src = args[0]
+    device = kwargs.get("device")
+    if device is not None and torch.device(device).type != LAZY_TYPE:
+        from .sync import to_host
+        host = to_host(src)
+        rest = {k: v for k, v in kwargs.items() if k != "device"}
+        out = aten._to_copy.default(host, **rest)
+        return out if out is not host else host.clone()
+    kwargs = {k: v for k, v in kwargs.items() if k not in ("device", "non_blocking")}
+    return record(func, args, kwargs)
+
+
+def _random(func, args, kwargs):
+    """Random fills are drawn on the host from PyTorch's CPU generator, so
+    ``torch.manual_seed`` gives the same numbers as eager CPU."""
+    from .sync import to_host
+    t = args[0]
+    flat, tree = tree_flatten((args[1:], kwargs))
+    host_flat = [to_host(a) if isinstance(a, LazyTensor) else a for a in flat]
+    hargs, hkwargs = tree_unflatten(host_flat, tree)
+    host = torch.empty(t.shape, dtype=t.dtype)
+    func(host, *hargs, **hkwargs)
+    metrics.counter_inc("TransferToDevice", host.numel() * host.element_size())
+    assign(t, data_value(host))
+    return t
+
+
+def _native_dropout(func, args, kwargs):
+    x, p, train = args[0], args[1], args[2] if len(args) > 2 else kwargs.get("train")
+    if not train or p == 0:
+        return x.clone(), torch.ones_like(x, dtype=torch.bool)
+    # The same draw as eager CPU dropout (empty_like(x).bernoulli_(1 - p)).
+    noise = torch.empty(x.shape, dtype=x.dtype).bernoulli_(1 - p)
+    noise_l = noise.to("lazy")
+    out = x * (noise_l * (1.0 / (1 - p)))
+    return out, noise_l.bool()
+
+
+_RANDOM = [aten.normal_.default, aten.uniform_.default, aten.bernoulli_.float,
+           aten.bernoulli_.Tensor, aten.random_.default, getattr(aten.random_, "from"), aten.random_.to,
+           aten.exponential_.default, aten.geometric_.default, aten.log_normal_.default,
+           aten.cauchy_.default]
+_SPECIAL = {aten.copy_.default: _copy_, aten._to_copy.default: _to_copy,
+            aten.native_dropout.default: _native_dropout}
+_SPECIAL.update({f: _random for f in _RANDOM})

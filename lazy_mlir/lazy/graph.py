@@ -1,0 +1,63 @@
+"""Cutting a graph out of pending values.
+
+``Graph.build(roots)`` walks from the values to compute back to device data,
+collecting nodes in topological order and the device data they read. Its key
+is a sha256 over each node's key and where each of its inputs comes from (the
+n-th node's output or the n-th input), so graphs cut at different places never
+share a key, and graphs that differ only in tensor contents always do.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from .ir import DeviceData, Node, Value
+
+
+@dataclass
+class Graph:
+    nodes: list[Node]
+    inputs: list[DeviceData]
+    outputs: list[Value]
+    key: str
+
+    @staticmethod
+    def build(roots: list[Value]) -> "Graph":
+        order: dict[int, int] = {}
+        nodes: list[Node] = []
+        inputs: dict[int, int] = {}
+        input_data: list[DeviceData] = []
+        h = hashlib.sha256()
+
+        def ref(v: Value) -> bytes:
+            if v.data is not None:
+                i = inputs.get(id(v.data))
+                if i is None:
+                    i = inputs[id(v.data)] = len(input_data)
+                    input_data.append(v.data)
+                return b"i%d%s;" % (i, v.spec.signature().encode())
+            return b"n%d.%d;" % (order[id(v.node)], v.index)
+
+        for root in roots:
+            if root.node is None or id(root.node) in order:
+                continue
+            stack = [(root.node, False)]
+            while stack:
+                node, expanded = stack.pop()
+                if id(node) in order:
+                    continue
+                if expanded:
+                    h.update(node.key)
+                    for v in node.inputs:
+                        h.update(ref(v))
+                    order[id(node)] = len(nodes)
+                    nodes.append(node)
+                    continue
+                stack.append((node, True))
+                for v in reversed(node.inputs):
+                    if v.data is None and id(v.node) not in order:
+                        stack.append((v.node, False))
+        h.update(b"|out:")
+        for root in roots:
+            h.update(ref(root))
+        return Graph(nodes, input_data, roots, h.hexdigest())

@@ -1,0 +1,91 @@
+"""Counters and timings in the style of ``torch._lazy.metrics``.
+
+``lazy::<op>`` counts a captured op, ``aten::<op>`` an op that fell back to
+eager CPU, ``sync::<op>`` an op that needed a value on the host. Timings are
+kept as samples (seconds) so the report can give totals and percentiles.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+
+_lock = threading.Lock()
+_counters: dict[str, int] = defaultdict(int)
+_samples: dict[str, list[float]] = defaultdict(list)
+
+
+def counter_inc(name: str, n: int = 1) -> None:
+    with _lock:
+        _counters[name] += n
+
+
+def counter_names() -> list[str]:
+    """Names of all counters with a non-zero value, sorted."""
+    with _lock:
+        return sorted(k for k, v in _counters.items() if v)
+
+
+def counter_value(name: str) -> int:
+    """Value of a counter; 0 when it was never incremented."""
+    with _lock:
+        return _counters.get(name, 0)
+
+
+def add_sample(name: str, seconds: float) -> None:
+    with _lock:
+        _samples[name].append(seconds)
+
+
+def metric_names() -> list[str]:
+    with _lock:
+        return sorted(_samples)
+
+
+def metric_data(name: str) -> tuple[int, float, list[float]]:
+    """(number of samples, total seconds, samples) of a timing metric."""
+    with _lock:
+        s = list(_samples.get(name, ()))
+    return len(s), sum(s), s
+
+
+@contextmanager
+def timed(name: str):
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        add_sample(name, time.perf_counter() - t0)
+
+
+def reset() -> None:
+    """Clear all counters and timings."""
+    with _lock:
+        _counters.clear()
+        _samples.clear()
+
+
+def _fmt(seconds: float) -> str:
+    if seconds >= 1:
+        return f"{seconds:.3f}s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3f}ms"
+    return f"{seconds * 1e6:.3f}us"
+
+
+def metrics_report() -> str:
+    """A text report of every timing metric and counter."""
+    lines = []
+    for name in metric_names():
+        n, total, s = metric_data(name)
+        if not n:
+            continue
+        s = sorted(s)
+        pct = ", ".join(f"{p}%={_fmt(s[min(len(s) - 1, int(len(s) * p / 100))])}"
+                        for p in (1, 50, 99))
+        lines += [f"Metric: {name}", f"  TotalSamples: {n}",
+                  f"  Accumulator: {_fmt(total)}", f"  Percentiles: {pct}"]
+    for name in counter_names():
+        lines += [f"Counter: {name}", f"  Value: {counter_value(name)}"]
+    return "\n".join(lines) + "\n"

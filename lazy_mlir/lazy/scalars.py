@@ -1,0 +1,89 @@
+"""Which Python scalars become graph inputs instead of constants.
+
+As in PyTorch's lazy core, scalars other than 0 and 1 are lifted to 0-dim
+graph inputs, so a learning rate or a bias correction that changes every step
+does not change the graph. A scalar can only be lifted where the op takes a
+tensor in its place: a ``Tensor`` argument given a number, a ``.Scalar``
+overload with a ``.Tensor`` sibling, or an op rewritten here (``alpha`` of
+add/sub, ``value`` of addcmul/addcdiv). Any other scalar stays a constant and
+is part of the graph's key.
+"""
+from __future__ import annotations
+
+import functools
+import numbers
+
+import torch
+
+aten = torch.ops.aten
+_SPECIAL = (0, 1)
+
+
+def _liftable(x) -> bool:
+    return (isinstance(x, numbers.Number) and not isinstance(x, bool)
+            and not isinstance(x, complex) and x not in _SPECIAL)
+
+
+@functools.lru_cache(maxsize=None)
+def _scalar_dtype(dtype: torch.dtype, zero_dim: bool, scalar_type: type) -> torch.dtype:
+    probe = torch.empty(() if zero_dim else (1,), dtype=dtype, device="meta")
+    return torch.result_type(probe, scalar_type(2))
+
+
+@functools.lru_cache(maxsize=None)
+def _tensor_sibling(func):
+    """``gt.Scalar`` -> ``gt.Tensor`` when their argument names agree."""
+    if not func._overloadname.endswith("Scalar"):
+        return None
+    packet = getattr(aten, func.__name__.split(".")[0])
+    name = func._overloadname[: -len("Scalar")] + "Tensor"
+    if name not in packet.overloads():
+        return None
+    sib = getattr(packet, name)
+    if [a.name for a in sib._schema.arguments] != [a.name for a in func._schema.arguments]:
+        return None
+    return sib
+
+
+def lift_scalars(func, args, kwargs, tensor_cls, make_scalar):
+    """Rewrite a call so that liftable scalars are 0-dim lazy tensors.
+
+    ``make_scalar(value, dtype)`` makes the graph input. Returns the call to
+    record as (func, args, kwargs); may record helper ops itself.
+    """
+    ref = next((a for a in args if isinstance(a, tensor_cls)), None)
+    if ref is None:
+        return func, args, kwargs
+
+    def lift(x):
+        dt = _scalar_dtype(ref.dtype, ref.dim() == 0, type(x))
+        return make_scalar(x, dt)
+
+    schema = func._schema.arguments
+    name = func.__name__
+    if name in ("add.Tensor", "sub.Tensor") and _liftable(kwargs.get("alpha")):
+        other = args[1] if isinstance(args[1], tensor_cls) else lift(args[1])
+        other = aten.mul.Tensor(other, lift(kwargs["alpha"]))
+        return func, (args[0], other), {}
+    if name in ("addcmul.default", "addcdiv.default") and _liftable(kwargs.get("value")):
+        inner = (aten.mul.Tensor if "addcmul" in name else aten.div.Tensor)(args[1], args[2])
+        return aten.add.Tensor, (args[0], aten.mul.Tensor(inner, lift(kwargs["value"]))), {}
+    if name == "clamp.default" and any(_liftable(a) for a in args[1:]):
+        bounds = [lift(a) if _liftable(a) else a for a in args[1:]]
+        return aten.clamp.Tensor, (args[0], *bounds), kwargs
+    sibling = _tensor_sibling(func)
+    new_args = list(args)
+    changed = False
+    for i, a in enumerate(args):
+        if i >= len(schema) or not _liftable(a):
+            continue
+        t = schema[i].type
+        if isinstance(t, torch.TensorType) or (sibling is not None and isinstance(t, torch.NumberType)):
+            new_args[i] = lift(a)
+            changed = True
+    if not changed:
+        return func, args, kwargs
+    if sibling is not None and any(isinstance(schema[i].type, torch.NumberType)
+                                   and new_args[i] is not args[i] for i in range(len(args))):
+        func = sibling
+    return func, tuple(new_args), kwargs

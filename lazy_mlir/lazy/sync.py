@@ -1,0 +1,150 @@
+"""Sync points: cut the pending graph, compile or reuse it, run it.
+
+``execute(values)`` builds the graph computing the values, looks it up in the
+compiled-module cache by (graph key, target, config), compiles it on a miss,
+runs it on the target's IREE session and binds the results to the values as
+device data. A graph that fails to compile runs eagerly on the CPU instead:
+its error and repro are logged once, the failing ops stop being compiled, and
+no data is lost.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import time
+
+import torch
+
+from . import metrics
+from .capture import trace_seconds
+from .fallback import note_fallback
+from .graph import Graph
+from .ir import DeviceData, Value
+from .tensor import LazyTensor, live_storages
+
+log = logging.getLogger("lazy_mlir")
+_state = {"target": None}
+
+
+def current_target():
+    from ..pipeline.targets import get_target
+    if _state["target"] is None:
+        _state["target"] = get_target()
+    return _state["target"]
+
+
+def set_target(name: str) -> None:
+    from ..pipeline.targets import get_target
+    _state["target"] = get_target(name)
+
+
+class _EagerEntry:
+    """A graph that could not be compiled: run its fx module on the host."""
+
+    def __init__(self, gm, ops):
+        self.gm = gm
+        self.ops = ops
+
+
+def _compile(graph: Graph, target):
+    from ..passes.runner import PipelineError
+    from ..pipeline.fx_graph import to_fx
+    from ..pipeline.stages import compile_linalg, lower
+    from ..runtime.session import session_for
+    gm = to_fx(graph)
+    t0 = time.perf_counter()
+    try:
+        compiled = compile_linalg(lower(gm), target)
+    except PipelineError as e:
+        ops = sorted(set(re.findall(r"torch\.aten\.([A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)?)", str(e))))
+        from ..dialects.support import deny
+        for op in ops:
+            deny(op, f"compile failed: {e}")
+        log.warning("%s\n  the graph runs eagerly on the CPU%s", e,
+                    f"; ops no longer compiled: {', '.join(ops)}" if ops else "")
+        return _EagerEntry(gm, ops or [n.op.__name__.split(".")[0] for n in graph.nodes])
+    finally:
+        metrics.add_sample("CompileTime", time.perf_counter() - t0)
+    return session_for(target).load(compiled.vmfb)
+
+
+def execute(values: list[Value]) -> None:
+    """Compute every pending value in ``values`` as one graph."""
+    from ..runtime.cache import memory_cache
+    from ..runtime.session import session_for
+    seen = set()
+    roots = []
+    for v in values:
+        if v.pending and id(v) not in seen:
+            seen.add(id(v))
+            roots.append(v)
+    if not roots:
+        return
+    graph = Graph.build(roots)
+    target = current_target()
+    key = (graph.key, target.cache_key)
+    entry = memory_cache.get(key)
+    if entry is None:
+        metrics.counter_inc("UncachedCompile")
+        entry = _compile(graph, target)
+        memory_cache.put(key, entry)
+    else:
+        metrics.counter_inc("CachedCompile")
+    t0 = time.perf_counter()
+    session = session_for(target)
+    if isinstance(entry, _EagerEntry):
+        for op in entry.ops:
+            note_fallback(op, "its graph failed to compile")
+        outs = entry.gm(*[host_of(d) for d in graph.inputs])
+        datas = [DeviceData(v.spec, host=o.contiguous()) for v, o in zip(roots, outs)]
+    else:
+        args = []
+        for d in graph.inputs:
+            if d.device is None:
+                d.device = session.to_device(d.host)
+            args.append(d.device)
+        outs = entry(*args)
+        if not isinstance(outs, (tuple, list)):
+            outs = (outs,)
+        datas = [DeviceData(v.spec, device=o) for v, o in zip(roots, outs)]
+    for v, d in zip(roots, datas):
+        v.materialize(d)
+    metrics.add_sample("ExecuteTime", time.perf_counter() - t0)
+
+
+def host_of(d: DeviceData) -> torch.Tensor:
+    if d.host is None:
+        from ..runtime.session import session_for
+        d.host = session_for(current_target()).to_host(d.device, d.spec)
+    return d.host
+
+
+def to_host(t: torch.Tensor) -> torch.Tensor:
+    """The value of a lazy tensor on the host (computed if pending).
+
+    The result is shared with the device data: callers that hand it to users
+    must copy it.
+    """
+    if not isinstance(t, LazyTensor):
+        return t
+    from .capture import value_of
+    v = value_of(t)
+    if v.pending:
+        execute([v])
+    return host_of(v.data)
+
+
+def mark_step() -> None:
+    """Compute all pending live tensors as one graph."""
+    metrics.counter_inc("MarkStep")
+    metrics.add_sample("TraceTime", trace_seconds[0])
+    trace_seconds[0] = 0.0
+    storages = list(live_storages)
+    execute([s.value for s in storages])
+    for s in storages:
+        if not s.value.pending:
+            live_storages.discard(s)
+
+
+def wait_device_ops() -> None:
+    """Block until all launched execution is done (execution is synchronous)."""

@@ -1,0 +1,1 @@
+"""Named pass pipelines and the one runner that applies them."""

@@ -1,0 +1,56 @@
+"""Apply a pass pipeline; on failure, leave a repro and say where it is."""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from ..dialects.torch_import import parse
+
+
+class PipelineError(RuntimeError):
+    """A pass pipeline or iree-compile failed; ``repro`` is the directory."""
+
+    def __init__(self, message: str, repro: Path | None):
+        super().__init__(message)
+        self.repro = repro
+
+
+def repro_dir() -> Path:
+    root = os.environ.get("LAZY_MLIR_DUMP_DIR")
+    base = Path(root) if root else Path(tempfile.gettempdir()) / "lazy-mlir-repro"
+    base.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=time.strftime("%Y%m%d-%H%M%S-"), dir=base))
+
+
+def write_repro(text: str, command: str, error: str, name: str) -> Path:
+    d = repro_dir()
+    (d / f"{name}.mlir").write_text(text)
+    (d / "command.sh").write_text(f"#!/bin/sh\n{command}\n")
+    (d / "error.txt").write_text(error)
+    return d
+
+
+def run_pipeline(module_text: str, pipeline: str, stage: str) -> str:
+    """Run ``pipeline`` (a ``builtin.module(...)`` string) on the IR text."""
+    from torch_mlir.passmanager import PassManager
+    module = parse(module_text)
+    try:
+        with module.context:
+            pm = PassManager.parse(pipeline)
+            module.context.enable_multithreading(False)
+            pm.run(module.operation)
+    except Exception as e:  # MLIR reports diagnostics in the exception text
+        d = write_repro(module_text, f"torch-mlir-opt --pass-pipeline='{pipeline}' input.mlir",
+                        str(e), "input")
+        os.replace(d / "input.mlir", d / "input.mlir")
+        raise PipelineError(
+            f"lazy-mlir: the {stage} pipeline failed: {_first_line(e)}\n"
+            f"  repro: {d}/input.mlir, run {d}/command.sh", d) from None
+    return str(module)
+
+
+def _first_line(e: Exception) -> str:
+    lines = [l for l in str(e).splitlines() if "error" in l.lower()] or str(e).splitlines() or [""]
+    return lines[0].strip()

@@ -1,0 +1,1 @@
+"""Stage objects from a captured graph to a compiled IREE module."""

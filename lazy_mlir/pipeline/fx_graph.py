@@ -1,0 +1,70 @@
+"""The captured graph as a ``torch.fx.GraphModule``: the first stage.
+
+Each input becomes a placeholder, each node a ``call_function`` of its aten
+op, multi-output ops are unpacked with ``getitem``; every node carries
+``meta["val"]`` (a fake tensor) as torch-mlir's FxImporter expects.
+"""
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx as fx
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._pytree import tree_map
+
+from ..lazy.graph import Graph
+from ..lazy.ir import Value
+
+
+def to_fx(graph: Graph) -> fx.GraphModule:
+    g = fx.Graph()
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    env: dict[int, fx.Node] = {}  # id(Value or DeviceData) -> fx node producing it
+
+    def fake(spec):
+        with mode:
+            return torch.empty_strided(spec.shape, spec.stride, dtype=spec.dtype)
+
+    for i, data in enumerate(graph.inputs):
+        p = g.placeholder(f"arg{i}")
+        p.meta["val"] = fake(data.spec)
+        env[id(data)] = p
+
+    def lookup(v):
+        if isinstance(v, Value):
+            if v.data is not None and id(v.data) in env:
+                return env[id(v.data)]
+            return env[id(v)]
+        if isinstance(v, torch.device):
+            return torch.device("cpu")
+        return v
+
+    for node in graph.nodes:
+        args = tree_map(lookup, node.args)
+        kwargs = tree_map(lookup, node.kwargs)
+        call = g.call_function(node.op, tuple(args), dict(kwargs))
+        outs = node.outputs
+        if _returns_single_tensor(node.op):
+            call.meta["val"] = fake(outs[0].spec)
+            env[id(outs[0])] = call
+        else:
+            vals = []
+            for v in outs:
+                item = g.call_function(operator.getitem, (call, v.index))
+                item.meta["val"] = fake(v.spec)
+                env[id(v)] = item
+                vals.append(item.meta["val"])
+            call.meta["val"] = vals if _returns_list(node.op) else tuple(vals)
+    g.output(tuple(lookup(v) for v in graph.outputs))
+    return fx.GraphModule(torch.nn.Module(), g)
+
+
+def _returns_single_tensor(op) -> bool:
+    rets = op._schema.returns
+    return len(rets) == 1 and isinstance(rets[0].type, torch.TensorType)
+
+
+def _returns_list(op) -> bool:
+    rets = op._schema.returns
+    return len(rets) == 1 and not isinstance(rets[0].type, torch.TensorType)

@@ -1,0 +1,1 @@
+"""IREE runtime: sessions, buffers, the compiled-module cache."""
