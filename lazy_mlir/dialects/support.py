@@ -32,7 +32,9 @@ def mlir_name(func) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _static_support(func) -> bool:
-    return mlir_name(func) in dialect_ops()
+    """In the torch dialect, or decomposed into it before import."""
+    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
+    return mlir_name(func) in dialect_ops() or func in get_decomposition_table()
 
 
 def op_is_supported(func) -> bool:

@@ -23,8 +23,10 @@ from .views import (IDENTITY, functional_view_op, is_inplace_view_op, is_view_op
 aten = torch.ops.aten
 LAZY_TYPE = "lazy"
 
-# Time spent in capture since the last mark_step (reported as TraceTime).
+# Time spent in capture since the last mark_step (reported as TraceTime), and
+# how deep we are in dispatch (syncs inside dispatch subtract their own time).
 trace_seconds = [0.0]
+dispatch_depth = [0]
 
 
 # --------------------------------------------------------------------- values
@@ -150,6 +152,7 @@ def _kind(func) -> str:
 
 def dispatch(func, args, kwargs):
     t0 = time.perf_counter()
+    dispatch_depth[0] += 1
     try:
         kind = _kind(func)
         if kind == "functional":
@@ -164,6 +167,7 @@ def dispatch(func, args, kwargs):
             return _inplace_view(func, args, kwargs)
         return _sync_op(func, args, kwargs)
     finally:
+        dispatch_depth[0] -= 1
         trace_seconds[0] += time.perf_counter() - t0
 
 

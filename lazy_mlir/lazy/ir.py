@@ -91,6 +91,7 @@ class Value:
         """Bind computed data; drop the node so its graph can be freed."""
         self.data = data
         self.node = None
+        self.key = b"D" + self.spec.signature().encode()
 
     @staticmethod
     def of_data(data: DeviceData) -> "Value":

@@ -16,7 +16,7 @@ import time
 import torch
 
 from . import metrics
-from .capture import trace_seconds
+from .capture import dispatch_depth, trace_seconds
 from .fallback import note_fallback
 from .graph import Graph
 from .ir import DeviceData, Value
@@ -80,6 +80,17 @@ def execute(values: list[Value]) -> None:
             roots.append(v)
     if not roots:
         return
+    started = time.perf_counter()
+    try:
+        _execute(roots)
+    finally:
+        if dispatch_depth[0]:  # a sync inside an op: not capture time
+            trace_seconds[0] -= time.perf_counter() - started
+
+
+def _execute(roots: list[Value]) -> None:
+    from ..runtime.cache import memory_cache
+    from ..runtime.session import session_for
     graph = Graph.build(roots)
     target = current_target()
     key = (graph.key, target.cache_key)

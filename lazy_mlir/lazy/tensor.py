@@ -7,6 +7,7 @@ write through either is seen by both, exactly as in eager PyTorch.
 """
 from __future__ import annotations
 
+import itertools
 import weakref
 
 import torch
@@ -19,15 +20,38 @@ LAZY = torch.device("lazy", 0)
 class Storage:
     """The value behind a tensor and all its views."""
 
-    __slots__ = ("value", "version", "__weakref__")
+    __slots__ = ("value", "version", "seq", "__weakref__")
 
     def __init__(self, value: Value):
         self.value = value
         self.version = 0
+        self.seq = None
 
 
-# Storages that may hold pending values; mark_step computes all of them.
-live_storages: "weakref.WeakSet[Storage]" = weakref.WeakSet()
+class LiveStorages:
+    """Storages that may hold pending values, in the order they first became
+    pending: mark_step computes them in this order, so the same program gives
+    the same graph (and cache key) every step."""
+
+    def __init__(self):
+        self._by_seq: "weakref.WeakValueDictionary[int, Storage]" = weakref.WeakValueDictionary()
+        self._next = itertools.count()
+
+    def add(self, s: Storage) -> None:
+        if s.seq is None:
+            s.seq = next(self._next)
+            self._by_seq[s.seq] = s
+
+    def discard(self, s: Storage) -> None:
+        if s.seq is not None:
+            self._by_seq.pop(s.seq, None)
+            s.seq = None
+
+    def __iter__(self):
+        return iter(list(self._by_seq.values()))
+
+
+live_storages = LiveStorages()
 
 
 class LazyTensor(torch.Tensor):

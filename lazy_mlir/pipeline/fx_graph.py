@@ -60,6 +60,18 @@ def to_fx(graph: Graph) -> fx.GraphModule:
     return fx.GraphModule(torch.nn.Module(), g)
 
 
+def decompose(gm: fx.GraphModule) -> fx.GraphModule:
+    """Re-trace ``gm`` through torch-mlir's recommended decomposition table
+    (core aten decompositions minus those torch-mlir lowers better itself),
+    the same table ``torch_mlir.fx.export_and_import`` applies."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
+    fakes = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
+    mode = fakes[0].fake_mode if fakes else FakeTensorMode()
+    with mode:
+        return make_fx(gm, decomposition_table=get_decomposition_table())(*fakes)
+
+
 def _returns_single_tensor(op) -> bool:
     rets = op._schema.returns
     return len(rets) == 1 and isinstance(rets[0].type, torch.TensorType)

@@ -50,9 +50,14 @@ def _timed(name: str, built_by: str, fn, *args) -> Stage:
 
 
 def lower(gm: fx.GraphModule) -> tuple[Stage, ...]:
-    """fx -> torch -> torch-backend -> linalg."""
+    """fx -> decomposed fx -> torch -> torch-backend -> linalg."""
     from ..dialects.torch_import import import_fx
-    fx_stage = Stage("fx", gm.print_readable(print_output=False), Provenance("lazy capture", 0.0))
+    from .fx_graph import decompose
+    t0 = time.perf_counter()
+    gm = decompose(gm)
+    fx_stage = Stage("fx", gm.print_readable(print_output=False),
+                     Provenance("lazy capture + torch-mlir decomposition table",
+                                time.perf_counter() - t0))
     torch_stage = _timed("torch", "torch-mlir FxImporter", lambda: str(import_fx(gm)))
     backend = _timed("torch-backend", "torch-mlir " + ",".join(pipelines.TORCH_BACKEND),
                      run_pipeline, torch_stage.text,

@@ -21,6 +21,7 @@ class Session:
         self.config = rt.Config(target.driver)
         self.device = self.config.device
         self.lock = threading.Lock()
+        _quiet_shutdown()
 
     def load(self, vmfb: bytes):
         """A callable running the module's ``main``: device arrays in and out."""
@@ -41,6 +42,13 @@ class Session:
         if out.dtype != spec.dtype:
             out = out.to(spec.dtype)
         return out.reshape(spec.shape)
+
+
+def _quiet_shutdown() -> None:
+    # Lazy tensors held in user globals keep device arrays alive until the
+    # interpreter tears down; nanobind would report each as a "leak".
+    import iree.runtime._binding as binding
+    binding.disable_leak_checker()
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,0 +1,50 @@
+"""Helpers shared by the end-to-end tests of the ``lazy`` device.
+
+Every test compares what the lazy device computes with eager PyTorch on the
+CPU. Each distinct graph is compiled by IREE (about half a second), so the
+tests use small shapes and try not to build more graphs than they need.
+"""
+from __future__ import annotations
+
+import torch
+
+import lazy_mlir as lm
+
+LAZY = torch.device("lazy", 0)
+
+
+def lazy(t: torch.Tensor) -> torch.Tensor:
+    """A lazy copy of a CPU tensor."""
+    out = t.to("lazy")
+    assert out.device == LAZY
+    return out
+
+
+def assert_lazy_close(actual: torch.Tensor, expected: torch.Tensor, **kwargs) -> None:
+    """``actual`` is a lazy tensor equal to the eager CPU ``expected``.
+
+    Shape, dtype and strides are checked on the lazy tensor itself (before it
+    is synced), then the values after ``.cpu()``.
+    """
+    assert isinstance(actual, torch.Tensor)
+    assert actual.device == LAZY, actual.device
+    assert actual.shape == expected.shape
+    assert actual.dtype == expected.dtype
+    assert actual.stride() == expected.stride(), (actual.stride(), expected.stride())
+    host = actual.cpu()
+    assert host.device.type == "cpu"
+    torch.testing.assert_close(host, expected, **kwargs)
+
+
+class Counters:
+    """Counter deltas since the last ``snapshot()``: ``c.delta("UncachedCompile")``."""
+
+    def __init__(self):
+        self.snapshot()
+
+    def snapshot(self) -> "Counters":
+        self.start = {n: lm.metrics.counter_value(n) for n in lm.metrics.counter_names()}
+        return self
+
+    def delta(self, name: str) -> int:
+        return lm.metrics.counter_value(name) - self.start.get(name, 0)
