@@ -85,7 +85,7 @@ def emit(func, args, kwargs) -> list[Value]:
         else:
             placeholders.append(a)
     out_flat, out_tree = shapes.infer(func, placeholders, tree)
-    specs = [o for o in out_flat if isinstance(o, TensorSpec)]
+    specs = [o if isinstance(o, TensorSpec) else None for o in out_flat]
     consts = repr([None if isinstance(a, Value) else a for a in flat]) + repr(tree)
     node = Node(func, args, kwargs, inputs, specs, consts)
     return node.outputs

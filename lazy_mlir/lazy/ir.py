@@ -104,8 +104,10 @@ class Node:
 
     __slots__ = ("op", "args", "kwargs", "inputs", "outputs", "key", "location")
 
-    def __init__(self, op, args, kwargs, inputs: list[Value], specs: list[TensorSpec],
+    def __init__(self, op, args, kwargs, inputs: list[Value], specs: list,
                  const_repr: str, location: str | None = None):
+        """``specs``: the op's flat outputs, a TensorSpec for each tensor and
+        None for anything else (an undefined gradient, a Python value)."""
         self.op = op
         self.args = args
         self.kwargs = kwargs
@@ -116,6 +118,6 @@ class Node:
         for v in inputs:
             h.update(v.key)
         for s in specs:
-            h.update(s.signature().encode())
+            h.update(s.signature().encode() if s is not None else b"-")
         self.key = h.digest()
-        self.outputs = [Value(s, self, i) for i, s in enumerate(specs)]
+        self.outputs = [Value(s, self, i) for i, s in enumerate(specs) if s is not None]

@@ -49,12 +49,12 @@ def to_fx(graph: Graph) -> fx.GraphModule:
             call.meta["val"] = fake(outs[0].spec)
             env[id(outs[0])] = call
         else:
-            vals = []
+            n = len(node.op._schema.returns) if not _returns_list(node.op) else len(outs)
+            vals = [None] * max(n, 1 + max((v.index for v in outs), default=-1))
             for v in outs:
                 item = g.call_function(operator.getitem, (call, v.index))
-                item.meta["val"] = fake(v.spec)
+                item.meta["val"] = vals[v.index] = fake(v.spec)
                 env[id(v)] = item
-                vals.append(item.meta["val"])
             call.meta["val"] = vals if _returns_list(node.op) else tuple(vals)
     g.output(tuple(lookup(v) for v in graph.outputs))
     return fx.GraphModule(torch.nn.Module(), g)

@@ -432,7 +432,7 @@ def test_numpy_raises():
 
 
 # ----------------------------------------------------------- host values
-def test_item_tolist_equal():
+def test_item_equal():
     x = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
     lx = lazy(x)
     s = (lx * 2).sum()
@@ -440,11 +440,16 @@ def test_item_tolist_equal():
     assert isinstance(s.item(), float)
     assert lazy(torch.tensor(3)).item() == 3
     assert isinstance((lx > 2).sum().item(), int)
-    assert (lx + 1).tolist() == [[2.0, 3.0], [4.0, 5.0]]
-    assert lazy(torch.tensor([1, 2])).tolist() == [1, 2]
     assert torch.equal(lx + 0, lazy(x.clone()))
     assert not torch.equal(lx, lx + 1)
     assert torch.equal((lx * 1).cpu(), x)
     assert float(lx[0, 1]) == 2.0
     assert int(lx[1, 0]) == 3
     assert torch.allclose(lx, lx + 1e-9)
+
+
+def test_tolist():
+    x = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    assert (lazy(x) + 1).tolist() == [[2.0, 3.0], [4.0, 5.0]]
+    assert lazy(torch.tensor([1, 2])).tolist() == [1, 2]
+    assert lazy(torch.tensor(2.5)).tolist() == 2.5

@@ -1,0 +1,43 @@
+"""The ``lazy-mlir`` command line."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _demo(args) -> int:
+    from .demo import run_demo
+    return run_demo(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="lazy-mlir",
+        description="Lazy tensors for PyTorch, compiled through MLIR and IREE.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    d = sub.add_parser("demo", help="train the LTC tutorial's MNIST CNN on handwritten digits "
+                                    "on the lazy device and compare with eager PyTorch")
+    d.add_argument("--epochs", type=int, default=3, help="passes over the training set (3)")
+    d.add_argument("--batch-size", type=int, default=64, help="training batch size (64)")
+    d.add_argument("--target", default=None, help="cpu (default; also LAZY_MLIR_TARGET)")
+    d.add_argument("--steps", type=int, default=None,
+                   help="stop after this many training steps (default: all)")
+    d.set_defaults(func=_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return args.func(args) or 0
+    except (ValueError, FileNotFoundError) as e:
+        print(f"lazy-mlir: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
