@@ -267,7 +267,6 @@ def _copy_(func, args, kwargs):
         assign(dst, value_of(out))
     else:
         host = src.detach().to(dst.dtype).expand(dst.shape).contiguous().clone()
-        metrics.counter_inc("TransferToDevice", host.numel() * host.element_size())
         assign(dst, data_value(host))
     return dst
 
@@ -295,20 +294,20 @@ def _random(func, args, kwargs):
     hargs, hkwargs = tree_unflatten(host_flat, tree)
     host = torch.empty(t.shape, dtype=t.dtype)
     func(host, *hargs, **hkwargs)
-    metrics.counter_inc("TransferToDevice", host.numel() * host.element_size())
     assign(t, data_value(host))
     return t
 
 
 def _native_dropout(func, args, kwargs):
-    x, p, train = args[0], args[1], args[2] if len(args) > 2 else kwargs.get("train")
+    """Dropout with its mask drawn inside the graph (see ``random``)."""
+    from . import random
+    x, p = args[0], args[1]
+    train = args[2] if len(args) > 2 else kwargs.get("train")
     if not train or p == 0:
         return x.clone(), torch.ones_like(x, dtype=torch.bool)
-    # The same draw as eager CPU dropout (empty_like(x).bernoulli_(1 - p)).
-    noise = torch.empty(x.shape, dtype=x.dtype).bernoulli_(1 - p)
-    noise_l = noise.to("lazy")
-    out = x * (noise_l * (1.0 / (1 - p)))
-    return out, noise_l.bool()
+    metrics.counter_inc("lazy::native_dropout")
+    out, keep = random.dropout(emit, value_of(x), p)
+    return wrap_value(out), wrap_value(keep)
 
 
 _RANDOM = [aten.normal_.default, aten.uniform_.default, aten.bernoulli_.float,

@@ -1,0 +1,68 @@
+"""Random numbers inside the graph, from a seed that is a graph input.
+
+Each random op draws a fresh 64-bit seed from PyTorch's CPU generator (so
+``torch.manual_seed`` makes a run reproducible) and passes it to the graph as
+a 0-dim input: a new mask every step, no recompile. The bits come from
+splitmix64 over (seed, element index), written with integer aten ops that
+torch-mlir lowers and that eager PyTorch computes identically (so a graph
+that falls back to eager gives the same numbers).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .ir import Value
+
+aten = torch.ops.aten
+_CPU = torch.device("cpu")
+
+
+def _s64(c: int) -> int:
+    return c - (1 << 64) if c >= (1 << 63) else c
+
+
+def _const(emit, c, dtype=torch.int64) -> Value:
+    return emit(aten.full.default, ([], c), {"dtype": dtype, "device": _CPU})[0]
+
+
+def _op(emit, func, *args) -> Value:
+    return emit(func, args, {})[0]
+
+
+def new_seed() -> Value:
+    from .capture import data_value
+    seed = torch.randint(-(1 << 63), (1 << 63) - 1, (), dtype=torch.int64)
+    return data_value(seed)
+
+
+def _logical_shift(emit, z: Value, bits: int) -> Value:
+    shifted = _op(emit, aten.bitwise_right_shift.Tensor, z, _const(emit, bits))
+    return _op(emit, aten.bitwise_and.Tensor, shifted, _const(emit, (1 << (64 - bits)) - 1))
+
+
+def uniform(emit, shape, seed: Value) -> Value:
+    """float32 uniform in [0, 1) of ``shape`` (24 random bits per element)."""
+    n = math.prod(shape)
+    z = emit(aten.arange.default, (n,), {"dtype": torch.int64, "device": _CPU})[0]
+    z = _op(emit, aten.mul.Tensor, z, _const(emit, _s64(0x9E3779B97F4A7C15)))
+    z = _op(emit, aten.add.Tensor, z, seed)
+    for shift, mult in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB)):
+        z = _op(emit, aten.bitwise_xor.Tensor, z, _logical_shift(emit, z, shift))
+        z = _op(emit, aten.mul.Tensor, z, _const(emit, _s64(mult)))
+    z = _op(emit, aten.bitwise_xor.Tensor, z, _logical_shift(emit, z, 31))
+    top = _logical_shift(emit, z, 40)
+    u = emit(aten._to_copy.default, (top,), {"dtype": torch.float32})[0]
+    u = _op(emit, aten.mul.Tensor, u, _const(emit, 2.0 ** -24, torch.float32))
+    return _op(emit, aten.view.default, u, list(shape))
+
+
+def dropout(emit, x: Value, p: float) -> tuple[Value, Value]:
+    """(output, keep mask) of ``native_dropout`` in training mode."""
+    u = uniform(emit, x.spec.shape, new_seed())
+    keep = _op(emit, aten.ge.Tensor, u, _const(emit, float(p), torch.float32))
+    scale = _const(emit, 1.0 / (1.0 - p), x.spec.dtype)
+    kept = _op(emit, aten.mul.Tensor, x, emit(aten._to_copy.default, (keep,),
+                                               {"dtype": x.spec.dtype})[0])
+    return _op(emit, aten.mul.Tensor, kept, scale), keep
