@@ -14,7 +14,7 @@ import time
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from . import metrics, shapes
+from . import argtree, metrics, shapes
 from .ir import DeviceData, Node, TensorSpec, Value
 from .scalars import lift_scalars
 from .tensor import LazyTensor, Storage, live_storages, wrap_value
@@ -75,20 +75,29 @@ def assign(t: LazyTensor, new: Value) -> None:
 # ----------------------------------------------------------------- recording
 def emit(func, args, kwargs) -> list[Value]:
     """Record ``func`` on Values and constants; returns its output Values."""
-    flat, tree = tree_flatten((args, kwargs))
+    flat, tree = argtree.flatten(args, kwargs)
+    return emit_flat(func, flat, tree)[0]
+
+
+def emit_flat(func, flat: list, tree: tuple):
+    """Record ``func`` on flattened arguments (Values where tensors were).
+
+    Returns (output Values, the op's flat outputs as TensorSpec or Python
+    values, their pytree), the latter two from memoized meta execution.
+    """
     inputs = []
     placeholders = []
     for a in flat:
-        if isinstance(a, Value):
+        if type(a) is Value:
             inputs.append(a)
             placeholders.append(shapes.Placeholder(a.spec))
         else:
             placeholders.append(a)
     out_flat, out_tree = shapes.infer(func, placeholders, tree)
-    specs = [o if isinstance(o, TensorSpec) else None for o in out_flat]
-    consts = repr([None if isinstance(a, Value) else a for a in flat]) + repr(tree)
-    node = Node(func, args, kwargs, inputs, specs, consts)
-    return node.outputs
+    specs = [o if type(o) is TensorSpec else None for o in out_flat]
+    consts = repr([None if type(a) is Value else a for a in flat]) + repr(tree)
+    node = Node(func, flat, tree, inputs, specs, consts)
+    return node.outputs, out_flat, out_tree
 
 
 def _to_value(a):
@@ -113,22 +122,16 @@ def record(func, args, kwargs):
     """Record a functional op on lazy tensors; returns lazy tensors."""
     func, args, kwargs = lift_scalars(func, args, kwargs, LazyTensor, _make_scalar)
     from .fallback import run_eagerly, supported
-    flat, tree = tree_flatten((args, kwargs))
+    flat, tree = argtree.flatten(args, kwargs)
     vals = [_to_value(a) for a in flat]
     if not supported(func, vals):
         return run_eagerly(func, args, kwargs)
-    vargs, vkwargs = tree_unflatten(vals, tree)
-    outs = emit(func, vargs, vkwargs)
+    outs, out_flat, out_tree = emit_flat(func, vals, tree)
     metrics.counter_inc("lazy::" + func.__name__.split(".")[0])
-    return _wrap_outputs(func, vargs, vkwargs, outs)
-
-
-def _wrap_outputs(func, vargs, vkwargs, outs):
-    flat, tree = tree_flatten((vargs, vkwargs))
-    placeholders = [shapes.Placeholder(a.spec) if isinstance(a, Value) else a for a in flat]
-    out_flat, out_tree = shapes.infer(func, placeholders, tree)
+    if len(out_flat) == 1 and out_tree is None:
+        return wrap_value(outs[0])
     it = iter(outs)
-    result = [wrap_value(next(it)) if isinstance(o, TensorSpec) else o for o in out_flat]
+    result = [wrap_value(next(it)) if type(o) is TensorSpec else o for o in out_flat]
     return tree_unflatten(result, out_tree)
 
 
@@ -175,13 +178,15 @@ def _view(func, args, kwargs):
     base = args[0]
     if func in IDENTITY:
         return LazyTensor(base.spec, base._storage, base._view)
-    placeholders, tree = tree_flatten(((shapes.Placeholder(base.spec), *args[1:]), kwargs))
+    placeholders, tree = argtree.flatten((shapes.Placeholder(base.spec), *args[1:]), kwargs)
     out_flat, out_tree = shapes.infer(func, placeholders, tree)
     metrics.counter_inc("lazy::" + func.__name__.split(".")[0])
     result = []
     for i, spec in enumerate(out_flat):
         step = (func, tuple(args[1:]), dict(kwargs), i)
         result.append(LazyTensor(spec, base._storage, base._view + (step,)))
+    if out_tree is None:
+        return result[0]
     return tree_unflatten(result, out_tree)
 
 
@@ -221,7 +226,7 @@ def _mutating(func, args, kwargs):
             from .fallback import run_eagerly
             return run_eagerly(func, args, kwargs)
         # Check shapes and dtypes the way the in-place kernel would.
-        flat, tree = tree_flatten((args, kwargs))
+        flat, tree = argtree.flatten(args, kwargs)
         shapes.infer(func, [shapes.Placeholder(a.spec) if isinstance(a, LazyTensor)
                             else a for a in flat], tree)
         out = fn(*args, **kwargs)  # re-enters dispatch, recorded functionally

@@ -12,6 +12,7 @@ keys are stable across processes and independent of tensor contents.
 from __future__ import annotations
 
 import hashlib
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -59,12 +60,26 @@ class DeviceData:
     device data, they rebind to new data.
     """
 
-    __slots__ = ("host", "device", "spec", "__weakref__")
+    __slots__ = ("host", "device", "spec", "future", "__weakref__")
 
-    def __init__(self, spec: TensorSpec, host: torch.Tensor | None = None, device=None):
+    def __init__(self, spec: TensorSpec, host: torch.Tensor | None = None, device=None,
+                 future=None):
         self.spec = spec
         self.host = host
         self.device = device
+        self.future = future  # set while the graph computing it runs
+        live_data.add(self)
+
+    def wait(self) -> None:
+        """Block until computed; re-raise the error of the graph that failed."""
+        f = self.future
+        if f is not None:
+            f.result()
+            self.future = None
+
+
+# Every DeviceData alive (a test counts them to prove dead buffers are freed).
+live_data: "weakref.WeakSet[DeviceData]" = weakref.WeakSet()
 
 
 class Value:
@@ -99,18 +114,19 @@ class Value:
 
 
 class Node:
-    """One captured aten op. ``args``/``kwargs`` hold ``Value`` where the op
-    took a tensor; everything else is a constant baked into the key."""
+    """One captured aten op. ``flat`` (its arguments flattened by ``argtree``,
+    with ``tree`` to rebuild them) holds a ``Value`` where the op took a
+    tensor; everything else is a constant baked into the key."""
 
-    __slots__ = ("op", "args", "kwargs", "inputs", "outputs", "key", "location")
+    __slots__ = ("op", "flat", "tree", "inputs", "outputs", "key", "location")
 
-    def __init__(self, op, args, kwargs, inputs: list[Value], specs: list,
+    def __init__(self, op, flat: list, tree: tuple, inputs: list[Value], specs: list,
                  const_repr: str, location: str | None = None):
         """``specs``: the op's flat outputs, a TensorSpec for each tensor and
         None for anything else (an undefined gradient, a Python value)."""
         self.op = op
-        self.args = args
-        self.kwargs = kwargs
+        self.flat = flat
+        self.tree = tree
         self.inputs = inputs
         self.location = location
         h = hashlib.sha256(str(op).encode())

@@ -8,7 +8,9 @@ tensor arguments, the constant arguments).
 from __future__ import annotations
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_unflatten
+from torch.utils._pytree import tree_flatten
+
+from .argtree import unflatten
 
 from .ir import TensorSpec
 
@@ -34,10 +36,10 @@ def _device_to_meta(a):
 def infer(func, flat: list, treedef) -> list:
     """Output specs of ``func`` on arguments whose tensors are ``Placeholder``.
 
-    Returns (flat outputs, their tree): a ``TensorSpec`` for each tensor, the
+    Returns (flat outputs, their pytree or None for a single tensor): a ``TensorSpec`` for each tensor, the
     value itself for anything else. Raises what the meta kernel raises.
     """
-    key = (func, treedef, tuple(a.spec if isinstance(a, Placeholder) else _hashable(a)
+    key = (func, treedef, tuple(a.spec if type(a) is Placeholder else _hashable(a)
                                 for a in flat))
     try:
         hit = _memo.get(key)
@@ -46,9 +48,12 @@ def infer(func, flat: list, treedef) -> list:
     if hit is not None:
         return hit
     metas = [a.spec.meta() if isinstance(a, Placeholder) else _device_to_meta(a) for a in flat]
-    args, kwargs = tree_unflatten(metas, treedef)
+    args, kwargs = unflatten(metas, treedef)
     out = func(*args, **kwargs)
-    leaves, out_tree = tree_flatten(out)
+    if isinstance(out, torch.Tensor):
+        leaves, out_tree = [out], None  # the common case: no pytree needed
+    else:
+        leaves, out_tree = tree_flatten(out)
     result = ([TensorSpec.of(o) if isinstance(o, torch.Tensor) else o for o in leaves], out_tree)
     if key is not None:
         _memo[key] = result

@@ -21,6 +21,7 @@ from .fallback import note_fallback
 from .graph import Graph
 from .ir import DeviceData, Value
 from .tensor import LazyTensor, live_storages
+from ..runtime import worker
 
 log = logging.getLogger("lazy_mlir")
 _state = {"target": None}
@@ -69,9 +70,7 @@ def _compile(graph: Graph, target):
 
 
 def execute(values: list[Value]) -> None:
-    """Compute every pending value in ``values`` as one graph."""
-    from ..runtime.cache import memory_cache
-    from ..runtime.session import session_for
+    """Launch every pending value in ``values`` as one graph."""
     seen = set()
     roots = []
     for v in values:
@@ -90,7 +89,6 @@ def execute(values: list[Value]) -> None:
 
 def _execute(roots: list[Value]) -> None:
     from ..runtime.cache import memory_cache
-    from ..runtime.session import session_for
     graph = Graph.build(roots)
     target = current_target()
     key = (graph.key, target.cache_key)
@@ -101,29 +99,44 @@ def _execute(roots: list[Value]) -> None:
         memory_cache.put(key, entry)
     else:
         metrics.counter_inc("CachedCompile")
+    datas = [DeviceData(v.spec) for v in roots]
+    for v, d in zip(roots, datas):
+        v.materialize(d)
+    future = worker.submit(_run, entry, graph.inputs, datas, target)
+    for d in datas:
+        d.future = future
+
+
+def _run(entry, inputs: list[DeviceData], outputs: list[DeviceData], target) -> None:
+    """In the worker: run one graph and fill its output data."""
+    from ..runtime.session import session_for
     t0 = time.perf_counter()
     session = session_for(target)
     if isinstance(entry, _EagerEntry):
         for op in entry.ops:
             note_fallback(op, "its graph failed to compile")
-        outs = entry.gm(*[host_of(d) for d in graph.inputs])
-        datas = [DeviceData(v.spec, host=o.contiguous()) for v, o in zip(roots, outs)]
+        outs = entry.gm(*[host_of(d) for d in inputs])
+        for d, o in zip(outputs, outs):
+            d.host = o.contiguous()
     else:
         args = []
-        for d in graph.inputs:
+        for d in inputs:
+            d.wait()
             if d.device is None:
                 d.device = session.to_device(d.host)
             args.append(d.device)
         outs = entry(*args)
         if not isinstance(outs, (tuple, list)):
             outs = (outs,)
-        datas = [DeviceData(v.spec, device=o) for v, o in zip(roots, outs)]
-    for v, d in zip(roots, datas):
-        v.materialize(d)
+        for d, o in zip(outputs, outs):
+            d.device = o
     metrics.add_sample("ExecuteTime", time.perf_counter() - t0)
 
 
 def host_of(d: DeviceData) -> torch.Tensor:
+    """The host copy of device data, waiting for the graph computing it."""
+    if d.host is None:
+        d.wait()
     if d.host is None:
         from ..runtime.session import session_for
         d.host = session_for(current_target()).to_host(d.device, d.spec)
@@ -146,7 +159,9 @@ def to_host(t: torch.Tensor) -> torch.Tensor:
 
 
 def mark_step() -> None:
-    """Compute all pending live tensors as one graph."""
+    """Launch all pending live tensors as one graph and return; the graph runs
+    in the background (``wait_device_ops`` joins it)."""
+    worker.raise_pending_error()
     metrics.counter_inc("MarkStep")
     metrics.add_sample("TraceTime", trace_seconds[0])
     trace_seconds[0] = 0.0
@@ -158,4 +173,5 @@ def mark_step() -> None:
 
 
 def wait_device_ops() -> None:
-    """Block until all launched execution is done (execution is synchronous)."""
+    """Block until all launched graphs have run; raise a worker error."""
+    worker.wait_all()

@@ -11,8 +11,8 @@ import operator
 import torch
 import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.utils._pytree import tree_map
 
+from ..lazy.argtree import unflatten
 from ..lazy.graph import Graph
 from ..lazy.ir import Value
 
@@ -41,8 +41,7 @@ def to_fx(graph: Graph) -> fx.GraphModule:
         return v
 
     for node in graph.nodes:
-        args = tree_map(lookup, node.args)
-        kwargs = tree_map(lookup, node.kwargs)
+        args, kwargs = unflatten([lookup(a) for a in node.flat], node.tree)
         call = g.call_function(node.op, tuple(args), dict(kwargs))
         outs = node.outputs
         if _returns_single_tensor(node.op):

@@ -199,6 +199,33 @@ def test_max_with_dim(keepdim):
     assert_lazy_close(r.indices, x.max(0).indices)
 
 
+@pytest.mark.parametrize("op", ["sort", "topk"])
+def test_sort_topk(op):
+    x = _inputs((3, 5), seed=18)[0]
+    fn = {"sort": lambda t: t.sort(dim=1, descending=True),
+          "topk": lambda t: t.topk(2, dim=1)}[op]
+    values, indices = fn(lazy(x))
+    lm.mark_step()  # values and indices in one graph
+    ev, ei = fn(x)
+    assert_lazy_close(values, ev)
+    assert_lazy_close(indices, ei)
+
+
+@pytest.mark.xfail(reason="lazy_mlir bug: the compiled sort (tm_tensor.sort with the function "
+                   "argument as its outs) sorts the input's device buffer in place, so later "
+                   "graphs reading the input see it sorted", strict=True)
+@pytest.mark.parametrize("op", ["sort", "topk"])
+def test_sort_topk_leave_their_input_unchanged(op):
+    x = torch.tensor([[0.0, 3.0, 1.0, 2.0], [5.0, 4.0, 7.0, 6.0]])
+    lx = lazy(x)
+    fn = {"sort": lambda t: t.sort(dim=1, descending=True),
+          "topk": lambda t: t.topk(2, dim=1)}[op]
+    r = fn(lx)
+    assert_lazy_close(r.values, fn(x).values)  # a graph with only the values
+    assert_lazy_close(r.indices, fn(x).indices)  # then one with only the indices
+    assert_lazy_close(lx + 0, x)
+
+
 def test_integer_sum_dtype():
     i = torch.arange(12, dtype=torch.int32).reshape(3, 4)
     assert_lazy_close(lazy(i).sum(), i.sum())  # int32 sums to int64
@@ -240,6 +267,20 @@ def test_index_select_gather():
     assert_lazy_close(torch.gather(lx, 1, lazy(gidx)), torch.gather(x, 1, gidx))
     assert_lazy_close(lx[lazy(idx)], x[idx])
     assert_lazy_close(lx[:, lazy(idx)], x[:, idx])
+
+
+@pytest.mark.xfail(reason="lazy_mlir bug: indexing a lazy tensor with a CPU index tensor "
+                   "raises 'Expected all tensors to be on the same device'; PyTorch accepts "
+                   "CPU indices for accelerator tensors (as with CUDA)", strict=True)
+def test_index_with_cpu_index_tensor():
+    x = _inputs((4, 5), seed=19)[0]
+    idx = torch.tensor([3, 0, 2])
+    assert_lazy_close(lazy(x)[idx], x[idx])
+    lx = lazy(x)
+    lx[idx] = 0.0
+    e = x.clone()
+    e[idx] = 0.0
+    assert_lazy_close(lx, e)
 
 
 def test_embedding():
@@ -386,6 +427,11 @@ def test_to_lazy_and_back():
     torch.testing.assert_close(back, x)
     torch.testing.assert_close(lx.to("cpu"), x)
     torch.testing.assert_close(lx.to(torch.device("cpu"), torch.float64), x.double())
+    # The lazy tensor owns a copy: writing the CPU source must not change it.
+    src = torch.ones(3)
+    lsrc = src.to("lazy")
+    src.add_(1)
+    torch.testing.assert_close(lsrc.cpu(), torch.ones(3))
     # The host copy is the user's: writing it must not change the lazy tensor.
     back.zero_()
     torch.testing.assert_close(lx.cpu(), x)
@@ -424,6 +470,16 @@ def test_repr_of_computed_and_summarized(capsys):
     assert repr(lazy(big)) == eager[:-1] + ", device='lazy:0')"
 
 
+def test_repr_autograd_and_half():
+    x = lazy(torch.tensor([1.0, 2.0])).requires_grad_()
+    assert repr(x) == "tensor([1., 2.], device='lazy:0', requires_grad=True)"
+    assert repr(x * 2) == "tensor([2., 4.], device='lazy:0', grad_fn=<MulBackward0>)"
+    h = lazy(torch.tensor([1.5], dtype=torch.float16))
+    assert repr(h) == "tensor([1.5000], device='lazy:0', dtype=torch.float16)"
+    t = lazy(torch.arange(6.0).reshape(2, 3)).t()
+    assert repr(t) == "tensor([[0., 3.],\n        [1., 4.],\n        [2., 5.]], device='lazy:0')"
+
+
 def test_numpy_raises():
     x = lazy(torch.ones(2))
     with pytest.raises(TypeError, match=r"\.cpu\(\)"):
@@ -448,6 +504,8 @@ def test_item_equal():
     assert torch.allclose(lx, lx + 1e-9)
 
 
+@pytest.mark.xfail(reason="lazy_mlir bug: Tensor.tolist() raises 'RuntimeError: .tolist() is "
+                   "not supported for tensor subclasses, got LazyTensor'", strict=True)
 def test_tolist():
     x = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
     assert (lazy(x) + 1).tolist() == [[2.0, 3.0], [4.0, 5.0]]
