@@ -10,8 +10,23 @@ import functools
 
 from torch_mlir.dialects import _torch_ops_gen
 
+import torch
+
+aten = torch.ops.aten
+
 # op name (as torch.ops.aten.<name>.<overload>) -> why it is not compiled
 DENIED: dict[str, str] = {}
+
+@functools.lru_cache(maxsize=1)
+def decomposition_table() -> dict:
+    """torch-mlir's recommended table plus ours (``decompositions.py``), which
+    cover ops torch-mlir imports but does not lower to linalg."""
+    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
+
+    from .decompositions import DECOMPOSITIONS
+    table = dict(get_decomposition_table())
+    table.update(DECOMPOSITIONS)
+    return table
 
 
 @functools.lru_cache(maxsize=1)
@@ -33,8 +48,7 @@ def mlir_name(func) -> str:
 @functools.lru_cache(maxsize=None)
 def _static_support(func) -> bool:
     """In the torch dialect, or decomposed into it before import."""
-    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
-    return mlir_name(func) in dialect_ops() or func in get_decomposition_table()
+    return mlir_name(func) in dialect_ops() or func in decomposition_table()
 
 
 def op_is_supported(func) -> bool:

@@ -30,12 +30,22 @@ def _scalar_dtype(dtype: torch.dtype, zero_dim: bool, scalar_type: type) -> torc
     return torch.result_type(probe, scalar_type(2))
 
 
+# Ops whose ``.Scalar`` overload is lifted to its ``.Tensor`` sibling. Not
+# ``pow``: an exponent is structure (x**2 is a multiply), and a tensor
+# exponent turns x**2 of a negative x into NaN in exp(2*log(x)) lowerings.
+_SIBLING_OPS = {"add", "sub", "mul", "div", "rsub", "eq", "ne", "lt", "le", "gt", "ge", "fill",
+                "fill_", "masked_fill", "lerp", "where", "remainder", "fmod", "floor_divide",
+                "true_divide", "maximum", "minimum", "bitwise_and", "bitwise_or", "bitwise_xor",
+                "copysign", "atan2", "hypot", "xlogy"}
+
+
 @functools.lru_cache(maxsize=None)
 def _tensor_sibling(func):
     """``gt.Scalar`` -> ``gt.Tensor`` when their argument names agree."""
-    if not func._overloadname.endswith("Scalar"):
+    name = func.__name__.split(".")[0]
+    if not func._overloadname.endswith("Scalar") or name not in _SIBLING_OPS:
         return None
-    packet = getattr(aten, func.__name__.split(".")[0])
+    packet = getattr(aten, name)
     name = func._overloadname[: -len("Scalar")] + "Tensor"
     if name not in packet.overloads():
         return None

@@ -57,7 +57,7 @@ def _compile(graph: Graph, target):
     try:
         compiled = compile_linalg(lower(gm), target)
     except PipelineError as e:
-        ops = sorted(set(re.findall(r"torch\.aten\.([A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)?)", str(e))))
+        ops = list(e.unlowered)
         from ..dialects.support import deny
         for op in ops:
             deny(op, f"compile failed: {e}")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -12,9 +13,10 @@ from ..dialects.torch_import import parse
 class PipelineError(RuntimeError):
     """A pass pipeline or iree-compile failed; ``repro`` is the directory."""
 
-    def __init__(self, message: str, repro: Path | None):
+    def __init__(self, message: str, repro: Path | None, unlowered: tuple[str, ...] = ()):
         super().__init__(message)
         self.repro = repro
+        self.unlowered = unlowered  # torch.aten ops left in the IR when it failed
 
 
 def repro_dir() -> Path:
@@ -44,11 +46,22 @@ def run_pipeline(module_text: str, pipeline: str, stage: str) -> str:
     except Exception as e:  # MLIR reports diagnostics in the exception text
         d = write_repro(module_text, f"torch-mlir-opt --pass-pipeline='{pipeline}' input.mlir",
                         str(e), "input")
-        os.replace(d / "input.mlir", d / "input.mlir")
+        left = _blame(module_text, str(e)) or tuple(sorted(set(re.findall(
+            r"torch\.aten\.([A-Za-z0-9_.]+)", str(module)))))
         raise PipelineError(
             f"lazy-mlir: the {stage} pipeline failed: {_first_line(e)}\n"
-            f"  repro: {d}/input.mlir, run {d}/command.sh", d) from None
+            f"  repro: {d}/input.mlir, run {d}/command.sh", d, left) from None
     return str(module)
+
+
+def _blame(text: str, error: str) -> tuple[str, ...]:
+    """The torch.aten ops on the input lines the diagnostics point at."""
+    lines = text.splitlines()
+    ops = set(re.findall(r"torch\.aten\.([A-Za-z0-9_.]+)", error))
+    for n in re.findall(r'"-":(\d+):\d+', error):
+        if 0 < int(n) <= len(lines):
+            ops.update(re.findall(r"torch\.aten\.([A-Za-z0-9_.]+)", lines[int(n) - 1]))
+    return tuple(sorted(ops))
 
 
 def _first_line(e: Exception) -> str:

@@ -61,14 +61,15 @@ def to_fx(graph: Graph) -> fx.GraphModule:
 
 def decompose(gm: fx.GraphModule) -> fx.GraphModule:
     """Re-trace ``gm`` through torch-mlir's recommended decomposition table
-    (core aten decompositions minus those torch-mlir lowers better itself),
-    the same table ``torch_mlir.fx.export_and_import`` applies."""
+    (core aten decompositions minus those torch-mlir lowers better itself,
+    the table ``torch_mlir.fx.export_and_import`` applies) and ours."""
     from torch.fx.experimental.proxy_tensor import make_fx
-    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
+
+    from ..dialects.support import decomposition_table
     fakes = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
     mode = fakes[0].fake_mode if fakes else FakeTensorMode()
     with mode:
-        return make_fx(gm, decomposition_table=get_decomposition_table())(*fakes)
+        return make_fx(gm, decomposition_table=decomposition_table())(*fakes)
 
 
 def _returns_single_tensor(op) -> bool:

@@ -1,0 +1,41 @@
+"""Decompositions of our own, for ops torch-mlir imports but cannot lower.
+
+Each maps an aten op to aten ops torch-mlir lowers; each returns
+``NotImplemented`` for the cases it does not cover, which then keep the op
+(and fall back if it fails to compile).
+"""
+from __future__ import annotations
+
+import torch
+
+aten = torch.ops.aten
+
+
+def _pair(v):
+    return [v[0], v[0]] if len(v) == 1 else list(v)
+
+
+def avg_pool2d_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                        divisor_override):
+    """The input gradient of average pooling is a transposed convolution of
+    the output gradient with a constant 1/(kh*kw) kernel, each channel on its
+    own (channels folded into the batch: torch-mlir 20261001 miscompiles
+    grouped transposed convolutions)."""
+    kh, kw = _pair(kernel_size)
+    sh, sw = _pair(stride) if stride else (kh, kw)
+    ph, pw = _pair(padding)
+    if ceil_mode or divisor_override or (not count_include_pad and (ph or pw)) or x.dim() != 4:
+        return NotImplemented
+    n, c, h, w = x.shape
+    weight = torch.full((1, 1, kh, kw), 1.0 / (kh * kw), dtype=grad.dtype, device=grad.device)
+    oh = h - ((grad.shape[2] - 1) * sh - 2 * ph + kh)
+    ow = w - ((grad.shape[3] - 1) * sw - 2 * pw + kw)
+    folded = aten.reshape.default(grad, [n * c, 1, grad.shape[2], grad.shape[3]])
+    out = aten.convolution.default(folded, weight, None, [sh, sw], [ph, pw], [1, 1], True,
+                                   [oh, ow], 1)
+    return aten.reshape.default(out, [n, c, h, w])
+
+
+DECOMPOSITIONS = {
+    aten.avg_pool2d_backward.default: avg_pool2d_backward,
+}
