@@ -21,6 +21,7 @@ from .fallback import note_fallback
 from .graph import Graph
 from .ir import DeviceData, Value
 from .tensor import LazyTensor, live_storages
+from ..pipeline.config import current_config
 from ..runtime import worker
 
 log = logging.getLogger("lazy_mlir")
@@ -49,13 +50,15 @@ class _EagerEntry:
 
 def _compile(graph: Graph, target):
     from ..passes.runner import PipelineError
+    from ..pipeline.config import current_config
     from ..pipeline.fx_graph import to_fx
-    from ..pipeline.stages import compile_linalg, lower
+    from ..pipeline.stages import compile_stages, lower
     from ..runtime.session import session_for
     gm = to_fx(graph)
+    config = current_config()
     t0 = time.perf_counter()
     try:
-        compiled = compile_linalg(lower(gm), target)
+        compiled = compile_stages(lower(gm, config), target, config)
     except PipelineError as e:
         ops = list(e.unlowered)
         from ..dialects.support import deny
@@ -91,7 +94,7 @@ def _execute(roots: list[Value]) -> None:
     from ..runtime.cache import memory_cache
     graph = Graph.build(roots)
     target = current_target()
-    key = (graph.key, target.cache_key)
+    key = (graph.key, target.cache_key, current_config().key)
     entry = memory_cache.get(key)
     if entry is None:
         metrics.counter_inc("UncachedCompile")

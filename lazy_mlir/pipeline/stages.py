@@ -1,8 +1,9 @@
 """Stages of a compile, each immutable, each with ``.as_text()``.
 
-``Captured`` (fx) -> ``Imported`` (torch dialect) -> ``Lowered`` (torch
-backend contract, then linalg) -> ``Compiled`` (vmfb). Each stage records
-what made it and how long it took, like lightning-thunder's traces.
+fx -> torch (FxImporter) -> torch-backend -> linalg -> vmfb, driven by a
+``PipelineConfig``. Each stage records what made it and how long it took,
+like lightning-thunder's traces. With ``input = "torch"`` the torch dialect
+goes straight to IREE's own torch input conversion instead.
 """
 from __future__ import annotations
 
@@ -13,7 +14,12 @@ import torch.fx as fx
 
 from ..passes import pipelines
 from ..passes.runner import PipelineError, run_pipeline, write_repro
+from .config import PipelineConfig
 from .targets import Target
+
+# IREE's compilation phases, in order (iree-compile --compile-to=<phase>).
+IREE_PHASES = ("input", "abi", "preprocessing", "global-optimization", "dispatch-creation",
+               "flow", "stream", "executable-sources", "executable-targets", "hal", "vm")
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,7 @@ class Stage:
 class Compiled:
     vmfb: bytes
     target: Target
+    flags: tuple[str, ...]
     stages: tuple[Stage, ...] = field(default=())
 
     @property
@@ -49,41 +56,77 @@ def _timed(name: str, built_by: str, fn, *args) -> Stage:
     return Stage(name, text, Provenance(built_by, time.perf_counter() - t0))
 
 
-def lower(gm: fx.GraphModule) -> tuple[Stage, ...]:
-    """fx -> decomposed fx -> torch -> torch-backend -> linalg."""
+def lower(gm: fx.GraphModule, config: PipelineConfig) -> tuple[Stage, ...]:
+    """fx -> (decomposed, mixed-precision) fx -> torch [-> torch-backend -> linalg]."""
     from ..dialects.torch_import import import_fx
     from .fx_graph import decompose
     t0 = time.perf_counter()
-    gm = decompose(gm)
+    made_by = ["lazy capture"]
+    if config.decompositions:
+        gm = decompose(gm)
+        made_by.append("torch-mlir decomposition table")
+    if config.mixed_precision == "bf16":
+        from ..passes.mixed_precision import bf16_mixed_precision
+        gm = bf16_mixed_precision(gm)
+        made_by.append("bf16_mixed_precision")
     fx_stage = Stage("fx", gm.print_readable(print_output=False),
-                     Provenance("lazy capture + torch-mlir decomposition table",
-                                time.perf_counter() - t0))
+                     Provenance(" + ".join(made_by), time.perf_counter() - t0))
     torch_stage = _timed("torch", "torch-mlir FxImporter", lambda: str(import_fx(gm)))
-    backend = _timed("torch-backend", "torch-mlir " + ",".join(pipelines.TORCH_BACKEND),
-                     run_pipeline, torch_stage.text,
-                     pipelines.as_pipeline(pipelines.TORCH_BACKEND), "torch-backend")
-    linalg = _timed("linalg", "torch-mlir " + ",".join(pipelines.LINALG), run_pipeline,
-                    backend.text, pipelines.as_pipeline(pipelines.LINALG), "linalg")
+    if config.input == "torch":
+        return fx_stage, torch_stage
+    backend_passes = pipelines.torch_backend(config)
+    backend = _timed("torch-backend", "torch-mlir " + ",".join(backend_passes), run_pipeline,
+                     torch_stage.text, pipelines.as_pipeline(backend_passes), "torch-backend")
+    linalg_passes = pipelines.linalg(config)
+    linalg = _timed("linalg", "torch-mlir " + ",".join(linalg_passes), run_pipeline,
+                    backend.text, pipelines.as_pipeline(linalg_passes), "linalg")
     return fx_stage, torch_stage, backend, linalg
 
 
-def compile_linalg(stages: tuple[Stage, ...], target: Target) -> Compiled:
+def iree_flags(target: Target, config: PipelineConfig) -> list[str]:
+    flags = [f"--iree-hal-target-backends={target.backend}", *target.flags,
+             *config.flags_for(target.name)]
+    if config.opt_level is not None:
+        flags.append(f"--iree-opt-level=O{config.opt_level}")
+    if config.input == "torch":
+        flags.append("--iree-input-type=torch")
+    return flags
+
+
+def _iree_compile(text: str, flags: list[str], what: str, target: Target) -> bytes:
     import iree.compiler as ic
-    linalg = stages[-1].text
-    flags = [f"--iree-hal-target-backends={target.backend}", *target.flags]
-    t0 = time.perf_counter()
     try:
-        vmfb = ic.compile_str(linalg, target_backends=[target.backend],
-                              extra_args=list(target.flags))
+        return ic.compile_str(text, extra_args=flags)
     except ic.CompilerToolError as e:
-        d = write_repro(linalg, "iree-compile linalg.mlir " + " ".join(flags) + " -o out.vmfb",
-                        str(e), "linalg")
+        d = write_repro(text, "iree-compile input.mlir " + " ".join(flags) + " -o out." + what,
+                        str(e), "input")
         raise PipelineError(f"lazy-mlir: iree-compile failed for target {target.name}: "
-                            f"{_first_error(str(e))}\n  repro: {d}/linalg.mlir, run "
+                            f"{_first_error(str(e))}\n  repro: {d}/input.mlir, run "
                             f"{d}/command.sh", d) from None
+
+
+def compile_stages(stages: tuple[Stage, ...], target: Target,
+                   config: PipelineConfig) -> Compiled:
+    """The last stage (linalg, or torch for IREE's torch input) -> vmfb."""
+    flags = iree_flags(target, config)
+    t0 = time.perf_counter()
+    vmfb = _iree_compile(stages[-1].text, flags, "vmfb", target)
     stage = Stage("vmfb", f"<{len(vmfb)} bytes>",
                   Provenance("iree-compile " + " ".join(flags), time.perf_counter() - t0))
-    return Compiled(vmfb, target, stages + (stage,))
+    return Compiled(vmfb, target, tuple(flags), stages + (stage,))
+
+
+def iree_phase(stages: tuple[Stage, ...], phase: str, target: Target,
+               config: PipelineConfig) -> Stage:
+    """The IR after one of IREE's phases (``--compile-to``), as text."""
+    if phase not in IREE_PHASES:
+        raise ValueError(f"unknown IREE phase {phase!r}; phases: {', '.join(IREE_PHASES)}")
+    flags = iree_flags(target, config) + [f"--compile-to={phase}", "--output-format=vm-asm"
+                                          if phase == "vm" else "--mlir-print-debuginfo=false"]
+    t0 = time.perf_counter()
+    out = _iree_compile(stages[-1].text, flags, phase + ".mlir", target)
+    return Stage("iree-" + phase, out.decode(),
+                 Provenance("iree-compile " + " ".join(flags), time.perf_counter() - t0))
 
 
 def _first_error(text: str) -> str:

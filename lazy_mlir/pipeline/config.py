@@ -1,0 +1,113 @@
+"""The pass pipeline configuration: frozen, loadable from TOML, part of every
+cache key.
+
+A TOML file (``--pipeline-config FILE`` or ``LAZY_MLIR_PIPELINE=FILE``)::
+
+    opt_level = 3                      # iree-compile --iree-opt-level=O<n> (unset: IREE's default)
+    decompositions = true              # PyTorch decompositions before import
+    backend_legal_ops = ["aten.flatten.using_ints"]
+    torch_backend_before = []          # passes run on the imported torch IR
+    torch_backend_after = []           # passes run on the backend contract
+    linalg_after = ["canonicalize"]    # passes run on linalg-on-tensors
+    input = "linalg"                   # or "torch": IREE's own torch input
+    mixed_precision = "none"           # or "bf16": matmul/conv in bf16, f32 accumulate
+
+    [iree_flags]
+    cpu = ["--iree-opt-data-tiling"]
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class ConfigError(ValueError):
+    """A pipeline configuration that cannot be used; the message says why."""
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    opt_level: int | None = None
+    decompositions: bool = True
+    backend_legal_ops: tuple[str, ...] = ()
+    torch_backend_before: tuple[str, ...] = ()
+    torch_backend_after: tuple[str, ...] = ()
+    linalg_after: tuple[str, ...] = ()
+    input: str = "linalg"
+    mixed_precision: str = "none"
+    iree_flags: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def __post_init__(self):
+        if self.input not in ("linalg", "torch"):
+            raise ConfigError(f"input must be 'linalg' or 'torch', not {self.input!r}")
+        if self.mixed_precision not in ("none", "bf16"):
+            raise ConfigError(f"mixed_precision must be 'none' or 'bf16', not "
+                              f"{self.mixed_precision!r}")
+        if self.opt_level is not None and not 0 <= self.opt_level <= 3:
+            raise ConfigError(f"opt_level must be 0..3, not {self.opt_level}")
+
+    def flags_for(self, target: str) -> tuple[str, ...]:
+        return dict(self.iree_flags).get(target, ())
+
+    @property
+    def key(self) -> str:
+        """A stable digest of every field (part of every cache key)."""
+        blob = json.dumps(dataclasses.asdict(self), sort_keys=True, default=list)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def replace(self, **changes) -> "PipelineConfig":
+        return dataclasses.replace(self, **changes)
+
+    @staticmethod
+    def from_toml(path: str | os.PathLike) -> "PipelineConfig":
+        try:
+            data = tomllib.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"pipeline config {path} does not exist") from None
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"pipeline config {path} is not valid TOML: {e}") from None
+        return PipelineConfig.from_dict(data, source=str(path))
+
+    @staticmethod
+    def from_dict(data: dict, source: str = "config") -> "PipelineConfig":
+        known = {f.name: f for f in dataclasses.fields(PipelineConfig)}
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise ConfigError(f"{source}: unknown key(s) {', '.join(unknown)}; valid keys: "
+                              f"{', '.join(sorted(known))}")
+        kwargs = {}
+        for name, value in data.items():
+            if name == "iree_flags":
+                if not isinstance(value, dict):
+                    raise ConfigError(f"{source}: iree_flags must be a table of lists")
+                value = tuple(sorted((k, tuple(v)) for k, v in value.items()))
+            elif isinstance(value, list):
+                value = tuple(value)
+            kwargs[name] = value
+        try:
+            return PipelineConfig(**kwargs)
+        except TypeError as e:
+            raise ConfigError(f"{source}: {e}") from None
+
+
+_current: list[PipelineConfig | None] = [None]
+
+
+def current_config() -> PipelineConfig:
+    """The process's config: set by ``set_config``, else ``LAZY_MLIR_PIPELINE``."""
+    if _current[0] is None:
+        path = os.environ.get("LAZY_MLIR_PIPELINE")
+        _current[0] = PipelineConfig.from_toml(path) if path else PipelineConfig()
+    return _current[0]
+
+
+def set_config(config: PipelineConfig | str | os.PathLike | None) -> None:
+    """Use ``config`` (or the TOML file at that path; None: the default)."""
+    if config is not None and not isinstance(config, PipelineConfig):
+        config = PipelineConfig.from_toml(config)
+    _current[0] = config
