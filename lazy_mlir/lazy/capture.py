@@ -100,11 +100,11 @@ def emit_flat(func, flat: list, tree: tuple):
     return node.outputs, out_flat, out_tree
 
 
-def _to_value(a):
+def _to_value(a, host_ok=False):
     if isinstance(a, LazyTensor):
         return value_of(a)
     if isinstance(a, torch.Tensor):
-        if a.dim() == 0:  # 0-dim CPU tensors are allowed, as with CUDA
+        if a.dim() == 0 or host_ok:  # 0-dim CPU tensors are allowed, as with CUDA
             return data_value(a.detach().clone())
         raise RuntimeError(
             "Expected all tensors to be on the same device, but found at least two "
@@ -112,6 +112,10 @@ def _to_value(a):
     if isinstance(a, torch.device) and a.type == LAZY_TYPE:
         return torch.device("cpu")
     return a
+
+
+# Ops that take CPU index tensors with device tensors, as CUDA does.
+_HOST_INDEX_OPS = {aten.index.Tensor, aten.index_put.default, aten._index_put_impl.default}
 
 
 def _make_scalar(x, dtype):
@@ -123,7 +127,8 @@ def record(func, args, kwargs):
     func, args, kwargs = lift_scalars(func, args, kwargs, LazyTensor, _make_scalar)
     from .fallback import run_eagerly, supported
     flat, tree = argtree.flatten(args, kwargs)
-    vals = [_to_value(a) for a in flat]
+    host_ok = func in _HOST_INDEX_OPS
+    vals = [_to_value(a, host_ok) for a in flat]
     if not supported(func, vals):
         return run_eagerly(func, args, kwargs)
     outs, out_flat, out_tree = emit_flat(func, vals, tree)

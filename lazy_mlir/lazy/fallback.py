@@ -19,7 +19,7 @@ _warned: set[str] = set()
 
 # dtypes the pipeline does not lower (complex and quantized types).
 UNSUPPORTED_DTYPES = {torch.complex32, torch.complex64, torch.complex128, torch.qint8,
-                      torch.quint8, torch.qint32, torch.quint4x2, torch.bfloat16,
+                      torch.quint8, torch.qint32, torch.quint4x2,
                       torch.float8_e4m3fn, torch.float8_e5m2}
 
 

@@ -69,7 +69,17 @@ def _compile(graph: Graph, target):
         return _EagerEntry(gm, ops or [n.op.__name__.split(".")[0] for n in graph.nodes])
     finally:
         metrics.add_sample("CompileTime", time.perf_counter() - t0)
-    return session_for(target).load(compiled.vmfb)
+    return session_for(target).load(compiled.vmfb, clobbered_args(compiled.stages[-2].text))
+
+
+def clobbered_args(text: str) -> tuple[int, ...]:
+    """Function arguments that a sort-like op takes as its in-place operand."""
+    found = set()
+    for m in re.finditer(r"tm_tensor\.\w+[^\n]*?outs\(([^)]*)\)", text):
+        found.update(int(a) for a in re.findall(r"%arg(\d+)\b", m.group(1)))
+    for m in re.finditer(r"torch\.aten\.(?:sort|topk|argsort|kthvalue|median)\w*[^\n]*", text):
+        found.update(int(a) for a in re.findall(r"%arg(\d+)\b", m.group(0)))
+    return tuple(sorted(found))
 
 
 def execute(values: list[Value]) -> None:
@@ -129,8 +139,6 @@ def _run(entry, inputs: list[DeviceData], outputs: list[DeviceData], target) -> 
                 d.device = session.to_device(d.host)
             args.append(d.device)
         outs = entry(*args)
-        if not isinstance(outs, (tuple, list)):
-            outs = (outs,)
         for d, o in zip(outputs, outs):
             d.device = o
     metrics.add_sample("ExecuteTime", time.perf_counter() - t0)

@@ -84,6 +84,9 @@ class LazyTensor(torch.Tensor):
         text = torch._tensor_str._str_intern(self, tensor_contents=contents)
         return "tensor(" + text[len(type(self).__name__) + 1:]
 
+    def tolist(self):
+        return self.cpu().tolist()
+
     def numpy(self, *args, **kwargs):
         raise TypeError(
             "can't convert lazy:0 device type tensor to numpy. "

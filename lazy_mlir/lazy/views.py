@@ -25,9 +25,17 @@ def is_inplace_view_op(func) -> bool:
 
 
 def functional_view_op(func):
-    """``t_`` -> ``t``, ``transpose_`` -> ``transpose``, keeping the overload."""
+    """``t_`` -> ``t``, ``transpose_`` -> ``transpose.int``: the overload of the
+    out-of-place op whose arguments have the same names."""
     packet = getattr(aten, func.__name__.split(".")[0].rstrip("_"))
-    return getattr(packet, func._overloadname)
+    if func._overloadname in packet.overloads():
+        return getattr(packet, func._overloadname)
+    names = [a.name for a in func._schema.arguments]
+    for name in packet.overloads():
+        op = getattr(packet, name)
+        if [a.name for a in op._schema.arguments] == names:
+            return op
+    raise NotImplementedError(f"lazy-mlir: no out-of-place form of {func}")
 
 
 def _perm_inverse(dims, ndim):

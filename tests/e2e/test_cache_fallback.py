@@ -222,9 +222,6 @@ def test_bfloat16_falls_back_without_crashing():
     assert_lazy_close(lazy(xb) * 2, xb * 2)
 
 
-@pytest.mark.xfail(reason="lazy_mlir bug: a bfloat16 tensor computed by a compiled graph "
-                   "cannot be read back: runtime/session.py to_host calls torch.from_numpy on "
-                   "an ml_dtypes.bfloat16 array (TypeError)", strict=True)
 def test_bfloat16_made_on_device():
     x = _rand(2, 3, seed=48)
     lb = lazy(x).bfloat16()

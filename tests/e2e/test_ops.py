@@ -211,9 +211,6 @@ def test_sort_topk(op):
     assert_lazy_close(indices, ei)
 
 
-@pytest.mark.xfail(reason="lazy_mlir bug: the compiled sort (tm_tensor.sort with the function "
-                   "argument as its outs) sorts the input's device buffer in place, so later "
-                   "graphs reading the input see it sorted", strict=True)
 @pytest.mark.parametrize("op", ["sort", "topk"])
 def test_sort_topk_leave_their_input_unchanged(op):
     x = torch.tensor([[0.0, 3.0, 1.0, 2.0], [5.0, 4.0, 7.0, 6.0]])
@@ -269,9 +266,6 @@ def test_index_select_gather():
     assert_lazy_close(lx[:, lazy(idx)], x[:, idx])
 
 
-@pytest.mark.xfail(reason="lazy_mlir bug: indexing a lazy tensor with a CPU index tensor "
-                   "raises 'Expected all tensors to be on the same device'; PyTorch accepts "
-                   "CPU indices for accelerator tensors (as with CUDA)", strict=True)
 def test_index_with_cpu_index_tensor():
     x = _inputs((4, 5), seed=19)[0]
     idx = torch.tensor([3, 0, 2])
@@ -504,8 +498,6 @@ def test_item_equal():
     assert torch.allclose(lx, lx + 1e-9)
 
 
-@pytest.mark.xfail(reason="lazy_mlir bug: Tensor.tolist() raises 'RuntimeError: .tolist() is "
-                   "not supported for tensor subclasses, got LazyTensor'", strict=True)
 def test_tolist():
     x = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
     assert (lazy(x) + 1).tolist() == [[2.0, 3.0], [4.0, 5.0]]

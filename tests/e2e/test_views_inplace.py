@@ -86,9 +86,6 @@ def test_t_then_inplace_and_old_view():
     run_both(program, _x(2, 3))
 
 
-@pytest.mark.xfail(reason="lazy_mlir bug: views.functional_view_op maps transpose_.default "
-                   "to aten.transpose.default, which does not exist (it is transpose.int)",
-                   strict=True)
 def test_transpose_():
     def program(x):
         x.transpose_(0, 2)
