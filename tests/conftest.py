@@ -13,3 +13,10 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_cache_dir(tmp_path_factory):
+    """Tests use a persistent cache of their own, never the user's."""
+    import os
+    os.environ["LAZY_MLIR_CACHE_DIR"] = str(tmp_path_factory.mktemp("lazy-mlir-cache"))

@@ -10,7 +10,6 @@ no data is lost.
 from __future__ import annotations
 
 import logging
-import re
 import time
 
 import torch
@@ -22,6 +21,7 @@ from .graph import Graph
 from .ir import DeviceData, Value
 from .tensor import LazyTensor, live_storages
 from ..pipeline.config import current_config
+from ..runtime.modules import EagerEntry, module_for
 from ..runtime import worker
 
 log = logging.getLogger("lazy_mlir")
@@ -38,48 +38,6 @@ def current_target():
 def set_target(name: str) -> None:
     from ..pipeline.targets import get_target
     _state["target"] = get_target(name)
-
-
-class _EagerEntry:
-    """A graph that could not be compiled: run its fx module on the host."""
-
-    def __init__(self, gm, ops):
-        self.gm = gm
-        self.ops = ops
-
-
-def _compile(graph: Graph, target):
-    from ..passes.runner import PipelineError
-    from ..pipeline.config import current_config
-    from ..pipeline.fx_graph import to_fx
-    from ..pipeline.stages import compile_stages, lower
-    from ..runtime.session import session_for
-    gm = to_fx(graph)
-    config = current_config()
-    t0 = time.perf_counter()
-    try:
-        compiled = compile_stages(lower(gm, config), target, config)
-    except PipelineError as e:
-        ops = list(e.unlowered)
-        from ..dialects.support import deny
-        for op in ops:
-            deny(op, f"compile failed: {e}")
-        log.warning("%s\n  the graph runs eagerly on the CPU%s", e,
-                    f"; ops no longer compiled: {', '.join(ops)}" if ops else "")
-        return _EagerEntry(gm, ops or [n.op.__name__.split(".")[0] for n in graph.nodes])
-    finally:
-        metrics.add_sample("CompileTime", time.perf_counter() - t0)
-    return session_for(target).load(compiled.vmfb, clobbered_args(compiled.stages[-2].text))
-
-
-def clobbered_args(text: str) -> tuple[int, ...]:
-    """Function arguments that a sort-like op takes as its in-place operand."""
-    found = set()
-    for m in re.finditer(r"tm_tensor\.\w+[^\n]*?outs\(([^)]*)\)", text):
-        found.update(int(a) for a in re.findall(r"%arg(\d+)\b", m.group(1)))
-    for m in re.finditer(r"torch\.aten\.(?:sort|topk|argsort|kthvalue|median)\w*[^\n]*", text):
-        found.update(int(a) for a in re.findall(r"%arg(\d+)\b", m.group(0)))
-    return tuple(sorted(found))
 
 
 def execute(values: list[Value]) -> None:
@@ -101,17 +59,9 @@ def execute(values: list[Value]) -> None:
 
 
 def _execute(roots: list[Value]) -> None:
-    from ..runtime.cache import memory_cache
     graph = Graph.build(roots)
     target = current_target()
-    key = (graph.key, target.cache_key, current_config().key)
-    entry = memory_cache.get(key)
-    if entry is None:
-        metrics.counter_inc("UncachedCompile")
-        entry = _compile(graph, target)
-        memory_cache.put(key, entry)
-    else:
-        metrics.counter_inc("CachedCompile")
+    entry = module_for(graph, target, current_config())
     datas = [DeviceData(v.spec) for v in roots]
     for v, d in zip(roots, datas):
         v.materialize(d)
@@ -125,7 +75,7 @@ def _run(entry, inputs: list[DeviceData], outputs: list[DeviceData], target) -> 
     from ..runtime.session import session_for
     t0 = time.perf_counter()
     session = session_for(target)
-    if isinstance(entry, _EagerEntry):
+    if isinstance(entry, EagerEntry):
         for op in entry.ops:
             note_fallback(op, "its graph failed to compile")
         outs = entry.gm(*[host_of(d) for d in inputs])

@@ -23,6 +23,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--steps", type=int, default=None,
                    help="stop after this many training steps (default: all)")
     d.set_defaults(func=_demo)
+    from .cache_cmd import add_parser as add_cache
+    add_cache(sub)
     return p
 
 

@@ -1,0 +1,97 @@
+"""Compile or reuse: the module that runs a graph.
+
+``module_for`` looks in the in-memory cache (``CachedCompile``), then in the
+persistent cache on disk (``PersistentCacheHit``), and only then compiles
+(``UncachedCompile``). A graph that fails to compile gets an ``EagerEntry``
+that runs its fx module on the host; its error and repro are logged once and
+the ops blamed for it are no longer captured for compilation.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+
+from ..lazy import metrics
+from .cache import memory_cache
+from .disk_cache import default_cache, make_key
+
+log = logging.getLogger("lazy_mlir")
+
+
+class EagerEntry:
+    """A graph that could not be compiled: run its fx module on the host."""
+
+    def __init__(self, gm, ops):
+        self.gm = gm
+        self.ops = ops
+
+
+def module_for(graph, target, config):
+    """The loaded module (or ``EagerEntry``) for ``graph`` on ``target``."""
+    key = (graph.key, target.cache_key, config.key)
+    entry = memory_cache.get(key)
+    if entry is not None:
+        metrics.counter_inc("CachedCompile")
+        return entry
+    from .session import session_for
+    disk = default_cache()
+    disk_key = make_key(graph.key, target.cache_key, config.key) if disk else None
+    packed = disk.get(disk_key) if disk else None
+    if packed is not None:
+        clobbered, vmfb = _unpack(packed)
+        entry = session_for(target).load(vmfb, clobbered)
+    else:
+        metrics.counter_inc("UncachedCompile")
+        compiled = _compile(graph, target, config)
+        if isinstance(compiled, EagerEntry):
+            entry = compiled
+        else:
+            clobbered = clobbered_args(compiled.stages[-2].text)
+            entry = session_for(target).load(compiled.vmfb, clobbered)
+            if disk:
+                disk.put(disk_key, _pack(clobbered, compiled.vmfb),
+                         {"graph": graph.key, "target": target.name, "ops": len(graph.nodes),
+                          "config": config.key})
+    memory_cache.put(key, entry)
+    return entry
+
+
+def _compile(graph, target, config):
+    from ..dialects.support import deny
+    from ..passes.runner import PipelineError
+    from ..pipeline.fx_graph import to_fx
+    from ..pipeline.stages import compile_stages, lower
+    gm = to_fx(graph)
+    t0 = time.perf_counter()
+    try:
+        return compile_stages(lower(gm, config), target, config)
+    except PipelineError as e:
+        ops = list(e.unlowered)
+        for op in ops:
+            deny(op, f"compile failed: {e}")
+        log.warning("%s\n  the graph runs eagerly on the CPU%s", e,
+                    f"; ops no longer compiled: {', '.join(ops)}" if ops else "")
+        return EagerEntry(gm, ops or [n.op.__name__.split(".")[0] for n in graph.nodes])
+    finally:
+        metrics.add_sample("CompileTime", time.perf_counter() - t0)
+
+
+def clobbered_args(text: str) -> tuple[int, ...]:
+    """Function arguments that a sort-like op takes as its in-place operand."""
+    found = set()
+    for m in re.finditer(r"tm_tensor\.\w+[^\n]*?outs\(([^)]*)\)", text):
+        found.update(int(a) for a in re.findall(r"%arg(\d+)\b", m.group(1)))
+    for m in re.finditer(r"torch\.aten\.(?:sort|topk|argsort|kthvalue|median)\w*[^\n]*", text):
+        found.update(int(a) for a in re.findall(r"%arg(\d+)\b", m.group(0)))
+    return tuple(sorted(found))
+
+
+def _pack(clobbered: tuple[int, ...], vmfb: bytes) -> bytes:
+    return json.dumps({"clobbered": list(clobbered)}).encode() + b"\n" + vmfb
+
+
+def _unpack(packed: bytes) -> tuple[tuple[int, ...], bytes]:
+    header, _, vmfb = packed.partition(b"\n")
+    return tuple(json.loads(header)["clobbered"]), vmfb
