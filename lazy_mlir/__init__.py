@@ -6,11 +6,14 @@
 """
 from __future__ import annotations
 
-from .lazy import metrics
+from .lazy import debug, metrics
 from .lazy.device import lazy_device, register as _register
 from .lazy.sync import mark_step, set_target, wait_device_ops
+from .pipeline.config import PipelineConfig, set_config
+from .pipeline.jit import jit
 
 _register()
 
-__all__ = ["lazy_device", "mark_step", "wait_device_ops", "metrics", "set_target"]
+__all__ = ["lazy_device", "mark_step", "wait_device_ops", "metrics", "debug", "set_target",
+           "jit", "PipelineConfig", "set_config"]
 __version__ = "0.1.0"

@@ -14,7 +14,7 @@ import time
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from . import argtree, metrics, shapes
+from . import argtree, debug, metrics, shapes
 from .ir import DeviceData, Node, TensorSpec, Value
 from .scalars import lift_scalars
 from .tensor import LazyTensor, Storage, live_storages, wrap_value
@@ -96,7 +96,8 @@ def emit_flat(func, flat: list, tree: tuple):
     out_flat, out_tree = shapes.infer(func, placeholders, tree)
     specs = [o if type(o) is TensorSpec else None for o in out_flat]
     consts = repr([None if type(a) is Value else a for a in flat]) + repr(tree)
-    node = Node(func, flat, tree, inputs, specs, consts)
+    node = Node(func, flat, tree, inputs, specs, consts,
+                debug.user_location() if debug.tracking_locations() else None)
     return node.outputs, out_flat, out_tree
 
 

@@ -22,12 +22,16 @@ class Graph:
     key: str
 
     @staticmethod
-    def build(roots: list[Value]) -> "Graph":
+    def build(roots: list[Value], leading: list[DeviceData] = ()) -> "Graph":
+        """``leading``: data that become the first inputs, in this order
+        (a jitted function's arguments), whether or not the graph reads them."""
         order: dict[int, int] = {}
         nodes: list[Node] = []
-        inputs: dict[int, int] = {}
-        input_data: list[DeviceData] = []
+        inputs: dict[int, int] = {id(d): i for i, d in enumerate(leading)}
+        input_data: list[DeviceData] = list(leading)
         h = hashlib.sha256()
+        for d in leading:
+            h.update(b"lead" + d.spec.signature().encode())
 
         def ref(v: Value) -> bytes:
             if v.data is not None:

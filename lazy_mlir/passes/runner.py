@@ -67,3 +67,23 @@ def _blame(text: str, error: str) -> tuple[str, ...]:
 def _first_line(e: Exception) -> str:
     lines = [l for l in str(e).splitlines() if "error" in l.lower()] or str(e).splitlines() or [""]
     return lines[0].strip()
+
+
+def validate_config(config) -> None:
+    """Parse every pipeline of ``config``: a pass MLIR does not know raises a
+    ``ConfigError`` naming it, before anything is compiled."""
+    from torch_mlir.passmanager import PassManager
+
+    from ..dialects.torch_import import new_context
+    from ..pipeline.config import ConfigError
+    from . import pipelines
+    ctx = new_context()
+    for name, passes in (("torch-backend", pipelines.torch_backend(config)),
+                         ("linalg", pipelines.linalg(config))):
+        with ctx:
+            try:
+                PassManager.parse(pipelines.as_pipeline(passes))
+            except Exception as e:
+                raise ConfigError(f"the {name} pipeline does not parse: "
+                                  f"{str(e).strip().splitlines()[0]} (passes: "
+                                  f"{', '.join(passes)})") from None

@@ -13,7 +13,7 @@ import logging
 import re
 import time
 
-from ..lazy import metrics
+from ..lazy import debug, metrics
 from .cache import memory_cache
 from .disk_cache import default_cache, make_key
 
@@ -35,8 +35,10 @@ def module_for(graph, target, config):
     if entry is not None:
         metrics.counter_inc("CachedCompile")
         return entry
+    from ..pipeline.dump import active_dumper
     from .session import session_for
-    disk = default_cache()
+    dumper = active_dumper()
+    disk = default_cache() if dumper is None else None  # a dump wants every graph compiled
     disk_key = make_key(graph.key, target.cache_key, config.key) if disk else None
     packed = disk.get(disk_key) if disk else None
     if packed is not None:
@@ -44,12 +46,16 @@ def module_for(graph, target, config):
         entry = session_for(target).load(vmfb, clobbered)
     else:
         metrics.counter_inc("UncachedCompile")
+        debug.on_uncached_compile(graph)
         compiled = _compile(graph, target, config)
         if isinstance(compiled, EagerEntry):
             entry = compiled
         else:
             clobbered = clobbered_args(compiled.stages[-2].text)
             entry = session_for(target).load(compiled.vmfb, clobbered)
+            if dumper is not None:
+                dumper.dump(graph, compiled, config,
+                            make_key(graph.key, target.cache_key, config.key))
             if disk:
                 disk.put(disk_key, _pack(clobbered, compiled.vmfb),
                          {"graph": graph.key, "target": target.name, "ops": len(graph.nodes),

@@ -24,18 +24,30 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop after this many training steps (default: all)")
     d.set_defaults(func=_demo)
     from .cache_cmd import add_parser as add_cache
+    from .dump_cmd import add_parsers as add_dump
     add_cache(sub)
+    add_dump(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    script_args = []
+    if "--" in argv:  # everything after -- belongs to the user's script
+        cut = argv.index("--")
+        argv, script_args = argv[:cut], argv[cut + 1:]
     args = parser.parse_args(argv)
+    args.script_args = script_args
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    from .dump_cmd import UsageError
     try:
         return args.func(args) or 0
+    except UsageError as e:
+        print(f"lazy-mlir: {e}", file=sys.stderr)
+        return 2
     except (ValueError, FileNotFoundError) as e:
         print(f"lazy-mlir: {e}", file=sys.stderr)
         return 1

@@ -1,0 +1,144 @@
+"""``lm.jit(fn).lower(*args).compile()``: the staged API.
+
+``jit`` traces ``fn`` (tensors in, tensors out) on the lazy device, with the
+same capture, graph and stage objects as ``mark_step``. ``Lowered`` gives the
+IR of every stage (computed on demand for IREE's phases); ``compile`` gives a
+callable ``CompiledFunction`` whose ``.artifact`` is the vmfb.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from .config import PipelineConfig, current_config
+from .stages import IREE_PHASES, Compiled, Stage, compile_stages, iree_phase, lower
+from .targets import Target, get_target
+
+
+def jit(fn):
+    """Wrap ``fn`` for staged compilation: ``jit(fn).lower(*example_args)``."""
+    return Jitted(fn)
+
+
+class Jitted:
+    def __init__(self, fn):
+        self.fn = fn
+        functools.update_wrapper(self, fn)
+
+    def lower(self, *args, config: PipelineConfig | None = None) -> "Lowered":
+        """Trace ``fn`` on lazy copies of ``args`` and lower it to linalg."""
+        from ..lazy.capture import data_value, emit, value_of
+        from ..lazy.graph import Graph
+        from ..lazy.sync import execute
+        from ..lazy.tensor import LazyTensor, wrap_value
+        if not args or not all(isinstance(a, torch.Tensor) for a in args):
+            raise TypeError("lm.jit: lower(*args) takes the example tensors fn is called with")
+        lazy_args = []
+        for a in args:
+            if isinstance(a, LazyTensor):
+                execute([value_of(a)])
+                lazy_args.append(wrap_value(value_of(a)))
+            else:
+                lazy_args.append(wrap_value(data_value(a.detach().clone())))
+        leading = [value_of(t).data for t in lazy_args]
+        out = self.fn(*lazy_args)
+        leaves, tree = tree_flatten(out)
+        if not leaves or not all(isinstance(t, LazyTensor) for t in leaves):
+            raise TypeError("lm.jit: fn must return tensors computed from its arguments")
+        roots = []
+        for t in leaves:
+            v = value_of(t)
+            roots.append(v if v.pending else emit(torch.ops.aten.clone.default, (v,), {})[0])
+        graph = Graph.build(roots, leading)
+        return Lowered(graph, tree, len(leading), config or current_config(),
+                       any(isinstance(a, LazyTensor) for a in args))
+
+
+class Lowered:
+    """The lowered stages of a traced function."""
+
+    def __init__(self, graph, out_tree, n_args: int, config: PipelineConfig, lazy_io: bool):
+        from .fx_graph import to_fx
+        self.graph = graph
+        self.out_tree = out_tree
+        self.n_args = n_args
+        self.config = config
+        self.lazy_io = lazy_io
+        self._stages = lower(to_fx(graph), config)
+        self._phases: dict[tuple[str, str], Stage] = {}
+
+    @property
+    def stages(self) -> tuple[str, ...]:
+        """Stage names in order, from fx to IREE's vm phase."""
+        return tuple(s.name for s in self._stages) + tuple("iree-" + p for p in IREE_PHASES)
+
+    def stage(self, name: str, target: str | Target | None = None) -> Stage:
+        for s in self._stages:
+            if s.name == name:
+                return s
+        if name.startswith("iree-") and name[5:] in IREE_PHASES:
+            t = target if isinstance(target, Target) else get_target(target)
+            key = (name, t.cache_key)
+            if key not in self._phases:
+                self._phases[key] = iree_phase(self._stages, name[5:], t, self.config)
+            return self._phases[key]
+        raise ValueError(f"unknown stage {name!r}; stages: {', '.join(self.stages)}")
+
+    def as_text(self, stage: str = "linalg", target: str | Target | None = None) -> str:
+        return self.stage(stage, target).as_text()
+
+    def compile(self, target: str | Target | None = None) -> "CompiledFunction":
+        t = target if isinstance(target, Target) else get_target(target)
+        return CompiledFunction(self, compile_stages(self._stages, t, self.config))
+
+
+class CompiledFunction:
+    """A compiled traced function: call it on CPU tensors (returns CPU
+    tensors) or lazy tensors (returns lazy tensors)."""
+
+    def __init__(self, lowered: Lowered, compiled: Compiled):
+        from ..runtime.modules import clobbered_args
+        from ..runtime.session import session_for
+        self.lowered = lowered
+        self.compiled = compiled
+        self.stages = compiled.stages
+        self._session = session_for(compiled.target)
+        self._module = self._session.load(compiled.vmfb,
+                                          clobbered_args(compiled.stages[-2].text))
+        self._bound = lowered.graph.inputs[lowered.n_args:]  # constants made inside fn
+
+    @property
+    def artifact(self) -> bytes:
+        return self.compiled.vmfb
+
+    def __call__(self, *args):
+        from ..lazy.ir import DeviceData
+        from ..lazy.sync import host_of, to_host
+        from ..lazy.tensor import LazyTensor, wrap_value
+        from ..lazy.ir import Value
+        expected = [d.spec for d in self.lowered.graph.inputs[:self.lowered.n_args]]
+        if len(args) != len(expected):
+            raise TypeError(f"expected {len(expected)} tensors, got {len(args)}")
+        arrays = []
+        lazy = False
+        for a, spec in zip(args, expected):
+            if tuple(a.shape) != spec.shape or a.dtype != spec.dtype:
+                raise TypeError(f"expected {spec.signature()}, got "
+                                f"{str(a.dtype)[6:]}{list(a.shape)}")
+            lazy = lazy or isinstance(a, LazyTensor)
+            host = to_host(a) if isinstance(a, LazyTensor) else a
+            arrays.append(self._session.to_device(host))
+        for d in self._bound:
+            if d.device is None:
+                host_of(d)
+                d.device = self._session.to_device(d.host)
+            arrays.append(d.device)
+        outs = self._module(*arrays)
+        results = []
+        for v, o in zip(self.lowered.graph.outputs, outs):
+            data = DeviceData(v.spec, device=o)
+            results.append(wrap_value(Value.of_data(data)) if lazy
+                           else self._session.to_host(o, v.spec))
+        return tree_unflatten(results, self.lowered.out_tree)
