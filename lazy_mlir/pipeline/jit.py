@@ -113,6 +113,11 @@ class CompiledFunction:
     def artifact(self) -> bytes:
         return self.compiled.vmfb
 
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """The iree-compile flags the artifact was built with."""
+        return self.compiled.flags
+
     def __call__(self, *args):
         from ..lazy.ir import DeviceData
         from ..lazy.sync import host_of, to_host

@@ -1,8 +1,45 @@
-"""Targets: IREE compile flags and the runtime driver of each device type."""
+"""Targets: IREE compile flags and the runtime driver of each device type.
+
+A ``Target`` is what a compiled module depends on besides the graph: the IREE
+backend, the flags that pick the instruction set, and the runtime driver that
+runs it. ``get_target(name)`` resolves a name to one:
+
+========  ============  ==========  ==============================================
+name      backend       driver      flags
+========  ============  ==========  ==============================================
+cpu       llvm-cpu      local-task  ``--iree-llvmcpu-target-cpu=host``; float64
+                                    kept (not demoted to float32)
+vulkan    vulkan-spirv  vulkan      ``--iree-vulkan-target=T``: T from
+                                    ``LAZY_MLIR_VULKAN_TARGET``, else the first
+                                    Vulkan device's architecture, else
+                                    ``vp_android_baseline_2022`` (any device)
+cuda      cuda          cuda        ``--iree-cuda-target=sm_XY``: from
+                                    ``LAZY_MLIR_CUDA_SM``, else the first CUDA
+                                    device, else ``sm_80``
+========  ============  ==========  ==============================================
+
+A name may carry the architecture after a colon, which wins over the
+environment: ``vulkan:rdna3``, ``cuda:sm_86`` (also ``cuda:86`` / ``cuda:8.6``).
+
+Guarantees:
+
+- Resolving a target never needs its runtime driver: ``get_target("cuda")``
+  works (and compiles) on a machine without a GPU. A missing driver is
+  reported when a ``runtime.session.Session`` is created for the target.
+- ``cache_key`` includes every flag, so modules built for different devices
+  never share a cache entry.
+- Devices are queried once per process; the environment is read on every call.
+"""
 from __future__ import annotations
 
+import functools
+import logging
 import os
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+log = logging.getLogger("lazy_mlir")
 
 
 @dataclass(frozen=True)
@@ -11,25 +48,245 @@ class Target:
     backend: str          # --iree-hal-target-backends
     driver: str           # iree.runtime driver
     flags: tuple[str, ...]
+    device: str = ""      # what the flags were chosen for (a device name, or why)
 
     @property
     def cache_key(self) -> str:
         return f"{self.name}:{self.backend}:{' '.join(self.flags)}"
 
 
-TARGETS = {
-    "cpu": Target("cpu", "llvm-cpu", "local-task", (
-        "--iree-llvmcpu-target-cpu=host",
-        # Keep float64 as float64: IREE demotes it to f32 by default.
-        "--iree-input-demote-f64-to-f32=false",
-    )),
-}
+# -- cpu -------------------------------------------------------------------
+
+CPU = Target("cpu", "llvm-cpu", "local-task", (
+    "--iree-llvmcpu-target-cpu=host",
+    # Keep float64 as float64: IREE demotes it to f32 by default.
+    "--iree-input-demote-f64-to-f32=false",
+), device="host CPU")
+
+
+# -- vulkan ----------------------------------------------------------------
+
+VULKAN_BASELINE = "vp_android_baseline_2022"
+"""IREE's default Vulkan target: 32-bit compute and storage, no subgroup ops,
+128 invocations per workgroup. Every conformant device runs it (int64 is
+emulated, float64 demoted to float32), including Mesa's lavapipe/llvmpipe and
+SwiftShader, which run on the CPU."""
+
+# RADV reports the chip after the product name: "AMD Radeon RX 7900 XTX (RADV NAVI31)".
+_AMD_CODENAMES = [
+    (r"NAVI3\d|GFX11\d\d|PHOENIX|STRIX", "rdna3"),
+    (r"NAVI2\d|GFX103\d|VANGOGH|REMBRANDT|RAPHAEL|MENDOCINO|DIMGREY|BEIGE|YELLOW", "rdna2"),
+    (r"NAVI1\d|GFX101\d", "rdna1"),
+]
+_NVIDIA_PRODUCTS = {"3090 ti": "rtx3090ti", "3090": "rtx3090", "3080 ti": "rtx3080ti",
+                    "3080": "rtx3080", "3070 ti": "rtx3070ti", "3070": "rtx3070"}
+
+
+def vulkan_target_for(device_name: str, cuda_sm: int | None = None) -> str | None:
+    """The ``--iree-vulkan-target`` naming the device called ``device_name``
+    (as the Vulkan driver reports it), or None when IREE has no description
+    of it (then ``VULKAN_BASELINE`` is the safe choice). ``cuda_sm`` (e.g. 86)
+    helps with NVIDIA devices whose product IREE does not list."""
+    name = device_name.strip()
+    low = name.lower()
+    if any(s in low for s in ("llvmpipe", "lavapipe", "swiftshader")):
+        return None  # CPU implementations: IREE's GPU descriptions do not fit
+    if "amd" in low or "radeon" in low or "radv" in low:
+        for pattern, arch in _AMD_CODENAMES:
+            if re.search(pattern, name, re.IGNORECASE):
+                return arch
+        m = re.search(r"RX\s*(7[6-9]00)\s*(XTX|XT|GRE)?", name, re.IGNORECASE)
+        if m:
+            return "rdna3"
+        m = re.search(r"RX\s*6[4-9]\d0", name, re.IGNORECASE)
+        return "rdna2" if m else None
+    if "nvidia" in low or "geforce" in low or "quadro" in low or "tesla" in low:
+        if re.search(r"\bA100\b", name):
+            return "a100"
+        m = re.search(r"RTX\s*(30[789]0)(\s*Ti)?", name, re.IGNORECASE)
+        if m:
+            key = m.group(1) + (" ti" if m.group(2) else "")
+            return _NVIDIA_PRODUCTS.get(key)
+        if cuda_sm is not None:
+            if cuda_sm >= 80:
+                return "ampere"
+            if cuda_sm >= 75:
+                return "turing"
+            if cuda_sm >= 70:
+                return "volta"
+            if cuda_sm >= 60:
+                return "pascal"
+        return None
+    m = re.search(r"Mali-?\s*(G\d{2,3})", name, re.IGNORECASE)
+    if m:
+        return "mali-" + m.group(1).lower()
+    m = re.search(r"Adreno\D*(\d{3})", name, re.IGNORECASE)
+    if m:
+        return "adreno-" + m.group(1)
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def driver_devices(driver: str) -> tuple[tuple[dict, ...], str]:
+    """(devices, error) of an IREE runtime driver: its devices as
+    ``query_available_devices`` lists them, or () and why not. Cached per
+    process. Never called for ``local-task`` before a session configures its
+    worker threads (the driver starts its workers when first created)."""
+    try:
+        import iree.runtime as rt
+        if driver not in rt.query_available_drivers():
+            return (), f"this iree-base-runtime has no {driver!r} driver"
+        return tuple(rt.get_driver(driver).query_available_devices()), ""
+    except Exception as e:  # a driver whose library is missing raises here
+        return (), " ".join(str(e).split())
+
+
+@functools.lru_cache(maxsize=None)
+def _checked_vulkan_target(arch: str) -> bool:
+    """Whether iree-compile knows ``arch`` (a trial compile, once per arch)."""
+    import iree.compiler as ic
+    src = ("func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n"
+           "  %0 = arith.addf %a, %a : tensor<4xf32>\n  return %0 : tensor<4xf32>\n}")
+    try:
+        ic.compile_str(src, target_backends=["vulkan-spirv"],
+                       extra_args=[f"--iree-vulkan-target={arch}"])
+        return True
+    except Exception:
+        log.warning("lazy-mlir: iree-compile does not know the Vulkan target %r; using %s",
+                    arch, VULKAN_BASELINE)
+        return False
+
+
+@functools.lru_cache(maxsize=None)
+def _detected_vulkan() -> tuple[str, str]:
+    """(iree vulkan target, device description) of the first Vulkan device."""
+    devices, err = driver_devices("vulkan")
+    if not devices:
+        return VULKAN_BASELINE, f"no Vulkan device ({err})" if err else "no Vulkan device"
+    name = str(devices[0].get("name", ""))
+    sms = cuda_device_sms()
+    arch = vulkan_target_for(name, sms[0] if sms else None)
+    if arch is None or not _checked_vulkan_target(arch):
+        arch = VULKAN_BASELINE
+    return arch, name
+
+
+def _vulkan(arch: str | None = None) -> Target:
+    env = os.environ.get("LAZY_MLIR_VULKAN_TARGET", "").strip()
+    if arch:
+        device = f"requested {arch}"
+    elif env:
+        arch, device = env, f"LAZY_MLIR_VULKAN_TARGET={env}"
+    else:
+        arch, device = _detected_vulkan()
+    return Target("vulkan", "vulkan-spirv", "vulkan", (f"--iree-vulkan-target={arch}",),
+                  device=device)
+
+
+# -- cuda ------------------------------------------------------------------
+
+CUDA_DEFAULT_SM = 80
+CUDA_KNOWN_SMS = (60, 61, 62, 70, 72, 75, 80, 86, 87, 89, 120, 121)
+"""The SMs iree-compile 3.13 has descriptions for (checked by compiling).
+A device with another SM gets the newest known one below it: PTX is
+compiled further by the driver for the device it runs on."""
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_device_sms() -> tuple[int, ...]:
+    """Compute capabilities (e.g. 86) of the CUDA devices, from the driver
+    library (libcuda) through ctypes; () when there is none."""
+    import ctypes
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        try:
+            cuda = ctypes.CDLL("libcuda.so")
+        except OSError:
+            return ()
+    try:
+        if cuda.cuInit(0) != 0:
+            return ()
+        count = ctypes.c_int()
+        if cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+            return ()
+        out = []
+        for i in range(count.value):
+            dev, major, minor = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+            if cuda.cuDeviceGet(ctypes.byref(dev), i) != 0:
+                continue
+            # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR / _MINOR
+            cuda.cuDeviceGetAttribute(ctypes.byref(major), 75, dev)
+            cuda.cuDeviceGetAttribute(ctypes.byref(minor), 76, dev)
+            out.append(major.value * 10 + minor.value)
+        return tuple(out)
+    except Exception:  # a broken driver install: behave as if absent
+        return ()
+
+
+def parse_sm(text: str) -> int:
+    """``sm_86`` / ``86`` / ``8.6`` -> 86."""
+    s = str(text).strip().lower()
+    m = re.fullmatch(r"(?:sm_?)?(\d+)(?:\.(\d))?a?", s)
+    if not m:
+        raise ValueError(f"lazy-mlir: {text!r} is not a CUDA SM (expected e.g. sm_86, 86 or 8.6)")
+    return int(m.group(1)) * 10 + int(m.group(2)) if m.group(2) else int(m.group(1))
+
+
+def _cuda(sm: str | None = None) -> Target:
+    requested = sm or os.environ.get("LAZY_MLIR_CUDA_SM", "").strip() or None
+    if requested:
+        value = parse_sm(requested)
+        device = f"requested sm_{value}" if sm else f"LAZY_MLIR_CUDA_SM=sm_{value}"
+    else:
+        sms = cuda_device_sms()
+        if sms:
+            known = [k for k in CUDA_KNOWN_SMS if k <= sms[0]]
+            value = known[-1] if known else CUDA_KNOWN_SMS[0]
+            device = f"CUDA device 0 (sm_{sms[0]})"
+        else:
+            value, device = CUDA_DEFAULT_SM, f"no CUDA device; default sm_{CUDA_DEFAULT_SM}"
+    return Target("cuda", "cuda", "cuda", (f"--iree-cuda-target=sm_{value}",), device=device)
+
+
+# -- the table ---------------------------------------------------------------
+
+def _cpu(arch: str | None = None) -> Target:
+    if arch:
+        raise ValueError("lazy-mlir: the cpu target takes no architecture (it compiles "
+                         "for the host CPU)")
+    return CPU
+
+
+_BUILDERS = {"cpu": _cpu, "vulkan": _vulkan, "cuda": _cuda}
+
+
+class _Table(Mapping):
+    """name -> Target, resolved (devices detected) on access."""
+
+    def __getitem__(self, name: str) -> Target:
+        return _BUILDERS[name]()
+
+    def __iter__(self):
+        return iter(_BUILDERS)
+
+    def __len__(self) -> int:
+        return len(_BUILDERS)
+
+
+TARGETS: Mapping[str, Target] = _Table()
+"""Every target by name, as ``get_target(name)`` resolves it now."""
 
 
 def get_target(name: str | None = None) -> Target:
+    """The target called ``name`` (default: ``LAZY_MLIR_TARGET``, else cpu).
+    ``name`` may be ``base:arch`` (``vulkan:rdna3``, ``cuda:sm_86``)."""
     name = name or os.environ.get("LAZY_MLIR_TARGET", "cpu")
+    base, _, arch = name.partition(":")
+    base = base.strip().lower()
     try:
-        return TARGETS[name]
+        builder = _BUILDERS[base]
     except KeyError:
         raise ValueError(f"lazy-mlir: unknown target {name!r}; choose one of "
-                         f"{', '.join(sorted(TARGETS))}") from None
+                         f"{', '.join(sorted(_BUILDERS))}") from None
+    return builder(arch.strip() or None)

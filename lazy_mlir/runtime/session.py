@@ -1,15 +1,135 @@
-"""One IREE runtime session per target: device, module loading, transfers."""
+"""One IREE runtime session per target: device, module loading, transfers.
+
+Guarantees:
+
+- ``Session(target)`` fails at once, with ``DeviceUnavailableError`` naming
+  the IREE drivers this runtime has (and which of them have a device), when
+  the target's driver is missing or cannot create a device. Compiling for the
+  target never needs a session.
+- ``to_device`` and ``to_host`` count every byte they move between host and
+  device in ``TransferToDevice`` / ``TransferFromDevice``, whether or not the
+  bytes were copied. On the cpu target (drivers ``local-task``/``local-sync``)
+  they copy nothing when they can: a host tensor whose data is 64-byte aligned
+  becomes a device buffer over the same memory (``ZeroCopyToDevice`` bytes),
+  and a result is read through DLPack from the buffer the module wrote
+  (``ZeroCopyFromDevice`` bytes). Callers must treat both as read-only, which
+  lazy device data is.
+- On drivers whose buffers the host cannot map (Vulkan, CUDA), results are
+  read back by a device copy into host memory: imported 4096-byte aligned
+  host memory when the device can import it, else a mappable staging buffer.
+- The cpu target's worker threads: ``LAZY_MLIR_CPU_THREADS`` (default: the
+  cores this process may run on), applied before the ``local-task`` driver is
+  first created in the process (it starts its workers then).
+"""
 from __future__ import annotations
 
 import functools
+import logging
+import os
 import threading
 
 import numpy as np
 import torch
 
 from ..lazy import metrics
-from ..pipeline.targets import Target
+from ..pipeline.targets import Target, driver_devices
 
+log = logging.getLogger("lazy_mlir")
+
+HOST_DRIVERS = ("local-task", "local-sync")
+"""Drivers whose device memory is host memory: zero-copy transfers."""
+
+ZERO_COPY_ALIGNMENT = 64
+"""Host data is imported (not copied) only at this alignment: IREE's CPU code
+may assume it for vector loads."""
+
+VULKAN_IMPORT_ALIGNMENT = 4096
+"""Vulkan's minImportedHostPointerAlignment on the devices we know (lavapipe):
+imported host memory must start and end on this boundary."""
+
+
+_DEMOTED = {torch.float64: torch.float32, torch.complex128: torch.complex64}
+
+
+class DeviceUnavailableError(RuntimeError):
+    """A target's IREE runtime driver is missing or has no usable device."""
+
+
+# -- cpu worker threads ------------------------------------------------------
+
+_threads_lock = threading.Lock()
+_threads_applied: list[int | None] = [None]
+
+
+def cpu_threads() -> int:
+    """Worker threads for the cpu target: ``LAZY_MLIR_CPU_THREADS``, else
+    the number of cores this process may run on."""
+    env = os.environ.get("LAZY_MLIR_CPU_THREADS", "").strip()
+    if env:
+        try:
+            n = int(env)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise ValueError(f"lazy-mlir: LAZY_MLIR_CPU_THREADS={env!r}: expected a "
+                             "positive number of threads")
+        return n
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def configure_cpu_threads() -> int:
+    """Set the ``local-task`` driver's worker count (``cpu_threads()``)
+    through IREE's process-wide flags, once; returns the count in effect
+    for drivers created from now on. Call before the driver is first made."""
+    n = cpu_threads()
+    with _threads_lock:
+        if _threads_applied[0] != n:
+            import iree.runtime as rt
+            rt.flags.parse_flags(f"--task_topology_group_count={n}")
+            if _threads_applied[0] is not None:
+                log.debug("lazy-mlir: cpu threads changed to %d; the local-task driver "
+                          "already running keeps its workers", n)
+            _threads_applied[0] = n
+    return n
+
+
+def _driver_report(rt) -> str:
+    parts = []
+    for name in sorted(rt.query_available_drivers()):
+        if name == "local-task":
+            configure_cpu_threads()
+        devices, _ = driver_devices(name)
+        parts.append(f"{name} ({len(devices)} device{'s' * (len(devices) != 1)})"
+                     if devices else f"{name} (no device)")
+    return ", ".join(parts) or "none"
+
+
+def _create_device(rt, target: Target):
+    drivers = list(rt.query_available_drivers())
+    hint = ("; run `lazy-mlir doctor` for details, or choose another target with "
+            "lazy_mlir.set_target(...) / LAZY_MLIR_TARGET")
+    if target.driver not in drivers:
+        raise DeviceUnavailableError(
+            f"lazy-mlir: target {target.name!r} needs the IREE runtime driver "
+            f"{target.driver!r}, which this iree-base-runtime does not have; drivers "
+            f"found: {', '.join(sorted(drivers)) or 'none'}{hint}")
+    if target.driver == "local-task":
+        configure_cpu_threads()
+    try:
+        driver = rt.get_driver(target.driver)
+        return driver.create_default_device()
+    except Exception as e:
+        why = " ".join(str(e).split())
+        raise DeviceUnavailableError(
+            f"lazy-mlir: target {target.name!r} cannot create a device with the IREE "
+            f"driver {target.driver!r}: {why}\n  drivers found: {_driver_report(rt)}"
+            f"{hint}") from None
+
+
+# -- the session ---------------------------------------------------------------
 
 class Session:
     """The IREE instance and device of a target; loads and runs modules."""
@@ -18,9 +138,15 @@ class Session:
         import iree.runtime as rt
         self.rt = rt
         self.target = target
-        self.config = rt.Config(target.driver)
-        self.device = self.config.device
+        self.device = _create_device(rt, target)
+        self.config = rt.Config(device=self.device)
         self.lock = threading.Lock()
+        self.host_memory = target.driver in HOST_DRIVERS
+        self.zero_copy = self.host_memory and os.environ.get(
+            "LAZY_MLIR_ZERO_COPY", "1").strip().lower() not in ("0", "false", "off", "no")
+        self._import_readback = True   # until the device refuses an import
+        # IREE demotes float64 to float32 (arguments included) unless told not to.
+        self.demotes_f64 = "--iree-input-demote-f64-to-f32=false" not in target.flags
         _quiet_shutdown()
 
     def load(self, vmfb: bytes, clobbered: tuple[int, ...] = ()) -> "LoadedModule":
@@ -30,33 +156,154 @@ class Session:
         ctx.add_vm_module(rt.VmModule.copy_buffer(ctx.instance, vmfb))
         return LoadedModule(self, ctx.modules.module["main"], clobbered)
 
+    # -- host -> device ------------------------------------------------------
+
     def to_device(self, host: torch.Tensor):
+        """A device array holding ``host`` (which must not change afterwards:
+        on the cpu target the array may be ``host``'s own memory)."""
         host = host.detach().contiguous()
+        if self.demotes_f64 and host.dtype in _DEMOTED:
+            host = host.to(_DEMOTED[host.dtype])
         if host.dtype == torch.bfloat16:  # numpy has no bfloat16: go through ml_dtypes
             import ml_dtypes
             arr = host.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
         else:
             arr = host.numpy()
         metrics.counter_inc("TransferToDevice", arr.nbytes)
+        if self.zero_copy and arr.nbytes and arr.ctypes.data % ZERO_COPY_ALIGNMENT == 0:
+            out = self._import(arr)
+            if out is not None:
+                metrics.counter_inc("ZeroCopyToDevice", arr.nbytes)
+                return out
         return self.rt.asdevicearray(self.device, arr)
 
+    def _import(self, arr: np.ndarray):
+        """A device array over ``arr``'s memory (kept alive by the buffer),
+        or None when the device will not import it."""
+        rt = self.rt
+        from iree.runtime.array_interop import map_dtype_to_element_type
+        element_type = map_dtype_to_element_type(arr.dtype)
+        if element_type is None:
+            return None
+        try:
+            buf = self.device.allocator.import_host_allocation(
+                arr.reshape(-1).view(np.uint8),
+                memory_type=rt.MemoryType.DEVICE_LOCAL | rt.MemoryType.HOST_VISIBLE,
+                allowed_usage=rt.BufferUsage.DEFAULT | rt.BufferUsage.MAPPING_SCOPED)
+        except Exception as e:
+            log.debug("lazy-mlir: host import refused (%s); copying", e)
+            return None
+        view = rt.HalBufferView(buf, list(arr.shape), element_type)
+        return rt.DeviceArray(self.device, view, implicit_host_transfer=True,
+                              override_dtype=arr.dtype)
+
+    # -- device -> host ------------------------------------------------------
+
     def to_host(self, array, spec) -> torch.Tensor:
-        arr = np.array(array.to_host(), copy=True)
-        metrics.counter_inc("TransferFromDevice", arr.nbytes)
-        if spec.dtype == torch.bfloat16:
-            out = torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16)
-        else:
-            out = torch.from_numpy(arr)
-        if out.dtype != spec.dtype:
-            out = out.to(spec.dtype)
+        """The value of a device array as a host tensor of ``spec``'s shape and
+        dtype (shared with the device buffer on the cpu target: read-only)."""
+        view = array._buffer_view
+        raw = self._read(view)
+        metrics.counter_inc("TransferFromDevice", view.byte_length)
+        out = self._reinterpret(raw, view, spec)
         return out.reshape(spec.shape)
+
+    def _read(self, view) -> torch.Tensor:
+        """The buffer view's bytes as a flat host tensor of its element type
+        (uint8 when torch has none)."""
+        buf = view.get_buffer()
+        if self.host_memory and buf.memory_type() & int(self.rt.MemoryType.HOST_VISIBLE):
+            try:
+                out = torch.from_dlpack(self.device.create_dlpack_capsule(view, 1, 0))
+            except Exception as e:  # an element type DLPack cannot express
+                log.debug("lazy-mlir: DLPack read failed (%s); copying", e)
+            else:
+                out = out.reshape(-1)
+                if self.zero_copy:
+                    metrics.counter_inc("ZeroCopyFromDevice", view.byte_length)
+                    return out
+                return out.clone()
+        return self._read_by_copy(buf, view.byte_length)
+
+    def _read_by_copy(self, buf, nbytes: int) -> torch.Tensor:
+        """Copy a device buffer into host memory with the device's queue."""
+        rt = self.rt
+        alloc = self.device.allocator
+        size = buf.byte_length()
+        mem = rt.MemoryType.HOST_LOCAL | rt.MemoryType.DEVICE_VISIBLE
+        if self._import_readback:
+            # DMA straight into a host tensor (4096-aligned, whole pages).
+            padded = -(-max(size, 1) // VULKAN_IMPORT_ALIGNMENT) * VULKAN_IMPORT_ALIGNMENT
+            backing = np.empty(padded + VULKAN_IMPORT_ALIGNMENT, dtype=np.uint8)
+            skip = (-backing.ctypes.data) % VULKAN_IMPORT_ALIGNMENT
+            host = backing[skip:skip + padded]
+            usage = rt.BufferUsage.TRANSFER_TARGET | rt.BufferUsage.MAPPING_PERSISTENT
+            try:
+                target = alloc.import_host_allocation(host, memory_type=mem,
+                                                      allowed_usage=usage)
+            except Exception as e:
+                log.debug("lazy-mlir: the device cannot import host memory (%s); reading "
+                          "back through staging buffers", e)
+                self._import_readback = False
+            else:
+                self._copy(buf, target)
+                del target
+                return torch.from_numpy(host[:nbytes])
+        usage = rt.BufferUsage.TRANSFER_TARGET | rt.BufferUsage.MAPPING_SCOPED
+        staging = alloc.allocate_buffer(memory_type=mem, allowed_usage=usage,
+                                        allocation_size=size)
+        self._copy(buf, staging)
+        mapped = staging.map()
+        return torch.from_numpy(np.array(mapped.asarray([size], np.dtype(np.uint8))[:nbytes]))
+
+    def _copy(self, source, target) -> None:
+        """``source`` -> ``target`` (at least as long) on the device queue; waits."""
+        rt = self.rt
+        sem = self.device.create_semaphore(0)
+        self.device.queue_copy(source, target,
+                               wait_semaphores=rt.HalFence.create_at(sem, 0),
+                               signal_semaphores=rt.HalFence.create_at(sem, 1))
+        rt.HalFence.create_at(sem, 1).wait()
+
+    def _reinterpret(self, raw: torch.Tensor, view, spec) -> torch.Tensor:
+        """Flat ``raw`` (the view's elements, or its bytes) as ``spec.dtype``."""
+        data = raw if raw.dtype == torch.uint8 else raw.view(torch.uint8)
+        et = view.element_type
+        if self.rt.HalElementType.dense_byte_count(et) == spec.dtype.itemsize:
+            return data.view(spec.dtype)
+        # Stored in another width (Vulkan demotes float64 to float32): convert.
+        return data.view(_torch_dtype(et)).to(spec.dtype)
+
+    # -- device -> device ----------------------------------------------------
+
+    def copy_on_device(self, array):
+        """A new device array equal to ``array`` (a device-side copy)."""
+        rt = self.rt
+        view = array._buffer_view
+        src = view.get_buffer()
+        dst = self.device.allocator.allocate_buffer(
+            memory_type=rt.MemoryType.DEVICE_LOCAL, allowed_usage=rt.BufferUsage.DEFAULT,
+            allocation_size=src.byte_length())
+        self._copy(src, dst)
+        new_view = rt.HalBufferView(dst, list(view.shape), view.element_type)
+        return rt.DeviceArray(self.device, new_view, implicit_host_transfer=True,
+                              override_dtype=array.dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _torch_dtype(element_type) -> torch.dtype:
+    """The torch dtype of an IREE element type (through numpy's)."""
+    import iree.runtime as rt
+    if int(element_type) == int(rt.HalElementType.BFLOAT_16):
+        return torch.bfloat16
+    return torch.from_numpy(np.empty(0, rt.HalElementType.map_to_dtype(element_type))).dtype
 
 
 class LoadedModule:
     """A loaded ``main``. ``clobbered`` lists arguments the module may write
     in place (IREE bufferizes ``iree_linalg_ext.sort`` into its operand even
     when that is a function argument, iree-org/iree#24665): those are copied
-    before each call, so device data stays immutable."""
+    (on the device) before each call, so device data stays immutable."""
 
     def __init__(self, session: Session, fn, clobbered: tuple[int, ...]):
         self.session = session
@@ -67,8 +314,7 @@ class LoadedModule:
         if self.clobbered:
             args = list(args)
             for i in self.clobbered:
-                args[i] = self.session.rt.asdevicearray(self.session.device,
-                                                        np.array(args[i].to_host()))
+                args[i] = self.session.copy_on_device(args[i])
         out = self.fn(*args)
         return out if isinstance(out, (tuple, list)) else (out,)
 

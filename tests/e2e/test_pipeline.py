@@ -1,0 +1,134 @@
+"""The staged API, pipeline configuration and project-owned passes."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import lazy_mlir as lm
+from lazy_mlir.pipeline.config import ConfigError, PipelineConfig
+from lazy_mlir.pipeline.stages import IREE_PHASES
+
+
+def mlp(x, w1, w2):
+    return F.linear(F.relu(F.linear(x, w1)), w2).log_softmax(-1)
+
+
+ARGS = (torch.randn(4, 16), torch.randn(32, 16), torch.randn(10, 32))
+
+
+def test_lowered_has_every_stage_with_provenance():
+    lowered = lm.jit(mlp).lower(*ARGS)
+    assert lowered.stages == ("fx", "torch", "torch-backend", "linalg",
+                              *("iree-" + p for p in IREE_PHASES))
+    assert "aten.mm" in lowered.as_text("fx") or "aten.addmm" in lowered.as_text("fx")
+    assert re.search(r"torch\.aten\.(mm|linear|addmm)", lowered.as_text("torch"))
+    assert "!torch.vtensor<[4,16],f32>" in lowered.as_text("torch-backend")
+    assert "linalg.matmul" in lowered.as_text("linalg")
+    assert "flow.dispatch" in lowered.as_text("iree-flow")
+    assert "hal.executable" in lowered.as_text("iree-hal")
+    assert "vm.module" in lowered.as_text("iree-vm")
+    for name in ("fx", "torch", "torch-backend", "linalg"):
+        prov = lowered.stage(name).provenance
+        assert prov.seconds >= 0 and prov.built_by
+    with pytest.raises(ValueError, match="unknown stage 'nope'; stages: fx, torch"):
+        lowered.as_text("nope")
+
+
+def test_compiled_runs_on_cpu_and_lazy_tensors():
+    compiled = lm.jit(mlp).lower(*ARGS).compile()
+    assert compiled.artifact[:2] == b"PK" and b"IREE" in compiled.artifact[:4096]  # vmfb zip
+    assert compiled.stages[-1].name == "vmfb"
+    assert "iree-compile" in compiled.stages[-1].provenance.built_by
+    new = (torch.randn(4, 16), ARGS[1], ARGS[2])
+    torch.testing.assert_close(compiled(*new), mlp(*new), rtol=1e-5, atol=1e-5)
+    out = compiled(*(a.to("lazy") for a in new))
+    assert out.device.type == "lazy"
+    torch.testing.assert_close(out.cpu(), mlp(*new), rtol=1e-5, atol=1e-5)
+    with pytest.raises(TypeError, match=r"expected float32\[4, 16\]"):
+        compiled(torch.randn(5, 16), ARGS[1], ARGS[2])
+
+
+def test_config_from_toml_and_errors(tmp_path):
+    f = tmp_path / "p.toml"
+    f.write_text('opt_level = 3\nlinalg_after = ["canonicalize"]\n'
+                 '[iree_flags]\ncpu = ["--iree-opt-data-tiling"]\n')
+    config = PipelineConfig.from_toml(f)
+    assert config.opt_level == 3 and config.linalg_after == ("canonicalize",)
+    assert config.flags_for("cpu") == ("--iree-opt-data-tiling",)
+    assert config.key != PipelineConfig().key
+    (tmp_path / "bad.toml").write_text("opt_level = [")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        PipelineConfig.from_toml(tmp_path / "bad.toml")
+    with pytest.raises(ConfigError, match="unknown key.*valid keys"):
+        PipelineConfig.from_dict({"opt_lvl": 1})
+    with pytest.raises(ConfigError, match="input must be"):
+        PipelineConfig(input="tosa")
+    compiled = lm.jit(mlp).lower(*ARGS, config=config).compile()
+    assert "--iree-opt-level=O3" in compiled.flags
+    torch.testing.assert_close(compiled(*ARGS), mlp(*ARGS), rtol=1e-4, atol=1e-4)
+
+
+def test_config_is_part_of_the_cache_key():
+    x = torch.ones(7, 5)
+    try:
+        lm.set_config(PipelineConfig())
+        (x.to("lazy") * 3).cpu()
+        before = lm.metrics.counter_value("UncachedCompile")
+        (x.to("lazy") * 3).cpu()
+        assert lm.metrics.counter_value("UncachedCompile") == before
+        lm.set_config(PipelineConfig(linalg_after=("canonicalize",)))
+        torch.testing.assert_close((x.to("lazy") * 3).cpu(), x * 3)
+        assert lm.metrics.counter_value("UncachedCompile") == before + 1
+    finally:
+        lm.set_config(None)
+
+
+def test_bf16_mixed_precision_changes_ir_and_numerics():
+    def f(a, b, k, w):
+        return a @ b, F.conv2d(k, w)
+
+    args = (torch.randn(8, 64), torch.randn(64, 8), torch.randn(1, 2, 8, 8),
+            torch.randn(3, 2, 3, 3))
+    ref = f(*args)
+    lowered = lm.jit(f).lower(*args, config=PipelineConfig(mixed_precision="bf16"))
+    linalg = lowered.as_text("linalg")
+    # CHECK: linalg.matmul ins({{.*}}bf16>, {{.*}}bf16>) outs({{.*}}f32>)
+    assert re.search(r"linalg\.matmul ins\([^)]*xbf16>, [^)]*xbf16>\) outs\([^)]*xf32>\)",
+                     linalg)
+    assert re.search(r"linalg\.conv_2d_nchw_fchw .*ins\([^)]*xbf16>, [^)]*xbf16>\) "
+                     r"outs\([^)]*xf32>\)", linalg)
+    assert "bf16" not in lm.jit(f).lower(*args).as_text("linalg")
+    out = lowered.compile()(*args)
+    for o, r in zip(out, ref):
+        assert o.dtype == torch.float32
+        err = (o - r).abs().max().item()
+        assert 1e-6 < err < 0.05 * r.abs().max().item()  # bf16 operands, f32 accumulation
+
+
+def test_iree_torch_input_path_matches_linalg_path():
+    lowered = lm.jit(mlp).lower(*ARGS, config=PipelineConfig(input="torch"))
+    assert lowered.stages[:3] == ("fx", "torch", "iree-input")
+    assert "torch.aten" in lowered.as_text("torch")
+    assert "linalg" in lowered.as_text("iree-input")  # IREE converted torch itself
+    compiled = lowered.compile()
+    assert "--iree-input-type=torch" in compiled.flags
+    torch.testing.assert_close(compiled(*ARGS), mlp(*ARGS), rtol=1e-5, atol=1e-5)
+
+
+def test_failed_pipeline_leaves_a_repro(tmp_path, monkeypatch):
+    from lazy_mlir.passes.runner import PipelineError, run_pipeline
+    monkeypatch.setenv("LAZY_MLIR_DUMP_DIR", str(tmp_path))
+    text = ('func.func @main(%arg0: !torch.vtensor<[2],f32>) -> !torch.vtensor<[2],f32> {\n'
+            '  %0 = torch.operator "aten.no_such_op"(%arg0) : (!torch.vtensor<[2],f32>) '
+            '-> !torch.vtensor<[2],f32>\n  return %0 : !torch.vtensor<[2],f32>\n}\n')
+    with pytest.raises(PipelineError) as info:
+        run_pipeline(text, "builtin.module(torch-backend-to-linalg-on-tensors-backend-pipeline)",
+                     "linalg")
+    msg = str(info.value)
+    assert "repro:" in msg and str(tmp_path) in msg
+    repro = info.value.repro
+    assert (repro / "input.mlir").read_text() == text
+    assert "torch-mlir-opt --pass-pipeline=" in (repro / "command.sh").read_text()
