@@ -132,3 +132,17 @@ def test_failed_pipeline_leaves_a_repro(tmp_path, monkeypatch):
     repro = info.value.repro
     assert (repro / "input.mlir").read_text() == text
     assert "torch-mlir-opt --pass-pipeline=" in (repro / "command.sh").read_text()
+
+
+def test_pipeline_config_from_environment(tmp_path):
+    import os
+    import subprocess
+    import sys
+    f = tmp_path / "p.toml"
+    f.write_text('linalg_after = ["canonicalize"]\n[iree_flags]\ncpu = ["--iree-opt-level=O1"]\n')
+    code = ("import lazy_mlir as lm\n"
+            "from lazy_mlir.pipeline.config import current_config\n"
+            "c = current_config(); print(c.linalg_after, c.flags_for('cpu'))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=dict(os.environ, LAZY_MLIR_PIPELINE=str(f)), check=True).stdout
+    assert out.strip() == "('canonicalize',) ('--iree-opt-level=O1',)"
