@@ -73,21 +73,29 @@ def _compare(make_model, make_opt, loss_fn, n_steps=6, batch=16, **kw):
     return lazy_losses
 
 
-def test_mnist_cnn_adadelta_steplr_matches_eager():
+# CI runs a few steps; --runslow runs the full lengths (20 steps of
+# numerics, 50 steps of a flat compile count).
+STEPS = [6, pytest.param(50, marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("n_steps", STEPS)
+def test_mnist_cnn_adadelta_steplr_matches_eager(n_steps):
     _compare(lambda: MnistCNN(dropout=False), lambda p: torch.optim.Adadelta(p, lr=1.0),
-             F.nll_loss, n_steps=6, batch=8,
+             F.nll_loss, n_steps=n_steps, batch=8,
              sched=lambda o: StepLR(o, step_size=1, gamma=0.7))
 
 
-def test_lenet5_sgd_with_input_grad_matches_eager():
+@pytest.mark.parametrize("n_steps", [6, pytest.param(20, marks=pytest.mark.slow)])
+def test_lenet5_sgd_with_input_grad_matches_eager(n_steps):
     criterion = lambda pred, true: F.nll_loss(nn.LogSoftmax(dim=-1)(pred), true)  # noqa: E731
-    _compare(LeNet5, lambda p: torch.optim.SGD(p, lr=0.001), criterion, n_steps=6, batch=4,
-             input_grad=True)
+    _compare(LeNet5, lambda p: torch.optim.SGD(p, lr=0.001), criterion, n_steps=n_steps,
+             batch=4, input_grad=True)
 
 
-def test_mlp_adam_cross_entropy_clip_and_accumulation():
+@pytest.mark.parametrize("n_steps", [6, pytest.param(20, marks=pytest.mark.slow)])
+def test_mlp_adam_cross_entropy_clip_and_accumulation(n_steps):
     _compare(lambda: MLP((784, 64, 32, 10)), lambda p: torch.optim.Adam(p, lr=1e-3),
-             F.cross_entropy, n_steps=6, batch=16, clip=0.5, accumulate=2)
+             F.cross_entropy, n_steps=n_steps, batch=16, clip=0.5, accumulate=2)
 
 
 def test_eval_under_no_grad_matches_eager():
