@@ -1,0 +1,130 @@
+"""Training-step benchmark: eager vs torch.compile vs TorchScript LTC vs lazy-mlir.
+
+    python benchmarks/train_step.py [--steps N] [--warmup W] [--models cnn,lenet,mlp]
+        [--backends eager,compile,ts_lazy,lazy_mlir] [--out FILE.md] [--quick]
+
+Each (model, backend) pair runs in a fresh subprocess (``--_worker``): the
+TorchScript lazy backend and lazy-mlir both own the ``lazy`` device and cannot
+share a process, and a fresh process makes the first-step (compile) latency
+comparable. The batch and initial weights are created once by the driver and
+loaded by every worker.
+
+A step is zero_grad(set_to_none=True), forward, loss, backward, optimizer.step()
+and ``loss.item()`` (lazy backends call mark_step() first). Reported: the first
+step (includes compilation), then min/median/max over ``--steps`` steps after
+``--warmup`` untimed steps, the median relative to eager, and whether the
+step-1 loss matches eager's (1e-3 relative; 1e-4 absolute for torch.compile).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _harness as H  # noqa: E402
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=None,
+                   help="timed steps per row (default: 10 for cnn, 20 otherwise; 5 with --quick)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps after the first")
+    p.add_argument("--models", default=",".join(H.MODELS))
+    p.add_argument("--backends", default=",".join(H.BACKENDS))
+    p.add_argument("--out", default=None, help="also write the markdown table here")
+    p.add_argument("--quick", action="store_true",
+                   help="5 timed steps, batch-64/128 rows only (no LeNet batch 1)")
+    p.add_argument("--timeout", type=float, default=900, help="seconds per subprocess")
+    p.add_argument("--log-dir", default=None, help="keep each worker's stdout/stderr here")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch/OpenMP threads per worker (default: torch's default)")
+    p.add_argument("--warm-caches", action="store_true",
+                   help="let workers use the user's compile caches (default: a fresh, "
+                        "empty cache per worker, so the first step is a cold compile)")
+    # internal: one worker
+    p.add_argument("--_worker", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--model", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--batch", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--_inputs", default=None, help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def worker_main(a) -> int:
+    res = H.run_worker(a._worker, a.model, a.batch, a.steps, a.warmup, a._inputs)
+    H.emit(res)
+    if "traceback" in res:
+        sys.stderr.write(res["traceback"])
+    return 0
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    if a._worker:
+        return worker_main(a)
+
+    from rich.console import Console
+    console = Console(stderr=True)
+    models = [m.strip() for m in a.models.split(",") if m.strip()]
+    backends = [b.strip() for b in a.backends.split(",") if b.strip()]
+    for b in backends:
+        if b not in H.BACKENDS:
+            raise SystemExit(f"unknown backend {b!r}; choose from {', '.join(H.BACKENDS)}")
+    if "eager" not in backends:
+        console.print("[yellow]eager is not selected: no ratios or correctness checks[/]")
+    # eager first: it is the reference for the others
+    backends = sorted(backends, key=H.BACKENDS.index)
+    specs = H.default_specs(models, a.quick, a.steps)
+
+    tmp = H.inputs_dir()
+    if a.log_dir:
+        os.makedirs(a.log_dir, exist_ok=True)
+    script = os.path.abspath(__file__)
+    rows: list[H.Row] = []
+    t_start = time.perf_counter()
+    load0 = os.getloadavg()[0]
+    try:
+        for spec in specs:
+            path = os.path.join(tmp, f"{spec.key}.pt")
+            H.make_inputs(spec, path)
+            for b in backends:
+                console.print(f"[bold]{spec.name}[/] b={spec.batch} [cyan]{b}[/] "
+                              f"({spec.steps} steps + {a.warmup} warmup) ...", end=" ")
+                res = H.run_subprocess(script, spec, b, a.warmup, path, a.timeout, a.log_dir,
+                                         cold=not a.warm_caches, threads=a.threads)
+                rows.append(H.Row(spec, b, res))
+                if "error" in res:
+                    console.print(f"[red]error[/] {res['error']}")
+                else:
+                    console.print(f"first {res['first_ms']:.0f} ms, loss@1 "
+                                  f"{res['losses'][0]:.6f} ({res['wall_s']:.1f} s)")
+    finally:
+        for f in os.listdir(tmp):
+            os.remove(os.path.join(tmp, f))
+        os.rmdir(tmp)
+
+    H.judge(rows)
+    import torch
+    title = (f"## Training step, {a.warmup} warmup steps, "
+             f"{'warm' if a.warm_caches else 'cold (empty)'} compile caches; "
+             f"torch {torch.__version__}, "
+             f"{os.cpu_count()} CPU cores ({platform.machine()}); "
+             f"load average {load0:.1f} at start, {os.getloadavg()[0]:.1f} at end; "
+             f"total {time.perf_counter() - t_start:.0f} s")
+    md = H.markdown(rows, title)
+    out = Console()
+    if out.width < 180:
+        out = Console(width=180)
+    out.print(H.rich_table(rows, "training step"))
+    print()
+    print(md)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
