@@ -119,8 +119,20 @@ def _to_value(a, host_ok=False):
 _HOST_INDEX_OPS = {aten.index.Tensor, aten.index_put.default, aten._index_put_impl.default}
 
 
+_scalar_data: dict = {}
+
+
 def _make_scalar(x, dtype):
-    return wrap_value(data_value(torch.tensor(x, dtype=dtype)))
+    """A 0-dim lazy tensor holding a lifted scalar. The device data of recent
+    (value, dtype) pairs is reused, so a constant like Adam's beta is uploaded
+    once, not every step."""
+    key = (x, type(x), dtype)
+    data = _scalar_data.get(key)
+    if data is None:
+        if len(_scalar_data) > 4096:
+            _scalar_data.clear()
+        data = _scalar_data[key] = data_value(torch.tensor(x, dtype=dtype)).data
+    return wrap_value(Value.of_data(data))
 
 
 def record(func, args, kwargs):
@@ -211,6 +223,7 @@ def _inplace_view(func, args, kwargs):
             torch._C._set_meta_in_tls_dispatch_include(was)
     t._view = t._view + (step,)
     t._cache = None
+    t.spec = TensorSpec(tuple(t.shape), tuple(t.stride()), t.storage_offset(), t.dtype)
     metrics.counter_inc("lazy::" + func.__name__.split(".")[0])
     return t
 
@@ -235,7 +248,7 @@ def _mutating(func, args, kwargs):
         flat, tree = argtree.flatten(args, kwargs)
         shapes.infer(func, [shapes.Placeholder(a.spec) if isinstance(a, LazyTensor)
                             else a for a in flat], tree)
-        out = fn(*args, **kwargs)  # re-enters dispatch, recorded functionally
+        out = record(fn, args, kwargs)
         if out.dtype != self.dtype:
             out = aten._to_copy.default(out, dtype=self.dtype)
         assign(self, value_of(out))

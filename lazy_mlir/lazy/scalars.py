@@ -17,6 +17,7 @@ import torch
 
 aten = torch.ops.aten
 _SPECIAL = (0, 1)
+_NUMBER_TYPES = (int, float)
 
 
 def _liftable(x) -> bool:
@@ -61,6 +62,15 @@ def lift_scalars(func, args, kwargs, tensor_cls, make_scalar):
     ``make_scalar(value, dtype)`` makes the graph input. Returns the call to
     record as (func, args, kwargs); may record helper ops itself.
     """
+    for a in args:
+        if type(a) in _NUMBER_TYPES:
+            break
+    else:
+        for a in kwargs.values():
+            if type(a) in _NUMBER_TYPES:
+                break
+        else:
+            return func, args, kwargs  # the common case: nothing to lift
     ref = next((a for a in args if isinstance(a, tensor_cls)), None)
     if ref is None:
         return func, args, kwargs

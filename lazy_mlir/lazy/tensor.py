@@ -70,6 +70,7 @@ class LazyTensor(torch.Tensor):
         t._storage = storage
         t._view = view
         t._cache = None
+        t.spec = spec
         return t
 
     @classmethod
@@ -94,10 +95,7 @@ class LazyTensor(torch.Tensor):
 
     __torch_function__ = torch._C._disabled_torch_function_impl
 
-    @property
-    def spec(self) -> TensorSpec:
-        return TensorSpec(tuple(self.shape), tuple(self.stride()),
-                          self.storage_offset(), self.dtype)
+    spec: TensorSpec  # shape, strides, offset and dtype; kept in step with the wrapper
 
 
 def wrap_value(value: Value) -> LazyTensor:

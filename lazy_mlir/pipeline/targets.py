@@ -12,7 +12,10 @@ cpu       llvm-cpu      local-task  ``--iree-llvmcpu-target-cpu=host``; float64
 vulkan    vulkan-spirv  vulkan      ``--iree-vulkan-target=T``: T from
                                     ``LAZY_MLIR_VULKAN_TARGET``, else the first
                                     Vulkan device's architecture, else
-                                    ``vp_android_baseline_2022`` (any device)
+                                    ``vp_android_baseline_2022`` (any device);
+                                    on llvmpipe (lavapipe) the baseline plus
+                                    the device's features (``LLVMPIPE_FEATURES``;
+                                    ``LAZY_MLIR_VULKAN_FEATURES`` overrides)
 cuda      cuda          cuda        ``--iree-cuda-target=sm_XY``: from
                                     ``LAZY_MLIR_CUDA_SM``, else the first CUDA
                                     device, else ``sm_80``
@@ -157,30 +160,54 @@ def _checked_vulkan_target(arch: str) -> bool:
         return False
 
 
+LLVMPIPE_FEATURES = ",".join([
+    "spirv:v1.3", "cap:Shader", "cap:Float64", "cap:Float16", "cap:Int64", "cap:Int16",
+    "cap:Int8", "cap:StorageBuffer16BitAccess", "cap:StorageUniform16",
+    "cap:StoragePushConstant16", "cap:StorageBuffer8BitAccess",
+    "cap:UniformAndStorageBuffer8BitAccess", "cap:StoragePushConstant8",
+    "ext:SPV_KHR_16bit_storage", "ext:SPV_KHR_8bit_storage"])
+"""What Mesa's llvmpipe (lavapipe) supports beyond the baseline profile:
+64-bit and 16-bit arithmetic, 8- and 16-bit storage buffers. The 8/16-bit
+storage matters: without it IREE packs bool/int8/bf16 tensors into 32-bit
+words, and llvmpipe, which always bounds-checks storage buffers, drops the
+last word of a buffer whose size is not a multiple of 4 bytes. No subgroup
+operations: llvmpipe's subgroups have 8 lanes, a size no IREE target
+description has, and reductions assuming another size are wrong."""
+
+
 @functools.lru_cache(maxsize=None)
-def _detected_vulkan() -> tuple[str, str]:
-    """(iree vulkan target, device description) of the first Vulkan device."""
+def _detected_vulkan() -> tuple[tuple[str, ...], str]:
+    """(flags, device description) for the first Vulkan device."""
     devices, err = driver_devices("vulkan")
     if not devices:
-        return VULKAN_BASELINE, f"no Vulkan device ({err})" if err else "no Vulkan device"
+        why = f"no Vulkan device ({err})" if err else "no Vulkan device"
+        return (f"--iree-vulkan-target={VULKAN_BASELINE}",), why
     name = str(devices[0].get("name", ""))
+    if "llvmpipe" in name.lower() or "lavapipe" in name.lower():
+        return (f"--iree-vulkan-target={VULKAN_BASELINE}",
+                f"--iree-vulkan-target-features={LLVMPIPE_FEATURES}",
+                # It has float64: keep it, like the cpu target.
+                "--iree-input-demote-f64-to-f32=false"), name
     sms = cuda_device_sms()
     arch = vulkan_target_for(name, sms[0] if sms else None)
     if arch is None or not _checked_vulkan_target(arch):
         arch = VULKAN_BASELINE
-    return arch, name
+    return (f"--iree-vulkan-target={arch}",), name
 
 
 def _vulkan(arch: str | None = None) -> Target:
     env = os.environ.get("LAZY_MLIR_VULKAN_TARGET", "").strip()
     if arch:
-        device = f"requested {arch}"
+        flags, device = (f"--iree-vulkan-target={arch}",), f"requested {arch}"
     elif env:
-        arch, device = env, f"LAZY_MLIR_VULKAN_TARGET={env}"
+        flags, device = (f"--iree-vulkan-target={env}",), f"LAZY_MLIR_VULKAN_TARGET={env}"
     else:
-        arch, device = _detected_vulkan()
-    return Target("vulkan", "vulkan-spirv", "vulkan", (f"--iree-vulkan-target={arch}",),
-                  device=device)
+        flags, device = _detected_vulkan()
+    features = os.environ.get("LAZY_MLIR_VULKAN_FEATURES", "").strip()
+    if features:
+        flags = tuple(f for f in flags if not f.startswith("--iree-vulkan-target-features="))
+        flags += (f"--iree-vulkan-target-features={features}",)
+    return Target("vulkan", "vulkan-spirv", "vulkan", flags, device=device)
 
 
 # -- cuda ------------------------------------------------------------------

@@ -48,6 +48,8 @@ VULKAN_IMPORT_ALIGNMENT = 4096
 imported host memory must start and end on this boundary."""
 
 
+_by_device: dict[int, "Session"] = {}  # id(HalDevice) -> its session
+
 _DEMOTED = {torch.float64: torch.float32, torch.complex128: torch.complex64}
 
 
@@ -145,6 +147,7 @@ class Session:
         self.zero_copy = self.host_memory and os.environ.get(
             "LAZY_MLIR_ZERO_COPY", "1").strip().lower() not in ("0", "false", "off", "no")
         self._import_readback = True   # until the device refuses an import
+        _by_device[id(self.device)] = self
         # IREE demotes float64 to float32 (arguments included) unless told not to.
         self.demotes_f64 = "--iree-input-demote-f64-to-f32=false" not in target.flags
         _quiet_shutdown()
@@ -276,6 +279,27 @@ class Session:
 
     # -- device -> device ----------------------------------------------------
 
+    def owns(self, array) -> bool:
+        """Whether ``array`` lives on this session's device."""
+        return getattr(array, "_device", None) is self.device
+
+    def adopt(self, array):
+        """``array`` if it lives on this device, else a copy of it here, made
+        through the host (counted as transfers both ways). Data computed for
+        one target can so feed a graph of another (after ``set_target``)."""
+        if self.owns(array):
+            return array
+        owner = _by_device.get(id(getattr(array, "_device", None)))
+        view = array._buffer_view
+        if owner is None:  # not made by a session: let IREE read it
+            host = torch.from_numpy(np.ascontiguousarray(array.to_host()))
+        else:
+            raw = owner._read(view)
+            metrics.counter_inc("TransferFromDevice", view.byte_length)
+            host = (raw if raw.dtype == torch.uint8 else raw.view(torch.uint8)).view(
+                _torch_dtype(view.element_type))
+        return self.to_device(host.reshape(list(view.shape)))
+
     def copy_on_device(self, array):
         """A new device array equal to ``array`` (a device-side copy)."""
         rt = self.rt
@@ -311,10 +335,11 @@ class LoadedModule:
         self.clobbered = clobbered
 
     def __call__(self, *args):
-        if self.clobbered:
-            args = list(args)
+        session = self.session
+        if self.clobbered or not all(session.owns(a) for a in args):
+            args = [session.adopt(a) for a in args]
             for i in self.clobbered:
-                args[i] = self.session.copy_on_device(args[i])
+                args[i] = session.copy_on_device(args[i])
         out = self.fn(*args)
         return out if isinstance(out, (tuple, list)) else (out,)
 
