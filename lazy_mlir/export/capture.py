@@ -61,6 +61,7 @@ class Captured:
     route: str
     clobbered: tuple[int, ...] = ()  # arguments of main a sort may write into
     seconds: dict = field(default_factory=dict)
+    dims: dict = field(default_factory=dict)  # symbol -> {"min": m, "max": M or None}
 
     @property
     def inputs(self) -> list[TensorInfo]:
@@ -207,12 +208,14 @@ class _Flat(torch.nn.Module):
         return self.fn(*args)
 
 
-def check_dynamic_dims(dynamic_dims: dict, names: list[str], examples: tuple) -> dict:
-    """``{input name: {axis: symbol}}`` validated against the inputs."""
+def check_dynamic_dims(dynamic_dims: dict, names: list[str], examples: tuple):
+    """``{input name: {axis: symbol}}`` validated against the inputs, where a
+    symbol is a name or (name, min[, max]); returns ({input: {axis: name}},
+    {name: (min, max or None)}). A name used twice is one size."""
     if not isinstance(dynamic_dims, dict):
         raise ExportError("lazy-mlir: dynamic_dims must be {input name: {axis: symbol}}, "
                           'e.g. {"x": {0: "batch"}}')
-    out = {}
+    out, ranges = {}, {}
     for name, axes in dynamic_dims.items():
         if name not in names:
             raise ExportError(f"lazy-mlir: dynamic_dims names {name!r}, which is not an "
@@ -220,15 +223,23 @@ def check_dynamic_dims(dynamic_dims: dict, names: list[str], examples: tuple) ->
         t = examples[names.index(name)]
         if not isinstance(axes, dict):
             raise ExportError(f"lazy-mlir: dynamic_dims[{name!r}] must be {{axis: symbol}}")
-        for axis, sym in axes.items():
+        for axis, spec in axes.items():
             if not isinstance(axis, int) or not -t.dim() <= axis < t.dim():
                 raise ExportError(f"lazy-mlir: dynamic_dims[{name!r}]: axis {axis!r} is out "
                                   f"of range for a {t.dim()}-d input")
-            if not isinstance(sym, str) or not _SYMBOL.fullmatch(sym):
-                raise ExportError(f"lazy-mlir: dynamic_dims[{name!r}][{axis}]: symbol "
-                                  f"{sym!r} must be an identifier such as 'batch'")
+            sym, lo, hi = (spec, 1, None) if isinstance(spec, str) else \
+                (tuple(spec) + (1, None))[:3] if isinstance(spec, (tuple, list)) and \
+                len(spec) in (2, 3) else (None, 1, None)
+            if not isinstance(sym, str) or not _SYMBOL.fullmatch(sym) or \
+                    not isinstance(lo, int) or lo < 1 or \
+                    (hi is not None and (not isinstance(hi, int) or hi < lo)):
+                raise ExportError(f"lazy-mlir: dynamic_dims[{name!r}][{axis}]: {spec!r} must "
+                                  "be a name such as 'batch', or (name, min) / (name, min, "
+                                  "max) with 1 <= min <= max")
+            if ranges.setdefault(sym, (lo, hi)) != (lo, hi):
+                raise ExportError(f"lazy-mlir: dynamic_dims gives {sym!r} two ranges")
             out.setdefault(name, {})[axis % t.dim()] = sym
-    return out
+    return out, ranges
 
 
 def capture_exported(module_or_fn, example_args: tuple, dynamic_dims: dict, config,
@@ -247,23 +258,25 @@ def capture_exported(module_or_fn, example_args: tuple, dynamic_dims: dict, conf
     state = module_state(module_or_fn) if isinstance(module_or_fn, torch.nn.Module) else []
     flat, named = _as_function(module_or_fn, state)
     names = input_names(named, len(example_args), names)
-    dyn = check_dynamic_dims(dynamic_dims, names, example_args)
+    dyn, ranges = check_dynamic_dims(dynamic_dims, names, example_args)
     t0 = time.perf_counter()
     examples, specs, dims = [], [], {}
     for name, t in zip(names, example_args):
         axes = dyn.get(name, {})
-        for axis in axes:
-            if t.shape[axis] < 2:
+        for axis, sym in axes.items():
+            if t.shape[axis] == 0:
+                raise ExportError(f"lazy-mlir: input {name!r} has size 0 on dynamic "
+                                  f"axis {axis}; give an example of size >= 1")
+            if t.shape[axis] == 1 and (ranges[sym][1] or 2) >= 2:
                 # torch.export specializes sizes 0 and 1; trace with 2 (values do
                 # not matter for the graph, only shapes).
-                t = torch.cat([t] * 2, dim=axis) if t.shape[axis] == 1 else t
-                if t.shape[axis] == 0:
-                    raise ExportError(f"lazy-mlir: input {name!r} has size 0 on dynamic "
-                                      f"axis {axis}; give an example of size >= 1")
+                t = torch.cat([t] * 2, dim=axis)
         examples.append(t)
         spec = {}
         for axis, sym in axes.items():
-            spec[axis] = dims.setdefault(sym, Dim(sym, min=1))
+            lo, hi = ranges[sym]
+            spec[axis] = dims.setdefault(sym, Dim(sym, min=lo, max=hi) if hi else
+                                         Dim(sym, min=lo))
         specs.append(spec or None)
     all_args = tuple(t for _, t in state) + tuple(examples)
     all_specs = tuple([None] * len(state) + specs)
@@ -274,9 +287,8 @@ def capture_exported(module_or_fn, example_args: tuple, dynamic_dims: dict, conf
             program = torch.export.export(_Flat(flat), all_args,
                                           dynamic_shapes=(all_specs,), strict=False)
     except Exception as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ExportError(f"lazy-mlir: torch.export failed with dynamic_dims {dyn}: "
-                          f"{first}") from e
+                          f"{_export_failure(e)}") from None
     table = decomposition_table() if config.decompositions else {}
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
@@ -306,7 +318,19 @@ def capture_exported(module_or_fn, example_args: tuple, dynamic_dims: dict, conf
         outputs.append(TensorInfo(n, val.dtype, shape))
     key = hashlib.sha256(torch_text.encode()).hexdigest()
     return Captured(text, args, outputs, kind, key, "torch.export", clobbered_args(text),
-                    {"export+lower": time.perf_counter() - t0})
+                    {"export+lower": time.perf_counter() - t0},
+                    {sym: {"min": lo, "max": hi} for sym, (lo, hi) in ranges.items()})
+
+
+def _export_failure(e: Exception) -> str:
+    """torch.export's error in short: its first line, the violated guards and
+    the fix it suggests (e.g. ``h = Dim('h', min=3)``)."""
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    if not lines:
+        return type(e).__name__
+    keep = [lines[0]] + [ln.lstrip("- ") for ln in lines[1:]
+                         if ln.startswith("- Not all values") or "= Dim(" in ln]
+    return " ".join(keep)
 
 
 def _rename(expr: str, symbols: dict[str, str]) -> str | int:

@@ -13,7 +13,7 @@ artifact carries a copy of it as ``run.py``, so a machine with
 An artifact directory holds:
 
 - ``manifest.json``: the entry point with its input and output names, shapes
-  (an int, or a symbol name for a size chosen at run time) and dtypes; the
+  (an int, or a symbol for a size chosen at run time, with its range) and dtypes; the
   parameters (name, shape, dtype, bytes); the target and iree-compile flags;
   the versions of the tools that built it; the cache key; and the sha256 and
   size of every other file.
@@ -27,9 +27,10 @@ Guarantees:
 - ``load`` checks the manifest's format and version and every file's size and
   sha256 before the runtime sees a byte; a missing or corrupted file raises
   ``ArtifactError`` naming the file, never a crash inside the runtime.
-- A call checks the number, dtypes and shapes of its arguments (symbolic
-  sizes must agree across arguments) and raises ``SignatureError`` naming the
-  expected signature. Arrays are never cast silently.
+- A call checks the number, dtypes and shapes of its arguments (a symbolic
+  size must be in its range and agree across arguments) and raises
+  ``SignatureError`` naming the expected signature. Arrays are never cast
+  silently, and the caller's arrays are never written.
 - Results are numpy arrays the caller owns (copied out of device memory).
 - ``save_params`` replaces the weights of an artifact with external
   parameters without recompiling: names, shapes and dtypes must match the
@@ -139,10 +140,16 @@ def _spec_text(spec: dict) -> str:
 
 
 def signature_text(entry: dict) -> str:
-    """``forward(x: float32[batch,1,28,28]) -> (output: float32[batch,10])``."""
+    """``forward(x: float32[batch,1,28,28]) -> (output: float32[batch,10])``,
+    followed by the range of a size symbol when it is not 1 or more
+    (``where h >= 3``)."""
     ins = ", ".join(_spec_text(s) for s in entry["inputs"])
     outs = ", ".join(_spec_text(s) for s in entry["outputs"])
-    return f"{entry['name']}({ins}) -> ({outs})"
+    ranges = [f"{lo} <= {sym} <= {hi}" if hi else f"{sym} >= {lo}"
+              for sym, r in entry.get("dims", {}).items()
+              for lo, hi in [(r.get("min", 1), r.get("max"))] if lo != 1 or hi]
+    where = f" where {', '.join(ranges)}" if ranges else ""
+    return f"{entry['name']}({ins}) -> ({outs}){where}"
 
 
 # -- parameters -------------------------------------------------------------
@@ -239,6 +246,7 @@ def save_params(path, arrays: dict) -> None:
     os.close(fd)
     try:
         write_archive(tmp, checked)
+        _usual_mode(tmp)
         manifest["files"][pname] = {"sha256": _sha256(tmp), "size": os.path.getsize(tmp)}
         os.replace(tmp, os.path.join(path, pname))
     except BaseException:
@@ -258,7 +266,16 @@ def _write_json(path: str, data: dict) -> None:
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=".json")
     with os.fdopen(fd, "w") as f:
         f.write(text + "\n")
+    _usual_mode(tmp)
     os.replace(tmp, path)
+
+
+def _usual_mode(path: str) -> None:
+    """The permissions ``open`` would give (temporary files are private, but
+    an artifact is meant to be copied and read by others)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, (0o777 if os.path.isdir(path) else 0o666) & ~umask)
 
 
 # -- the runtime --------------------------------------------------------------
@@ -382,6 +399,7 @@ class ExportedFunction:
         self._invoke = rt.FunctionInvoker(self._context, self.device, fn)
         self._in_dtypes = [_dtype(s["dtype"]) for s in self.entry["inputs"]]
         self._clobbered = set(self.entry.get("clobbered", ()))
+        self._dims = self.entry.get("dims", {})  # symbol -> {"min", "max"}
 
     def __repr__(self) -> str:
         return f"<lazy-mlir export {self.signature} on {self.driver}>"
@@ -405,7 +423,9 @@ class ExportedFunction:
             ok = a.ndim == len(spec["shape"])
             for size, want in zip(a.shape, spec["shape"]) if ok else ():
                 if isinstance(want, str):
-                    ok = ok and size >= 1 and sizes.setdefault(want, size) == size
+                    r = self._dims.get(want, {})
+                    ok = ok and r.get("min", 1) <= size <= (r.get("max") or size) and \
+                        sizes.setdefault(want, size) == size
                 else:
                     ok = ok and size == want
             if not ok:

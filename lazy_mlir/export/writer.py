@@ -180,6 +180,8 @@ def write_artifact(captured: Captured, path, target, config, *, params: str, kin
                       (runner.MODULE, runner.PARAMS, runner.RUNNER) if (tmp / name).exists()},
         }
         runner._write_json(str(tmp / runner.MANIFEST), manifest)
+        for f in [tmp, *tmp.iterdir()]:
+            runner._usual_mode(str(f))
         _replace_dir(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -211,6 +213,8 @@ def _entry_json(captured: Captured, name: str, state: list[str]) -> dict:
         # Inputs a sort may write into: the runner passes copies (iree-org/iree#24665).
         "clobbered": sorted(in_index[i] for i in captured.clobbered if i in in_index),
     }
+    if captured.dims:
+        entry["dims"] = captured.dims
     if state:
         entry["state"] = state
     return entry
@@ -241,8 +245,10 @@ def export(module_or_fn, example_args, target="cpu", path=None, params: str = "e
     ``Target``; compiling never needs the target's device. ``params``:
     ``"embed"`` or ``"external"`` (see the module docstring).
     ``dynamic_dims``: ``{"x": {0: "batch"}}`` makes those sizes free at run
-    time (through torch.export); without it shapes are static (through the
-    lazy device). ``input_names`` overrides the names taken from the
+    time (through torch.export); a symbol may carry a range, ``("h", 4, 64)``
+    or ``("h", 4)``, when the model only works for some sizes, and one name
+    used on several inputs means one size. Without it shapes are static
+    (through the lazy device). ``input_names`` overrides the names taken from the
     signature; ``entry`` the entry point's name (``forward`` for a module,
     else the function's name).
     """

@@ -25,8 +25,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=_demo)
     from .cache_cmd import add_parser as add_cache
     from .dump_cmd import add_parsers as add_dump
+    from .export_cmd import add_parsers as add_export
     add_cache(sub)
     add_dump(sub)
+    add_export(sub)
     return p
 
 

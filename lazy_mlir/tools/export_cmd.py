@@ -64,15 +64,18 @@ def parse_example(spec: str):
 
 
 def parse_dynamic(specs: list[str]) -> dict:
-    """``x:0:batch`` (input, axis, symbol) -> ``{"x": {0: "batch"}}``."""
+    """``x:0:batch`` / ``x:2:h:4:64`` (input, axis, symbol, min, max) ->
+    ``{"x": {0: "batch"}}`` / ``{"x": {2: ("h", 4, 64)}}``."""
     out: dict = {}
     for spec in specs or ():
         parts = spec.split(":")
-        if len(parts) not in (2, 3) or not parts[1].lstrip("-").isdigit():
-            raise UsageError(f"--dynamic {spec!r}: expected INPUT:AXIS[:SYMBOL] such as "
-                             "x:0:batch")
+        numbers = parts[1:2] + parts[3:]
+        if not 2 <= len(parts) <= 5 or not all(p.lstrip("-").isdigit() for p in numbers):
+            raise UsageError(f"--dynamic {spec!r}: expected INPUT:AXIS[:SYMBOL[:MIN[:MAX]]] "
+                             "such as x:0:batch")
         name, axis = parts[0], int(parts[1])
-        out.setdefault(name, {})[axis] = parts[2] if len(parts) == 3 else f"{name}_{axis}"
+        sym = parts[2] if len(parts) > 2 else f"{name}_{axis}"
+        out.setdefault(name, {})[axis] = (sym, *map(int, parts[3:])) if len(parts) > 3 else sym
     return out
 
 
@@ -168,7 +171,8 @@ def add_parsers(sub) -> None:
     e.add_argument("-o", "--output", required=True, help="the artifact directory to write")
     e.add_argument("--params", choices=["embed", "external"], default="embed",
                    help="embed weights in module.vmfb (default) or keep them in params.irpa")
-    e.add_argument("--dynamic", action="append", default=[], metavar="INPUT:AXIS[:SYMBOL]",
+    e.add_argument("--dynamic", action="append", default=[],
+                   metavar="INPUT:AXIS[:SYMBOL[:MIN[:MAX]]]",
                    help="a size chosen at run time, e.g. x:0:batch; repeat for more")
     e.set_defaults(func=run_export)
     r = sub.add_parser("run", help="run an exported artifact on .npy inputs",
