@@ -36,6 +36,21 @@ def avg_pool2d_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_
     return aten.reshape.default(out, [n, c, h, w])
 
 
+def native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum,
+                      eps):
+    """Inference batch norm as ``_native_batch_norm_legit_no_training`` (what
+    torch.export emits). PyTorch's own decomposition returns empty saved
+    statistics in eval mode while the meta kernel (and so the captured graph)
+    gives them the channel count; the statistics are unused in eval, so they
+    come back as the running statistics to keep the shapes the graph expects."""
+    if training:
+        return NotImplemented
+    out = aten._native_batch_norm_legit_no_training.default(input, weight, bias, running_mean,
+                                                             running_var, momentum, eps)[0]
+    return out, aten.clone.default(running_mean), aten.clone.default(running_var)
+
+
 DECOMPOSITIONS = {
+    aten.native_batch_norm.default: native_batch_norm,
     aten.avg_pool2d_backward.default: avg_pool2d_backward,
 }

@@ -253,6 +253,8 @@ def _mutating(func, args, kwargs):
             out = aten._to_copy.default(out, dtype=self.dtype)
         assign(self, value_of(out))
         return self
+    if not all(n.startswith("out") for n in written):
+        return _mutating_args(func, written, args, kwargs)
     # out= variants: compute functionally, then copy into the outputs.
     outs = [kwargs[n] for n in written if n in kwargs]
     rest = {k: v for k, v in kwargs.items() if k not in written}
@@ -265,6 +267,36 @@ def _mutating(func, args, kwargs):
                 f"{tuple(r.shape)}; call the op without out= on lazy tensors")
         o.copy_(r)
     return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _functional_variant(func):
+    """``native_batch_norm`` -> ``_native_batch_norm_legit_functional``: the op
+    functionalization uses, returning the mutated arguments' new values last."""
+    if func is aten.native_batch_norm.default:
+        return aten._native_batch_norm_legit_functional.default
+    packet = getattr(aten, func.__name__.split(".")[0] + "_functional", None)
+    if packet is not None and "default" in packet.overloads():
+        return packet.default
+    return None
+
+
+def _mutating_args(func, written, args, kwargs):
+    """Ops that write arguments other than ``self`` (batch norm's running
+    statistics): record the functional variant, then write the new values."""
+    from .fallback import run_eagerly
+    names = [a.name for a in func._schema.arguments]
+    bound = dict(zip(names, args), **kwargs)
+    targets = [bound.get(n) for n in written]
+    if all(t is None for t in targets):  # nothing to write: a plain functional call
+        return record(func, args, kwargs)
+    variant = _functional_variant(func)
+    if variant is None or not all(isinstance(t, LazyTensor) for t in targets):
+        return run_eagerly(func, args, kwargs)
+    outs = record(variant, args, kwargs)
+    n = len(func._schema.returns)
+    for t, new in zip(targets, outs[n:]):
+        assign(t, value_of(new))
+    return tuple(outs[:n]) if n > 1 else outs[0]
 
 
 def _sync_op(func, args, kwargs):
@@ -338,6 +370,17 @@ _RANDOM = [aten.normal_.default, aten.uniform_.default, aten.bernoulli_.float,
            aten.bernoulli_.Tensor, aten.random_.default, getattr(aten.random_, "from"), aten.random_.to,
            aten.exponential_.default, aten.geometric_.default, aten.log_normal_.default,
            aten.cauchy_.default]
+def _native_batch_norm(func, args, kwargs):
+    """Its schema says functional, but in training it updates the running
+    statistics in place, as the CPU and CUDA kernels do."""
+    names = [a.name for a in func._schema.arguments]
+    training = dict(zip(names, args), **kwargs).get("training")
+    if training:
+        return _mutating_args(func, ["running_mean", "running_var"], args, kwargs)
+    return record(func, args, kwargs)
+
+
 _SPECIAL = {aten.copy_.default: _copy_, aten._to_copy.default: _to_copy,
-            aten.native_dropout.default: _native_dropout}
+            aten.native_dropout.default: _native_dropout,
+            aten.native_batch_norm.default: _native_batch_norm}
 _SPECIAL.update({f: _random for f in _RANDOM})

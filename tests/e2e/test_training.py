@@ -216,3 +216,29 @@ def test_fallback_op_still_trains_with_one_warning(caplog):
         assert len(warnings) <= 1  # once per process (may have been issued earlier)
     finally:
         support.DENIED.pop("erf", None)
+
+
+def test_batchnorm_train_and_eval_compile_and_match_eager():
+    def make():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(),
+                             nn.Linear(4 * 26 * 26, 10))
+
+    lm.metrics.reset()
+    x, y = DATA[0][:8], DATA[1][:8]
+    models = {}
+    for device in ("cpu", "lazy"):
+        model = make().to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        for _ in range(2):
+            opt.zero_grad()
+            F.cross_entropy(model(x.to(device)), y.to(device)).backward()
+            opt.step()
+            if device == "lazy":
+                lm.mark_step()
+        model.eval()
+        with torch.no_grad():
+            models[device] = (model(x.to(device)).cpu(), model[1].running_mean.cpu())
+    for got, expected in zip(models["lazy"], models["cpu"]):
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+    assert not [n for n in lm.metrics.counter_names() if n.startswith("aten::")]

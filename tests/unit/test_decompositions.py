@@ -24,3 +24,14 @@ def test_avg_pool2d_backward_declines_what_it_does_not_cover():
     x = torch.randn(1, 1, 5, 5)
     g = torch.randn(1, 1, 3, 3)
     assert avg_pool2d_backward(g, x, [2, 2], [2, 2], [0, 0], True, True, None) is NotImplemented
+
+
+def test_native_batch_norm_eval():
+    from lazy_mlir.dialects.decompositions import native_batch_norm
+    x, w, b = torch.randn(2, 4, 3, 3), torch.randn(4), torch.randn(4)
+    rm, rv = torch.randn(4), torch.rand(4) + 0.5
+    expected = aten.native_batch_norm.default(x, w, b, rm, rv, False, 0.1, 1e-5)[0]
+    out, mean, var = native_batch_norm(x, w, b, rm, rv, False, 0.1, 1e-5)
+    torch.testing.assert_close(out, expected)
+    assert mean.shape == var.shape == (4,)
+    assert native_batch_norm(x, w, b, rm, rv, True, 0.1, 1e-5) is NotImplemented
