@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"lazy-mlir: {e}", file=sys.stderr)
         return 2
     except (ValueError, FileNotFoundError) as e:
-        print(f"lazy-mlir: {e}", file=sys.stderr)
+        message = " ".join(str(e).split()).removeprefix("lazy-mlir: ")
+        print(f"lazy-mlir: {message}", file=sys.stderr)
         return 1
 
 

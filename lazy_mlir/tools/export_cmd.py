@@ -184,26 +184,3 @@ def add_parsers(sub) -> None:
                    help="write each output to a .npy file (default: print them)")
     r.add_argument("--driver", help="IREE driver (default: the one the artifact names)")
     r.set_defaults(func=run_run)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m lazy_mlir.tools.export_cmd export|run ...``: the two
-    subcommands alone, with the ``lazy-mlir`` tool's error handling."""
-    p = argparse.ArgumentParser(prog="lazy-mlir")
-    add_parsers(p.add_subparsers(dest="command", metavar="COMMAND"))
-    args = p.parse_args(argv)
-    if not getattr(args, "func", None):
-        p.print_help()
-        return 2
-    try:
-        return args.func(args) or 0
-    except UsageError as e:
-        print(f"lazy-mlir: {e}", file=sys.stderr)
-        return 2
-    except (ValueError, FileNotFoundError) as e:
-        print(f"lazy-mlir: {_strip(e)}", file=sys.stderr)
-        return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

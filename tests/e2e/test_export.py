@@ -6,7 +6,6 @@ fails (a PYTHONPATH shim), loading the runner by file path, as a user of
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -314,13 +313,9 @@ def test_optimizer_whose_first_step_makes_state_is_refused(tmp_path):
 # -- command line -------------------------------------------------------------------
 
 def _cli(*argv) -> int:
-    """``lazy-mlir ARGV`` in this process: through the tool itself once it
-    registers the subcommands, else through ``export_cmd`` alone."""
-    from lazy_mlir.tools import cli, export_cmd
-    sub = next(a for a in cli.build_parser()._actions
-               if isinstance(a, argparse._SubParsersAction))
-    main = cli.main if "export" in sub.choices else export_cmd.main
-    return main(list(argv))
+    """``lazy-mlir ARGV`` in this process."""
+    from lazy_mlir.tools import cli
+    return cli.main(list(argv))
 
 
 def test_cli_export_and_run(tmp_path, capsys):
