@@ -40,7 +40,15 @@ class TensorSpec:
         return base.as_strided(self.shape, self.stride, self.offset)
 
     def signature(self) -> str:
-        return f"{str(self.dtype)[6:]}{list(self.shape)}"
+        """``float32[2, 3]``: shape and dtype, the part of a spec keys use."""
+        key = (self.shape, self.dtype)
+        sig = _SIGNATURES.get(key)
+        if sig is None:
+            sig = _SIGNATURES[key] = f"{str(self.dtype)[6:]}{list(self.shape)}"
+        return sig
+
+
+_SIGNATURES: dict = {}
 
 
 def _is_contiguous(shape, stride) -> bool:

@@ -11,7 +11,6 @@ is part of the graph's key.
 from __future__ import annotations
 
 import functools
-import numbers
 
 import torch
 
@@ -21,8 +20,7 @@ _NUMBER_TYPES = (int, float)
 
 
 def _liftable(x) -> bool:
-    return (isinstance(x, numbers.Number) and not isinstance(x, bool)
-            and not isinstance(x, complex) and x not in _SPECIAL)
+    return type(x) in _NUMBER_TYPES and x not in _SPECIAL
 
 
 @functools.lru_cache(maxsize=None)
