@@ -18,7 +18,7 @@ vulkan    vulkan-spirv  vulkan      ``--iree-vulkan-target=T``: T from
                                     ``LAZY_MLIR_VULKAN_FEATURES`` overrides)
 cuda      cuda          cuda        ``--iree-cuda-target=sm_XY``: from
                                     ``LAZY_MLIR_CUDA_SM``, else the first CUDA
-                                    device, else ``sm_80``
+                                    device, else ``sm_80``; float64 kept
 ========  ============  ==========  ==============================================
 
 A name may carry the architecture after a colon, which wins over the
@@ -195,6 +195,16 @@ def _detected_vulkan() -> tuple[tuple[str, ...], str]:
     return (f"--iree-vulkan-target={arch}",), name
 
 
+VULKAN_CONV_LAYOUT = ("--iree-preprocessing-pass-pipeline=builtin.module(util.func("
+                      "iree-preprocessing-convert-conv-to-channels-last))")
+"""PyTorch's convolutions are NCHW; IREE's SPIR-V code generation is tuned
+for NHWC. Left NCHW, the weight gradient of a 3x3 convolution gets a
+configuration in which every invocation of a workgroup repeats the whole
+workgroup's work (~300x slower on llvmpipe); converted, it is tiled like a
+matmul. (``--iree-global-opt-use-im2col-for-convs`` is no alternative: on
+IREE 3.13 it computes that weight gradient wrongly from batch 4 on.)"""
+
+
 def _vulkan(arch: str | None = None) -> Target:
     env = os.environ.get("LAZY_MLIR_VULKAN_TARGET", "").strip()
     if arch:
@@ -207,7 +217,8 @@ def _vulkan(arch: str | None = None) -> Target:
     if features:
         flags = tuple(f for f in flags if not f.startswith("--iree-vulkan-target-features="))
         flags += (f"--iree-vulkan-target-features={features}",)
-    return Target("vulkan", "vulkan-spirv", "vulkan", flags, device=device)
+    return Target("vulkan", "vulkan-spirv", "vulkan", flags + (VULKAN_CONV_LAYOUT,),
+                  device=device)
 
 
 # -- cuda ------------------------------------------------------------------
@@ -273,7 +284,11 @@ def _cuda(sm: str | None = None) -> Target:
             device = f"CUDA device 0 (sm_{sms[0]})"
         else:
             value, device = CUDA_DEFAULT_SM, f"no CUDA device; default sm_{CUDA_DEFAULT_SM}"
-    return Target("cuda", "cuda", "cuda", (f"--iree-cuda-target=sm_{value}",), device=device)
+    return Target("cuda", "cuda", "cuda", (
+        f"--iree-cuda-target=sm_{value}",
+        # CUDA devices have float64: keep it, like the cpu target.
+        "--iree-input-demote-f64-to-f32=false",
+    ), device=device)
 
 
 # -- the table ---------------------------------------------------------------

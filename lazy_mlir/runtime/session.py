@@ -109,6 +109,21 @@ def _driver_report(rt) -> str:
     return ", ".join(parts) or "none"
 
 
+_devices: dict[str, object] = {}  # driver -> its device, shared by that driver's sessions
+_devices_lock = threading.Lock()
+
+
+def _device_for(rt, target: Target):
+    """The device of ``target``'s driver: one per driver and process, so data
+    computed under one target's flags (say vulkan:rdna3) feeds another's
+    (vulkan) without a copy."""
+    with _devices_lock:
+        device = _devices.get(target.driver)
+        if device is None:
+            device = _devices[target.driver] = _create_device(rt, target)
+        return device
+
+
 def _create_device(rt, target: Target):
     drivers = list(rt.query_available_drivers())
     hint = ("; run `lazy-mlir doctor` for details, or choose another target with "
@@ -140,14 +155,14 @@ class Session:
         import iree.runtime as rt
         self.rt = rt
         self.target = target
-        self.device = _create_device(rt, target)
+        self.device = _device_for(rt, target)
         self.config = rt.Config(device=self.device)
         self.lock = threading.Lock()
         self.host_memory = target.driver in HOST_DRIVERS
         self.zero_copy = self.host_memory and os.environ.get(
             "LAZY_MLIR_ZERO_COPY", "1").strip().lower() not in ("0", "false", "off", "no")
         self._import_readback = True   # until the device refuses an import
-        _by_device[id(self.device)] = self
+        _by_device.setdefault(id(self.device), self)
         # IREE demotes float64 to float32 (arguments included) unless told not to.
         self.demotes_f64 = "--iree-input-demote-f64-to-f32=false" not in target.flags
         _quiet_shutdown()
@@ -205,6 +220,10 @@ class Session:
     def to_host(self, array, spec) -> torch.Tensor:
         """The value of a device array as a host tensor of ``spec``'s shape and
         dtype (shared with the device buffer on the cpu target: read-only)."""
+        if not self.owns(array):  # made under another target: its device reads it
+            owner = _by_device.get(id(getattr(array, "_device", None)))
+            if owner is not None:
+                return owner.to_host(array, spec)
         view = array._buffer_view
         raw = self._read(view)
         metrics.counter_inc("TransferFromDevice", view.byte_length)

@@ -25,10 +25,12 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=_demo)
     from .cache_cmd import add_parser as add_cache
     from .dump_cmd import add_parsers as add_dump
+    from .doctor import add_parser as add_doctor
     from .export_cmd import add_parsers as add_export
     add_cache(sub)
     add_dump(sub)
     add_export(sub)
+    add_doctor(sub)
     return p
 
 

@@ -137,7 +137,15 @@ def test_user_errors_get_one_line_and_nonzero_exit(args, message, script, tmp_pa
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
-@pytest.mark.parametrize("command", [[], ["demo"], ["dump"], ["compile"], ["cache"]])
+@pytest.mark.parametrize("command", [[], ["demo"], ["dump"], ["compile"], ["cache"],
+                                     ["export"], ["run"], ["doctor"]])
 def test_help(command):
     r = cli(*command, "--help")
     assert r.returncode == 0 and "usage:" in r.stdout
+
+
+def test_doctor_lists_versions_drivers_and_cache():
+    r = cli("doctor")
+    assert r.returncode == 0, r.stderr
+    for word in ("torch", "iree", "local-task", "cpu", "cache"):
+        assert word in r.stdout

@@ -1,0 +1,139 @@
+"""``lazy-mlir doctor``: what this installation can compile for and run on.
+
+``add_parser(subparsers)`` registers the subcommand on the ``lazy-mlir``
+parser. The handler prints, with rich: the versions of Python, torch,
+torch-mlir, the IREE compiler and runtime and lazy-mlir; every IREE runtime
+driver with its devices (or why it has none); the compile targets with their
+flags and whether they can run here; the compiled-module cache location.
+It only reports: it returns 0 whatever it finds.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import platform
+import sys
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add ``doctor`` to ``subparsers`` (from ``add_subparsers``); returns its parser."""
+    p = subparsers.add_parser(
+        "doctor", help="versions, IREE drivers and devices, compile targets, cache location")
+    p.set_defaults(func=run)
+    return p
+
+
+def versions() -> dict[str, str]:
+    """Python and the packages lazy-mlir is built from ("not installed" when absent)."""
+    out = {"python": f"{platform.python_version()} ({sys.executable})"}
+    for name in ("torch", "torch-mlir", "iree-base-compiler", "iree-base-runtime", "lazy-mlir"):
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def drivers() -> list[tuple[str, list[dict], str]]:
+    """(driver, devices, error) for every driver of the IREE runtime."""
+    from ..pipeline.targets import driver_devices
+    from ..runtime.session import configure_cpu_threads
+    try:
+        import iree.runtime as rt
+        names = sorted(rt.query_available_drivers())
+    except Exception as e:  # no runtime at all: still report the rest
+        return [("(iree.runtime)", [], " ".join(str(e).split()))]
+    out = []
+    for name in names:
+        if name == "local-task":
+            try:
+                configure_cpu_threads()  # the driver starts its workers when made
+            except ValueError as e:
+                out.append((name, [], str(e)))
+                continue
+        devices, err = driver_devices(name)
+        out.append((name, list(devices), err))
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    t = Table(title="versions", show_header=False)
+    t.add_column(style="bold")
+    t.add_column()
+    for name, version in versions().items():
+        t.add_row(name, version)
+    console.print(t)
+
+    found = drivers()
+    usable = {name for name, devices, _ in found if devices}
+    t = Table(title="IREE runtime drivers")
+    t.add_column("driver", style="bold", no_wrap=True)
+    t.add_column("devices")
+    for name, devices, err in found:
+        if devices:
+            listed = "\n".join(_device_line(d) for d in devices)
+            if name == "local-task":
+                listed += f"\n[dim]{_threads_note()}[/dim]"
+        else:
+            listed = f"[yellow]none[/yellow]: {_short(err)}" if err else "[yellow]none[/yellow]"
+        t.add_row(name, listed)
+    console.print(t)
+
+    console.print(_targets_table(usable))
+
+    from ..runtime.disk_cache import cache_enabled, default_cache_dir
+    t = Table(title="compiled-module cache", show_header=False)
+    t.add_column(style="bold")
+    t.add_column()
+    t.add_row("location", str(default_cache_dir()))
+    t.add_row("enabled", "yes" if cache_enabled() else "no (LAZY_MLIR_CACHE=0)")
+    console.print(t)
+    return 0
+
+
+def _targets_table(usable: set[str]):
+    from rich.table import Table
+    from ..pipeline.targets import TARGETS
+    t = Table(title="compile targets (lazy_mlir.set_target / LAZY_MLIR_TARGET)")
+    t.add_column("target", style="bold", no_wrap=True)
+    t.add_column("backend / driver", no_wrap=True)
+    t.add_column("runs here", no_wrap=True)
+    t.add_column("chosen for / iree-compile flags", overflow="fold")
+    for name in TARGETS:
+        try:
+            target = TARGETS[name]
+        except Exception as e:  # e.g. a malformed LAZY_MLIR_CUDA_SM
+            t.add_row(name, "", "[red]no[/red]", f"[red]{e}[/red]")
+            continue
+        runs = ("[green]yes[/green]" if target.driver in usable
+                else "[yellow]compile only[/yellow]")
+        flags = "\n".join(f"[dim]{f}[/dim]" for f in target.flags)
+        t.add_row(name, f"{target.backend} / {target.driver}", runs,
+                  f"{target.device}\n{flags}")
+    return t
+
+
+def _short(err: str) -> str:
+    """The reason in an IREE status message, without source locations."""
+    for code in ("UNAVAILABLE; ", "NOT_FOUND; ", "INVALID_ARGUMENT; ", "INTERNAL; "):
+        if code in err:
+            return err.split(code, 1)[1].split(";")[0].split(": Tried")[0].strip()
+    return err
+
+
+def _device_line(d: dict) -> str:
+    name = str(d.get("name", "")) or "(unnamed)"
+    path = str(d.get("path", ""))
+    return f"{d.get('device_id', '?')}: {name}" + (f" [dim]({path})[/dim]" if path else "")
+
+
+def _threads_note() -> str:
+    from ..runtime.session import cpu_threads
+    try:
+        return f"cpu target: {cpu_threads()} worker threads (LAZY_MLIR_CPU_THREADS)"
+    except ValueError as e:
+        return str(e)
