@@ -25,8 +25,9 @@ def submit(fn, *args) -> concurrent.futures.Future:
         fut = _pool.submit(fn, *args)
         _last = fut
         _unreported.append(fut)
-        fut.add_done_callback(_forget_if_ok)
-        return fut
+    # Outside the lock: a job that is already done runs the callback here.
+    fut.add_done_callback(_forget_if_ok)
+    return fut
 
 
 def _forget_if_ok(fut) -> None:
