@@ -10,26 +10,24 @@ from __future__ import annotations
 
 def flatten(args: tuple, kwargs: dict) -> tuple[list, tuple]:
     leaves: list = []
-    shape = []
+    shape: list = []
     for a in args:
-        t = type(a)
-        if t is list or t is tuple:
-            shape.append(len(a) if t is list else -1 - len(a))
-            leaves.extend(a)
-        else:
-            shape.append(None)
-            leaves.append(a)
+        _put(a, leaves, shape)
     names = tuple(kwargs)
     for k in names:
-        a = kwargs[k]
-        t = type(a)
-        if t is list or t is tuple:
-            shape.append(len(a) if t is list else -1 - len(a))
-            leaves.extend(a)
-        else:
-            shape.append(None)
-            leaves.append(a)
+        _put(kwargs[k], leaves, shape)
     return leaves, (len(args), tuple(shape), names)
+
+
+def _put(a, leaves: list, shape: list) -> None:
+    """One argument: a leaf (None), a list (its length) or a tuple (-1 - length)."""
+    t = type(a)
+    if t is list or t is tuple:
+        shape.append(len(a) if t is list else -1 - len(a))
+        leaves.extend(a)
+    else:
+        shape.append(None)
+        leaves.append(a)
 
 
 def unflatten(leaves: list, tree: tuple) -> tuple[tuple, dict]:
