@@ -101,8 +101,6 @@ def configure_cpu_threads() -> int:
 def _driver_report(rt) -> str:
     parts = []
     for name in sorted(rt.query_available_drivers()):
-        if name == "local-task":
-            configure_cpu_threads()
         devices, _ = driver_devices(name)
         parts.append(f"{name} ({len(devices)} device{'s' * (len(devices) != 1)})"
                      if devices else f"{name} (no device)")
@@ -160,7 +158,7 @@ class Session:
         self.lock = threading.Lock()
         self.host_memory = target.driver in HOST_DRIVERS
         self.zero_copy = self.host_memory and os.environ.get(
-            "LAZY_MLIR_ZERO_COPY", "1").strip().lower() not in ("0", "false", "off", "no")
+            "LAZY_MLIR_ZERO_COPY", "0").strip().lower() not in ("0", "false", "off", "no")
         self._import_readback = True   # until the device refuses an import
         _by_device.setdefault(id(self.device), self)
         # IREE demotes float64 to float32 (arguments included) unless told not to.
