@@ -26,6 +26,7 @@ import os
 import queue
 import re
 import sys
+import tempfile
 import threading
 import time
 
@@ -345,7 +346,7 @@ def main(argv=None) -> int:
                    help="one graph per sample (default: one graph per op, re-run per sample "
                         "when not clean)")
     p.add_argument("--in-process", action="store_true", help="no worker subprocesses")
-    p.add_argument("--jsonl", default=os.path.join(ROOT, "benchmarks", "op_coverage.jsonl"),
+    p.add_argument("--jsonl", default=os.path.join(tempfile.gettempdir(), "lazy-mlir-op-coverage.jsonl"),
                    help="append results here as they come")
     p.add_argument("--resume", action="store_true", help="skip (op, dtype) already in --jsonl")
     p.add_argument("--rerun", metavar="STATUSES",

@@ -47,6 +47,8 @@ log = logging.getLogger("lazy_mlir")
 
 @dataclass(frozen=True)
 class Target:
+    """A compile target: everything but the graph that shapes a module."""
+
     name: str
     backend: str          # --iree-hal-target-backends
     driver: str           # iree.runtime driver
@@ -133,12 +135,15 @@ def vulkan_target_for(device_name: str, cuda_sm: int | None = None) -> str | Non
 def driver_devices(driver: str) -> tuple[tuple[dict, ...], str]:
     """(devices, error) of an IREE runtime driver: its devices as
     ``query_available_devices`` lists them, or () and why not. Cached per
-    process. Never called for ``local-task`` before a session configures its
-    worker threads (the driver starts its workers when first created)."""
+    process. Creates the driver: ``local-task`` gets its worker count set
+    first (it starts its workers when created)."""
     try:
         import iree.runtime as rt
         if driver not in rt.query_available_drivers():
             return (), f"this iree-base-runtime has no {driver!r} driver"
+        if driver == "local-task":
+            from ..runtime.session import configure_cpu_threads
+            configure_cpu_threads()
         return tuple(rt.get_driver(driver).query_available_devices()), ""
     except Exception as e:  # a driver whose library is missing raises here
         return (), " ".join(str(e).split())

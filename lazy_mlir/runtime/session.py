@@ -13,7 +13,8 @@ Guarantees:
   becomes a device buffer over the same memory (``ZeroCopyToDevice`` bytes),
   and a result is read through DLPack from the buffer the module wrote
   (``ZeroCopyFromDevice`` bytes). Callers must treat both as read-only, which
-  lazy device data is.
+  lazy device data is; modules never write into them (see ``LoadedModule``).
+  ``LAZY_MLIR_ZERO_COPY=0`` turns this off (every transfer copies).
 - On drivers whose buffers the host cannot map (Vulkan, CUDA), results are
   read back by a device copy into host memory: imported 4096-byte aligned
   host memory when the device can import it, else a mappable staging buffer.
@@ -158,7 +159,7 @@ class Session:
         self.lock = threading.Lock()
         self.host_memory = target.driver in HOST_DRIVERS
         self.zero_copy = self.host_memory and os.environ.get(
-            "LAZY_MLIR_ZERO_COPY", "0").strip().lower() not in ("0", "false", "off", "no")
+            "LAZY_MLIR_ZERO_COPY", "1").strip().lower() not in ("0", "false", "off", "no")
         self._import_readback = True   # until the device refuses an import
         _by_device.setdefault(id(self.device), self)
         # IREE demotes float64 to float32 (arguments included) unless told not to.
@@ -210,8 +211,12 @@ class Session:
             log.debug("lazy-mlir: host import refused (%s); copying", e)
             return None
         view = rt.HalBufferView(buf, list(arr.shape), element_type)
-        return rt.DeviceArray(self.device, view, implicit_host_transfer=True,
-                              override_dtype=arr.dtype)
+        out = rt.DeviceArray(self.device, view, implicit_host_transfer=True,
+                             override_dtype=arr.dtype)
+        # The binding keeps ``arr`` alive through the Python wrapper ``buf``
+        # only, not through the buffer itself: hold both as long as the array.
+        out._lazy_mlir_host = (buf, arr)
+        return out
 
     # -- device -> host ------------------------------------------------------
 
@@ -341,24 +346,46 @@ def _torch_dtype(element_type) -> torch.dtype:
 
 
 class LoadedModule:
-    """A loaded ``main``. ``clobbered`` lists arguments the module may write
-    in place (IREE bufferizes ``iree_linalg_ext.sort`` into its operand even
-    when that is a function argument, iree-org/iree#24665): those are copied
-    (on the device) before each call, so device data stays immutable."""
+    """A loaded ``main``, called on device arrays; device data stays immutable.
+
+    IREE may write a result into the buffer of an argument and return that
+    buffer: ``iree_linalg_ext.sort`` into its operand (iree-org/iree#24665),
+    an ``insert_slice`` (``x[2:] = ...``) into the tensor it updates when
+    that is the argument's last use. So the first call runs on copies of all
+    arguments (made on the device) and notes which arguments came back as
+    results; those, and ``clobbered`` (found in the IR), are copied before
+    every later call. Imported host memory (zero-copy) is thus never written,
+    and results keep the host memory of the call's imported arguments alive
+    (a result may be a view of one).
+    """
 
     def __init__(self, session: Session, fn, clobbered: tuple[int, ...]):
         self.session = session
         self.fn = fn
         self.clobbered = clobbered
+        self.aliased: frozenset[int] | None = None  # known after the first call
 
     def __call__(self, *args):
         session = self.session
-        if self.clobbered or not all(session.owns(a) for a in args):
-            args = [session.adopt(a) for a in args]
-            for i in self.clobbered:
-                args[i] = session.copy_on_device(args[i])
-        out = self.fn(*args)
-        return out if isinstance(out, (tuple, list)) else (out,)
+        args = [a if session.owns(a) else session.adopt(a) for a in args]
+        if self.aliased is None:
+            run = [session.copy_on_device(a) for a in args]
+        else:
+            run = list(args)
+            for i in self.aliased.union(self.clobbered):
+                run[i] = session.copy_on_device(args[i])
+        out = self.fn(*run)
+        outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+        if self.aliased is None:
+            buffers = [a._buffer_view.get_buffer() for a in run]
+            results = [o._buffer_view.get_buffer() for o in outs]
+            self.aliased = frozenset(i for i, b in enumerate(buffers)
+                                     if any(r == b for r in results))
+        keep = tuple(a._lazy_mlir_host for a in run if hasattr(a, "_lazy_mlir_host"))
+        if keep:
+            for o in outs:
+                o._lazy_mlir_host = keep
+        return outs
 
 
 def _quiet_shutdown() -> None:

@@ -186,6 +186,10 @@ def explain(res: dict) -> str:
 @pytest.fixture(scope="module")
 def worker():
     w = sweep.Worker(timeout=sweep.SAMPLE_TIMEOUT)
+    w._start()
+    # The worker sweeps this checkout's lazy_mlir.
+    assert os.path.realpath(w.lazy_mlir_file).startswith(os.path.realpath(sweep.REPO)), \
+        w.lazy_mlir_file
     yield w
     w.close()
 

@@ -137,6 +137,31 @@ def test_results_survive_their_device_arrays(cpu):
     del junk
 
 
+def test_results_written_into_an_argument_leave_host_data_alone(counters):
+    """IREE may compute ``x[2:] = src`` in the buffer of ``x`` and return it.
+    With ``x`` imported from host memory, that would write into the host copy
+    of ``x`` and tie the result to memory that dies with ``x``: neither happens."""
+    import gc
+    x = torch.arange(12.0).reshape(4, 3)
+    src = torch.tensor([[-1.0, -2.0, -3.0], [-4.0, -5.0, -6.0]])
+    expected = x.clone()
+    expected[2:] = src
+    for _ in range(3):  # the first call learns which arguments come back as results
+        a = x.clone().to("lazy")
+        old = value_of(a).data
+        counters.snapshot()
+        a[2:].copy_(src)
+        lm.mark_step()
+        lm.wait_device_ops()
+        assert counters.delta("ZeroCopyToDevice") > 0
+        assert torch.equal(old.host, x)       # the imported host data is unchanged
+        del old
+        gc.collect()
+        junk = [torch.randn(4, 3) for _ in range(64)]  # reuse any freed memory
+        torch.testing.assert_close(a.cpu(), expected)
+        del junk
+
+
 SCRIPT = textwrap.dedent("""
     import os, torch, lazy_mlir as lm
     def threads():
