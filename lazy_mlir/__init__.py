@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from . import export  # a callable package: lm.export(model, x, path=...), lm.export.load(...)
 from .lazy import debug, metrics
+from .lazy.coverage import check_coverage
 from .lazy.device import lazy_device, register as _register
 from .lazy.sync import mark_step, set_target, wait_device_ops
 from .pipeline.config import PipelineConfig, set_config
@@ -17,5 +18,5 @@ from .export import export_train_step
 _register()
 
 __all__ = ["lazy_device", "mark_step", "wait_device_ops", "metrics", "debug", "set_target",
-           "jit", "export", "export_train_step", "PipelineConfig", "set_config"]
+           "jit", "export", "check_coverage", "export_train_step", "PipelineConfig", "set_config"]
 __version__ = "0.1.0"

@@ -15,6 +15,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from . import argtree, debug, metrics, shapes
+from .coverage import _active as _dry_run
 from .ir import DeviceData, Node, TensorSpec, Value
 from .scalars import lift_scalars
 from .tensor import LazyTensor, Storage, live_storages, wrap_value
@@ -58,6 +59,8 @@ def apply_view(v: Value, step) -> Value:
 def assign(t: LazyTensor, new: Value) -> None:
     """Write ``new`` as the contents of ``t`` (and of everything aliasing it)."""
     storage = t._storage
+    if _dry_run[0] is not None:
+        _dry_run[0].before_write(storage)
     if t._view:
         chain = [storage.value]
         for step in t._view[:-1]:

@@ -66,6 +66,27 @@ def reset() -> None:
         _samples.clear()
 
 
+def snapshot() -> tuple[dict, dict]:
+    """A copy of every counter and timing (``restore`` puts it back)."""
+    with _lock:
+        return dict(_counters), {k: list(v) for k, v in _samples.items()}
+
+
+def diff(before: tuple[dict, dict]) -> dict[str, int]:
+    """Counters' increase since ``before``."""
+    with _lock:
+        return {k: v - before[0].get(k, 0) for k, v in _counters.items()
+                if v != before[0].get(k, 0)}
+
+
+def restore(saved: tuple[dict, dict]) -> None:
+    with _lock:
+        _counters.clear()
+        _counters.update(saved[0])
+        _samples.clear()
+        _samples.update({k: list(v) for k, v in saved[1].items()})
+
+
 def _fmt(seconds: float) -> str:
     if seconds >= 1:
         return f"{seconds:.3f}s"

@@ -16,6 +16,7 @@ import torch
 
 from . import metrics
 from .capture import dispatch_depth, trace_seconds
+from .coverage import _active as _dry_run
 from .fallback import note_fallback
 from .graph import Graph
 from .ir import DeviceData, Value
@@ -42,6 +43,8 @@ def set_target(name: str) -> None:
 
 def execute(values: list[Value]) -> None:
     """Launch every pending value in ``values`` as one graph."""
+    if _dry_run[0] is not None:  # lm.check_coverage compiles nothing
+        return
     seen = set()
     roots = []
     for v in values:
@@ -112,6 +115,8 @@ def to_host(t: torch.Tensor) -> torch.Tensor:
     """
     if not isinstance(t, LazyTensor):
         return t
+    if _dry_run[0] is not None:
+        return _dry_run[0].host_stand_in(t)
     from .capture import value_of
     v = value_of(t)
     if v.pending:
@@ -122,6 +127,8 @@ def to_host(t: torch.Tensor) -> torch.Tensor:
 def mark_step() -> None:
     """Launch all pending live tensors as one graph and return; the graph runs
     in the background (``wait_device_ops`` joins it)."""
+    if _dry_run[0] is not None:
+        return _dry_run[0].on_mark_step()
     worker.raise_pending_error()
     metrics.counter_inc("MarkStep")
     metrics.add_sample("TraceTime", trace_seconds[0])

@@ -24,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop after this many training steps (default: all)")
     d.set_defaults(func=_demo)
     from .cache_cmd import add_parser as add_cache
+    from .coverage_cmd import add_parser as add_coverage
     from .dump_cmd import add_parsers as add_dump
     from .doctor import add_parser as add_doctor
     from .export_cmd import add_parsers as add_export
@@ -31,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_dump(sub)
     add_export(sub)
     add_doctor(sub)
+    add_coverage(sub)
     return p
 
 
