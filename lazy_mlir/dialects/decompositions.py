@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import torch
 
+from .ieee_decompositions import IEEE_DECOMPOSITIONS
+from .lowering_decompositions import LOWERING_DECOMPOSITIONS
+
 aten = torch.ops.aten
 
 
@@ -51,6 +54,9 @@ def native_batch_norm(input, weight, bias, running_mean, running_var, training, 
 
 
 DECOMPOSITIONS = {
+    **LOWERING_DECOMPOSITIONS,  # torch-mlir gaps: 0-d reductions, *_copy views, log10
     aten.native_batch_norm.default: native_batch_norm,
     aten.avg_pool2d_backward.default: avg_pool2d_backward,
+    **IEEE_DECOMPOSITIONS,  # pow and atan2 special values
 }
+

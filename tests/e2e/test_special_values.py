@@ -1,0 +1,54 @@
+"""Ops whose compiled kernels mishandle special values or bool inputs give
+eager PyTorch's answers: same NaN/inf positions, same signs (also of zeros),
+values close. Each case compares the lazy device with eager on the CPU."""
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+
+from e2e_helpers import lazy
+
+SPECIAL = [0.0, -0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 3.0, -3.0, math.inf, -math.inf, math.nan,
+           1 / 3, -2.5, 1e30, -1e-30]
+_XS, _YS = zip(*itertools.product(SPECIAL, SPECIAL))
+X, Y = torch.tensor(_XS), torch.tensor(_YS)
+
+
+def assert_same_special(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    """Equal NaN masks and sign bits, values close elsewhere."""
+    actual = actual.cpu()
+    assert actual.dtype == expected.dtype
+    assert torch.equal(actual.isnan(), expected.isnan())
+    ok = ~expected.isnan()
+    assert torch.equal(actual[ok].signbit(), expected[ok].signbit()), (actual, expected)
+    torch.testing.assert_close(actual[ok], expected[ok], rtol=1e-5, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_pow_tensor_tensor_special_values(dtype):
+    x, y = X.to(dtype), Y.to(dtype)
+    assert_same_special(torch.pow(lazy(x), lazy(y)), torch.pow(x, y))
+
+
+@pytest.mark.parametrize("exponent", [-1, -2.0, 1 / 3, 0.5, -0.5, math.inf])
+def test_pow_tensor_scalar_special_values(exponent):
+    x = torch.tensor(SPECIAL)
+    assert_same_special(torch.pow(lazy(x), exponent), torch.pow(x, exponent))
+
+
+@pytest.mark.parametrize("base", [0.0, -2.0])
+def test_pow_scalar_base_special_values(base):
+    y = torch.tensor(SPECIAL)
+    assert_same_special(torch.pow(base, lazy(y)), torch.pow(base, y))
+
+
+def test_atan2_special_values():
+    assert_same_special(torch.atan2(lazy(X), lazy(Y)), torch.atan2(X, Y))
+
+
+def test_atan2_of_bool_inputs():
+    x, y = torch.tensor([True, False, True, False]), torch.tensor([True, True, False, False])
+    assert_same_special(torch.atan2(lazy(x), lazy(y)), torch.atan2(x, y))
