@@ -51,6 +51,12 @@ def _static_support(func) -> bool:
     return mlir_name(func) in dialect_ops() or func in decomposition_table()
 
 
+@functools.lru_cache(maxsize=None)
+def decomposed_before_import(func) -> bool:
+    """Not in the torch dialect: imported through ``decomposition_table``."""
+    return mlir_name(func) not in dialect_ops() and func in decomposition_table()
+
+
 def op_is_supported(func) -> bool:
     return _static_support(func) and mlir_name(func) not in DENIED
 
@@ -58,3 +64,16 @@ def op_is_supported(func) -> bool:
 def deny(func_name: str, why: str) -> None:
     """Stop compiling an op (``add.Tensor`` form) for the rest of the process."""
     DENIED[func_name] = why
+
+
+@functools.lru_cache(maxsize=1)
+def capture_decompositions() -> dict:
+    """Decompositions capture may use for an op the compiler cannot take
+    (see ``lazy/decompose.py``): ours (``capture_decompositions.py``) before
+    PyTorch's (``torch._decomp``, which includes ``torch._refs``)."""
+    from torch._decomp import decomposition_table as torch_table
+
+    from .capture_decompositions import CAPTURE_DECOMPOSITIONS
+    table = dict(torch_table)
+    table.update(CAPTURE_DECOMPOSITIONS)
+    return table

@@ -88,6 +88,13 @@ def emit_flat(func, flat: list, tree: tuple):
     Returns (output Values, the op's flat outputs as TensorSpec or Python
     values, their pytree), the latter two from memoized meta execution.
     """
+    inputs, placeholders = _placeholders(flat)
+    out_flat, out_tree = shapes.infer(func, placeholders, tree)
+    return _node(func, flat, tree, inputs, out_flat), out_flat, out_tree
+
+
+def _placeholders(flat: list):
+    """(the Values of ``flat``, ``flat`` with Values as shape placeholders)."""
     inputs = []
     placeholders = []
     for a in flat:
@@ -96,12 +103,15 @@ def emit_flat(func, flat: list, tree: tuple):
             placeholders.append(shapes.Placeholder(a.spec))
         else:
             placeholders.append(a)
-    out_flat, out_tree = shapes.infer(func, placeholders, tree)
+    return inputs, placeholders
+
+
+def _node(func, flat, tree, inputs, out_flat) -> list[Value]:
     specs = [o if type(o) is TensorSpec else None for o in out_flat]
     consts = repr([None if type(a) is Value else a for a in flat]) + repr(tree)
     node = Node(func, flat, tree, inputs, specs, consts,
                 debug.user_location() if debug.tracking_locations() else None)
-    return node.outputs, out_flat, out_tree
+    return node.outputs
 
 
 def _to_value(a, host_ok=False):
@@ -122,6 +132,11 @@ def _to_value(a, host_ok=False):
 _HOST_INDEX_OPS = {aten.index.Tensor, aten.index_put.default, aten._index_put_impl.default}
 
 
+# What shape inference raises for an op whose output shape depends on the
+# values (or that has no meta kernel): such an op runs eagerly, on real data.
+_NO_STATIC_SHAPE = (NotImplementedError, torch._subclasses.fake_tensor.DynamicOutputShapeException,
+                    torch._subclasses.fake_tensor.DataDependentOutputException)
+
 _scalar_data: dict = {}
 
 
@@ -141,13 +156,33 @@ def _make_scalar(x, dtype):
 def record(func, args, kwargs):
     """Record a functional op on lazy tensors; returns lazy tensors."""
     func, args, kwargs = lift_scalars(func, args, kwargs, LazyTensor, _make_scalar)
-    from .fallback import run_eagerly, supported
+    from .fallback import UNSUPPORTED_DTYPES, dtypes_supported, run_eagerly
+    from ..dialects.support import decomposed_before_import, op_is_supported
     flat, tree = argtree.flatten(args, kwargs)
     host_ok = func in _HOST_INDEX_OPS
     vals = [_to_value(a, host_ok) for a in flat]
-    if not supported(func, vals):
+    if not dtypes_supported(vals):
+        return run_eagerly(func, args, kwargs, why="unsupported dtype")
+    if not op_is_supported(func):
+        from . import decompose
+        how = decompose.plan(func, vals, tree)
+        if type(how) is not str:
+            return decompose.run(func, how, args, kwargs)
         return run_eagerly(func, args, kwargs)
-    outs, out_flat, out_tree = emit_flat(func, vals, tree)
+    if decomposed_before_import(func):
+        from . import decompose
+        if decompose.import_decomposition_reads_values(func, vals, tree):
+            return run_eagerly(func, args, kwargs, why="its decomposition reads tensor values")
+    inputs, placeholders = _placeholders(vals)
+    try:
+        out_flat, out_tree = shapes.infer(func, placeholders, tree)
+    except _NO_STATIC_SHAPE as e:  # nonzero, masked_select, unique_consecutive, ...
+        return run_eagerly(func, args, kwargs,
+                           why=f"output shape depends on the data ({type(e).__name__})")
+    for o in out_flat:
+        if type(o) is TensorSpec and o.dtype in UNSUPPORTED_DTYPES:  # .cdouble(), ...
+            return run_eagerly(func, args, kwargs, why=f"unsupported dtype {o.dtype}")
+    outs = _node(func, vals, tree, inputs, out_flat)
     metrics.counter_inc("lazy::" + func.__name__.split(".")[0])
     if len(out_flat) == 1 and out_tree is None:
         return wrap_value(outs[0])

@@ -26,8 +26,11 @@ UNSUPPORTED_DTYPES = {torch.complex32, torch.complex64, torch.complex128, torch.
 def supported(func, values) -> bool:
     """True when ``func`` on these arguments can be compiled."""
     from ..dialects.support import op_is_supported
-    if not op_is_supported(func):
-        return False
+    return op_is_supported(func) and dtypes_supported(values)
+
+
+def dtypes_supported(values) -> bool:
+    """No argument is complex (or of another dtype the pipeline does not lower)."""
     for v in values:
         if isinstance(v, Value) and v.spec.dtype in UNSUPPORTED_DTYPES:
             return False
@@ -44,7 +47,7 @@ def note_fallback(name: str, why: str) -> None:
                     "as a fallback in lm.metrics", name, why)
 
 
-def run_eagerly(func, args, kwargs):
+def run_eagerly(func, args, kwargs, why: str = "not supported by the compiler"):
     """Run ``func`` on host copies of its lazy arguments; results are lazy."""
     from .capture import assign, data_value
     from .sync import to_host
@@ -52,7 +55,7 @@ def run_eagerly(func, args, kwargs):
     from .coverage import active
     if active() is not None:  # lm.check_coverage: record it, run nothing
         return active().stand_in(func, args, kwargs)
-    note_fallback(func.__name__.split(".")[0], "not supported by the compiler")
+    note_fallback(func.__name__.split(".")[0], why)
     flat, tree = tree_flatten((args, kwargs))
     host = [to_host(a).clone() if isinstance(a, LazyTensor) else
             (torch.device("cpu") if isinstance(a, torch.device) and a.type == "lazy" else a)

@@ -1,7 +1,9 @@
 """Counters and timings in the style of ``torch._lazy.metrics``.
 
 ``lazy::<op>`` counts a captured op, ``aten::<op>`` an op that fell back to
-eager CPU, ``sync::<op>`` an op that needed a value on the host. Timings are
+eager CPU, ``decomposed::<op>`` an op captured as its decomposition (each of
+its ops counted as ``lazy::``), ``sync::<op>`` an op that needed a value on
+the host. Timings are
 kept as samples (seconds) so the report can give totals and percentiles.
 """
 from __future__ import annotations

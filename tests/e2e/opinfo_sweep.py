@@ -489,9 +489,9 @@ class Probe:
             real = self._real
             probe = self
 
-            def run_eagerly(func, args, kwargs):
-                probe._note(func, args, kwargs)
-                return real(func, args, kwargs)
+            def run_eagerly(func, args, kwargs, **why):
+                probe._note(func, args, kwargs, why.get("why"))
+                return real(func, args, kwargs, **why)
             fallback.run_eagerly = run_eagerly
         self.lm.metrics.reset()
         return self
@@ -505,12 +505,14 @@ class Probe:
             _COMPILE_FAILURES[k.split(".")[0]] = v
         return False
 
-    def _note(self, func, args, kwargs) -> None:
+    def _note(self, func, args, kwargs, why=None) -> None:
         try:
             name = func.__name__  # aten op name with overload: add.Tensor
             support = self.support
             mname = support.mlir_name(func)
-            if mname in support.DENIED:
+            if why is not None:  # capture said why (data-dependent shape, dtype)
+                cause = clean_cause(why)
+            elif mname in support.DENIED:
                 why = support.DENIED[mname]
                 cause = why if why.startswith("compile failed") else f"denied: {why}"
                 cause = clean_cause(cause)

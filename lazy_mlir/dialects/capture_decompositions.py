@@ -1,0 +1,75 @@
+"""Decompositions of our own for ops the torch dialect lacks and PyTorch has
+no usable decomposition for (its refs call prims), applied at capture
+(``lazy/decompose.py``).
+
+Each writes the op in aten ops the dialect has, matching eager up to
+rounding; each returns ``NotImplemented`` for the cases it does not cover,
+which then fall back to eager.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+aten = torch.ops.aten
+
+
+def angle(x):
+    """The argument of a real number: pi for negatives, 0 otherwise, NaN
+    kept (ATen's ``angle_impl``); integers give the default float dtype."""
+    if x.is_complex():
+        return NotImplemented
+    dtype = x.dtype if x.is_floating_point() else torch.get_default_dtype()
+    xf = aten._to_copy.default(x, dtype=dtype)
+    pi = torch.full((), math.pi, dtype=dtype, device=x.device)
+    zero = torch.zeros((), dtype=dtype, device=x.device)
+    out = aten.where.self(aten.lt.Scalar(xf, 0), pi, zero)
+    return aten.where.self(aten.isnan.default(xf), xf, out)
+
+
+def hypot(a, b):
+    """sqrt(a^2 + b^2) without overflow or underflow: the larger magnitude
+    times sqrt(1 + r^2), r the ratio (<= 1); an infinite side gives inf even
+    with a NaN on the other, as C's hypot."""
+    if not (a.is_floating_point() and b.is_floating_point()):
+        return NotImplemented
+    ax, ay = aten.abs.default(a), aten.abs.default(b)
+    hi, lo = aten.maximum.default(ax, ay), aten.minimum.default(ax, ay)
+    one = torch.ones((), dtype=hi.dtype, device=hi.device)
+    r = aten.div.Tensor(lo, aten.where.self(aten.eq.Scalar(hi, 0), one, hi))
+    out = aten.mul.Tensor(hi, aten.sqrt.default(aten.add.Tensor(aten.mul.Tensor(r, r), one)))
+    # NaN explicitly: compiled maximum/minimum may drop a NaN operand.
+    either_nan = aten.logical_or.default(aten.isnan.default(ax), aten.isnan.default(ay))
+    out = aten.where.self(either_nan, aten.add.Tensor(ax, ay), out)
+    inf = torch.full((), math.inf, dtype=hi.dtype, device=hi.device)
+    either_inf = aten.logical_or.default(aten.isinf.default(ax), aten.isinf.default(ay))
+    return aten.where.self(either_inf, inf, out)
+
+
+def put(x, index, source, accumulate=False):
+    """``x.flatten()[index] = source`` (or ``+=``) as an ``index_put`` on the
+    flattened tensor."""
+    flat = aten.reshape.default(x, [-1])
+    index = aten.reshape.default(index, [-1])
+    # Negative indices counted from the end here: the compiled index_put
+    # does not wrap them (it writes out of bounds).
+    index = aten.where.self(aten.lt.Scalar(index, 0), aten.add.Scalar(index, flat.numel()), index)
+    out = aten.index_put.default(flat, [index], aten.reshape.default(source, [-1]), accumulate)
+    return aten.reshape.default(out, list(x.shape))
+
+
+def conj_physical(x):
+    """The conjugate of a real tensor is a copy of it."""
+    if x.is_complex():
+        return NotImplemented
+    return aten.clone.default(x)
+
+
+CAPTURE_DECOMPOSITIONS: dict = {
+    aten.angle.default: angle,
+    aten.hypot.default: hypot,
+    aten.put.default: put,
+    aten._conj_physical.default: conj_physical,
+    aten.conj_physical.default: conj_physical,
+}

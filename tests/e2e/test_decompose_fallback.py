@@ -1,0 +1,74 @@
+"""Ops the torch dialect lacks are compiled through decompositions at capture;
+ops whose output shape depends on the data, or of complex dtype, fall back to
+eager visibly (counted in lm.metrics) instead of raising."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from e2e_helpers import Counters, assert_lazy_close, lazy
+
+
+def _rand(*shape, seed=0):
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+
+
+def test_torch_decompositions_compile():
+    b, m, v = _rand(3, seed=1), _rand(3, 5, seed=2), _rand(5, seed=3)
+    x = _rand(1, 2, 3, 4, 5, seed=4)
+    c = Counters()
+    out = torch.addmv(lazy(b), lazy(m), lazy(v), beta=0.5, alpha=2.0)
+    up = F.interpolate(lazy(x), size=(4, 5, 7), mode="trilinear")
+    assert_lazy_close(out, torch.addmv(b, m, v, beta=0.5, alpha=2.0), rtol=1e-5, atol=1e-5)
+    assert_lazy_close(up, F.interpolate(x, size=(4, 5, 7), mode="trilinear"),
+                      rtol=1e-5, atol=1e-5)
+    assert c.delta("decomposed::addmv") == 1
+    assert c.delta("decomposed::upsample_trilinear3d") == 1
+    assert c.delta("aten::addmv") == 0 and c.delta("aten::upsample_trilinear3d") == 0
+
+
+def test_our_decompositions_compile():
+    x = torch.tensor([-2.0, -0.0, 0.0, 3.0, math.nan, -math.inf])
+    a = torch.tensor([3.0, 1e30, 0.0, math.inf, math.nan, -5.0])
+    t, index, source = _rand(3, 4, seed=5), torch.tensor([0, -1, 5]), _rand(3, seed=6)
+    c = Counters()
+    angle = torch.angle(lazy(x))
+    hypot = torch.hypot(lazy(a), lazy(x))
+    put = lazy(t)
+    put.put_(lazy(index), lazy(source), accumulate=True)
+    assert_lazy_close(angle, torch.angle(x), equal_nan=True)
+    assert_lazy_close(hypot, torch.hypot(a, x), equal_nan=True)
+    assert_lazy_close(put, t.put(index, source, accumulate=True))
+    for op in ("angle", "hypot", "put"):
+        assert c.delta("decomposed::" + op) == 1, op
+        assert c.delta("aten::" + op) == 0, op
+
+
+def test_data_dependent_shapes_fall_back_visibly():
+    x = _rand(4, 5, seed=7)
+    c = Counters()
+    nz = torch.nonzero(lazy(x) > 0)
+    sel = torch.masked_select(lazy(x), lazy(x) > 0.5)
+    assert torch.equal(nz.cpu(), torch.nonzero(x > 0))
+    assert torch.equal(sel.cpu(), torch.masked_select(x, x > 0.5))
+    assert c.delta("aten::nonzero") == 1
+    assert c.delta("aten::masked_select") == 1
+
+
+def test_decomposition_that_reads_a_value_falls_back():
+    # take's decomposition indexes with a 0-dim tensor: .item() at compile time.
+    x, i = _rand(3, 4, seed=8), torch.tensor(7)
+    c = Counters()
+    assert_lazy_close(torch.take(lazy(x), lazy(i)), torch.take(x, i))
+    assert c.delta("aten::take") == 1
+
+
+def test_complex_result_falls_back():
+    x = _rand(3, seed=9)
+    c = Counters()
+    z = lazy(x).cdouble()
+    assert z.dtype == torch.complex128
+    assert torch.equal(z.cpu(), x.cdouble())
+    assert c.delta("aten::_to_copy") == 1

@@ -1,0 +1,130 @@
+"""Capture-time decomposition: which ops are decomposed and which fall back
+(``lazy/decompose.py``), and our capture decompositions against eager CPU.
+Nothing here compiles."""
+import math
+
+import pytest
+import torch
+import torch.fx as fx
+
+from lazy_mlir.dialects import support
+from lazy_mlir.dialects.capture_decompositions import angle, hypot, put
+from lazy_mlir.lazy import decompose
+from lazy_mlir.lazy.ir import DeviceData, TensorSpec, Value
+
+aten = torch.ops.aten
+
+
+def value(*shape, dtype=torch.float32):
+    return Value.of_data(DeviceData(TensorSpec.of(torch.empty(shape, dtype=dtype))))
+
+
+def plan(func, *args, **kwargs):
+    from lazy_mlir.lazy import argtree
+    flat, tree = argtree.flatten(args, kwargs)
+    return decompose.plan(func, flat, tree)
+
+
+def traced_ops(gm):
+    return {n.target for n in gm.graph.nodes if n.op == "call_function"}
+
+
+def test_op_not_in_dialect_with_torch_decomposition_is_decomposed():
+    assert not support.op_is_supported(aten.addmv.default)
+    gm = plan(aten.addmv.default, value(3), value(3, 4), value(4))
+    assert isinstance(gm, fx.GraphModule)
+    assert aten.addmv.default not in traced_ops(gm)
+    assert all(support.op_is_supported(op) for op in traced_ops(gm)
+               if isinstance(op, torch._ops.OpOverload) and not op._schema.is_mutable)
+
+
+def test_our_decomposition_comes_first():
+    gm = plan(aten.angle.default, value(5))
+    assert isinstance(gm, fx.GraphModule)
+    assert aten.isnan.default in traced_ops(gm)
+
+
+def test_decomposition_into_unsupported_ops_is_refused():
+    # torch._refs.digamma is prims.digamma: nothing the dialect has.
+    why = plan(aten.digamma.default, value(5))
+    assert isinstance(why, str) and "digamma" in why
+
+
+def test_random_op_is_not_decomposed():
+    assert plan(aten.normal.Tensor_Tensor, value(4), value(4)) == "random op"
+
+
+def test_op_without_decomposition():
+    assert plan(aten.histc.default, value(8), 10, 0.0, 1.0) == "no decomposition"
+
+
+def test_supported_op_is_not_decomposed():
+    assert plan(aten.mv.default, value(3, 4), value(4)) == "no decomposition"
+
+
+@pytest.fixture
+def deny():
+    """``deny(name)``: stop compiling an op for this test only."""
+    added = []
+
+    def _deny(name):
+        if name not in support.DENIED:
+            added.append(name)
+            support.deny(name, "test: pretend it cannot be compiled")
+    yield _deny
+    for name in added:
+        support.DENIED.pop(name, None)
+
+
+def test_denied_op_in_a_decomposition_is_decomposed_in_turn(deny):
+    gm = plan(aten.addmv.default, value(2), value(2, 5), value(5))
+    assert aten.mv.default in traced_ops(gm)
+    deny("mv")  # a compile failure at run time denies an op: torch decomposes mv
+    gm = plan(aten.addmv.default, value(2), value(2, 6), value(6))
+    assert isinstance(gm, fx.GraphModule)
+    assert aten.mv.default not in traced_ops(gm)
+    assert aten.sum.dim_IntList in traced_ops(gm)
+
+
+def test_denied_op_without_decomposition_refuses_it(deny):
+    deny("mv")
+    deny("sum.dim_IntList")
+    why = plan(aten.addmv.default, value(2), value(2, 7), value(7))
+    assert isinstance(why, str) and "sum" in why
+
+
+def test_plans_are_memoized_per_signature():
+    a = plan(aten.addmv.default, value(7), value(7, 2), value(2))
+    assert plan(aten.addmv.default, value(7), value(7, 2), value(2)) is a
+    assert plan(aten.addmv.default, value(8), value(8, 2), value(2)) is not a
+
+
+def test_import_decomposition_that_reads_values():
+    from lazy_mlir.lazy import argtree
+    assert support.decomposed_before_import(aten.take.default)
+    flat, tree = argtree.flatten((value(3, 4), value(dtype=torch.int64)), {})
+    assert decompose.import_decomposition_reads_values(aten.take.default, flat, tree)
+    flat, tree = argtree.flatten((value(3, 4), value(2, dtype=torch.int64)), {})
+    assert not decompose.import_decomposition_reads_values(aten.take.default, flat, tree)
+
+
+def test_angle_matches_eager():
+    x = torch.tensor([-2.0, -0.0, 0.0, 3.0, math.nan, -math.inf, math.inf])
+    torch.testing.assert_close(angle(x), torch.angle(x), equal_nan=True)
+    i = torch.tensor([-3, 0, 4])
+    torch.testing.assert_close(angle(i), torch.angle(i))
+    assert angle(torch.zeros(2, dtype=torch.complex64)) is NotImplemented
+
+
+def test_hypot_matches_eager_at_the_edges():
+    a = torch.tensor([3.0, 1e30, 1e-30, 0.0, math.inf, math.nan, math.nan, -5.0, 2e38])
+    b = torch.tensor([4.0, 1e30, 1e-30, 0.0, math.nan, 1.0, math.inf, 0.0, 2e38])
+    torch.testing.assert_close(hypot(a, b), torch.hypot(a, b), equal_nan=True)
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_put_matches_eager(accumulate):
+    x = torch.randn(3, 4)
+    index = torch.tensor([[0, -1], [5, -12]])
+    source = torch.randn(2, 2)
+    torch.testing.assert_close(put(x, index, source, accumulate), x.put(index, source, accumulate))
