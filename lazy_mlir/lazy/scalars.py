@@ -86,8 +86,10 @@ def lift_scalars(func, args, kwargs, tensor_cls, make_scalar):
     if name in ("addcmul.default", "addcdiv.default") and _liftable(kwargs.get("value")):
         inner = (aten.mul.Tensor if "addcmul" in name else aten.div.Tensor)(args[1], args[2])
         return aten.add.Tensor, (args[0], aten.mul.Tensor(inner, lift(kwargs["value"]))), {}
-    if name == "clamp.default" and any(_liftable(a) for a in args[1:]):
-        bounds = [lift(a) if _liftable(a) else a for a in args[1:]]
+    if name == "clamp.default" and any(_liftable(a) for a in (*args[1:], *kwargs.values())):
+        # clamp.Tensor takes no numbers: a 0 or 1 bound is lifted too.
+        bounds = [lift(a) if type(a) in _NUMBER_TYPES else a for a in args[1:]]
+        kwargs = {k: lift(a) if type(a) in _NUMBER_TYPES else a for k, a in kwargs.items()}
         return aten.clamp.Tensor, (args[0], *bounds), kwargs
     sibling = _tensor_sibling(func)
     new_args = list(args)

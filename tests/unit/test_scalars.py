@@ -28,3 +28,11 @@ def test_alpha_and_value_are_lifted():
     x, y = torch.ones(3).to("lazy"), torch.ones(3).to("lazy")
     assert len(_inputs(torch.add(x, y, alpha=0.1))) == 3
     assert len(_inputs(torch.addcdiv(x, x, y, value=0.3))) == 3
+
+
+def test_clamp_with_a_zero_or_one_bound_next_to_a_lifted_one():
+    # clamp.Tensor takes no numbers: the 0 bound is lifted with the 5.
+    x = torch.arange(-3.0, 9.0).to("lazy")
+    assert _inputs(torch.clamp(x, 0, 5)) == ["float32[12]", "float32[]", "float32[]"]
+    assert _inputs(torch.clamp(x, min=1, max=2.5)) == ["float32[12]", "float32[]", "float32[]"]
+    assert _inputs(torch.clamp(x, 0, 1)) == ["float32[12]"]  # nothing lifted: clamp.default
