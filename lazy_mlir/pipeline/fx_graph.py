@@ -59,17 +59,21 @@ def to_fx(graph: Graph) -> fx.GraphModule:
     return fx.GraphModule(torch.nn.Module(), g)
 
 
-def decompose(gm: fx.GraphModule) -> fx.GraphModule:
+def decompose(gm: fx.GraphModule, extra: dict | None = None,
+              base: bool = True) -> fx.GraphModule:
     """Re-trace ``gm`` through torch-mlir's recommended decomposition table
     (core aten decompositions minus those torch-mlir lowers better itself,
-    the table ``torch_mlir.fx.export_and_import`` applies) and ours."""
+    the table ``torch_mlir.fx.export_and_import`` applies) and ours (unless
+    ``base`` is false), then ``extra`` (which wins)."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from ..dialects.support import decomposition_table
+    table = dict(decomposition_table()) if base else {}
+    table.update(extra or {})
     fakes = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
     mode = fakes[0].fake_mode if fakes else FakeTensorMode()
     with mode:
-        return make_fx(gm, decomposition_table=decomposition_table())(*fakes)
+        return make_fx(gm, decomposition_table=table)(*fakes)
 
 
 def _returns_single_tensor(op) -> bool:

@@ -56,15 +56,23 @@ def _timed(name: str, built_by: str, fn, *args) -> Stage:
     return Stage(name, text, Provenance(built_by, time.perf_counter() - t0))
 
 
-def lower(gm: fx.GraphModule, config: PipelineConfig) -> tuple[Stage, ...]:
-    """fx -> (decomposed, mixed-precision) fx -> torch [-> torch-backend -> linalg]."""
+def lower(gm: fx.GraphModule, config: PipelineConfig,
+          target: str | None = None) -> tuple[Stage, ...]:
+    """fx -> (decomposed, mixed-precision) fx -> torch [-> torch-backend -> linalg].
+    ``target`` (a target name, if known) selects target-dependent rewrites."""
     from ..dialects.torch_import import import_fx
     from .fx_graph import decompose
     t0 = time.perf_counter()
     made_by = ["lazy capture"]
-    if config.decompositions:
-        gm = decompose(gm)
-        made_by.append("torch-mlir decomposition table")
+    extra = {}
+    if config.conv_as_matmul(target):
+        from ..passes.conv_matmul import DECOMPOSITIONS as extra
+    if config.decompositions or extra:
+        gm = decompose(gm, extra, base=config.decompositions)
+        if config.decompositions:
+            made_by.append("torch-mlir decomposition table")
+        if extra:
+            made_by.append("conv_matmul")
     if config.mixed_precision == "bf16":
         from ..passes.mixed_precision import bf16_mixed_precision
         gm = bf16_mixed_precision(gm)

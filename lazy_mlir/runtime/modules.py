@@ -72,7 +72,7 @@ def _compile(graph, target, config):
     gm = to_fx(graph)
     t0 = time.perf_counter()
     try:
-        return compile_stages(lower(gm, config), target, config)
+        return compile_stages(lower(gm, config, target.name), target, config)
     except PipelineError as e:
         ops = list(e.unlowered)
         for op in ops:

@@ -108,6 +108,25 @@ def test_bf16_mixed_precision_changes_ir_and_numerics():
         assert 1e-6 < err < 0.05 * r.abs().max().item()  # bf16 operands, f32 accumulation
 
 
+def test_conv_as_matmul_compiles_and_matches_eager():
+    def step(x, w, b, dy):
+        out = F.conv2d(x, w, b, padding=1)
+        grads = torch.ops.aten.convolution_backward(
+            dy, x, w, [16], [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [True, True, True])
+        return (out, *grads)
+
+    args = (torch.randn(3, 8, 7, 7), torch.randn(16, 8, 3, 3), torch.randn(16),
+            torch.randn(3, 16, 7, 7))
+    lowered = lm.jit(step).lower(*args, config=PipelineConfig(conv_lowering="im2col"))
+    assert "conv_matmul" in lowered.stage("fx").provenance.built_by
+    assert "linalg.matmul" in lowered.as_text("linalg")
+    assert "linalg.conv_2d" not in lowered.as_text("linalg")
+    native = lm.jit(step).lower(*args, config=PipelineConfig(conv_lowering="native"))
+    assert "linalg.conv_2d" in native.as_text("linalg")
+    for got, want in zip(lowered.compile(target="cpu")(*args), step(*args)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
 def test_iree_torch_input_path_matches_linalg_path():
     lowered = lm.jit(mlp).lower(*ARGS, config=PipelineConfig(input="torch"))
     assert lowered.stages[:3] == ("fx", "torch", "iree-input")

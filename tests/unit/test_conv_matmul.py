@@ -1,0 +1,89 @@
+"""The conv_matmul fx pass: convolutions and their gradients as im2col + mm,
+checked against aten's own convolution on real tensors (no compiler)."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from lazy_mlir.passes import conv_matmul as cm
+from lazy_mlir.pipeline.config import ConfigError, PipelineConfig
+
+aten = torch.ops.aten
+
+# (N, C, H, W, O, K, stride, padding, dilation)
+CASES = [
+    (4, 8, 10, 9, 8, 3, 1, 0, 1),
+    (2, 8, 11, 12, 8, 3, 2, 1, 1),
+    (2, 8, 12, 12, 8, 3, 1, 2, 2),
+    (1, 3, 28, 28, 6, 5, 1, 2, 1),
+    (3, 64, 8, 8, 64, 1, 1, 0, 1),
+    (2, 8, 13, 11, 8, 3, 2, 1, 2),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "N{}C{}H{}W{}O{}K{}s{}p{}d{}".format(*c))
+def test_forward_and_backward_match_aten(case):
+    n, c, h, w, o, k, s, p, d = case
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, c, h, w, generator=g, dtype=torch.float64)
+    weight = torch.randn(o, c, k, k, generator=g, dtype=torch.float64)
+    bias = torch.randn(o, generator=g, dtype=torch.float64)
+    conv = ([s, s], [p, p], [d, d], False, [0, 0], 1)
+    expected = aten.convolution(x, weight, bias, *conv)
+    out = cm.convolution(x, weight, bias, *conv)
+    assert out.is_contiguous()
+    torch.testing.assert_close(out, expected)
+    dy = torch.randn(expected.shape, generator=g, dtype=torch.float64)
+    mask = [s == 1, True, True]  # the input gradient is rewritten for stride 1 only
+    want = aten.convolution_backward(dy, x, weight, [o], *conv, mask)
+    got = cm.convolution_backward(dy, x, weight, [o], *conv, mask)
+    for a, b, m in zip(got, want, mask):
+        assert (a is None) == (not m)
+        if m:
+            torch.testing.assert_close(a, b)
+
+
+def test_left_alone_when_not_worth_it_or_not_covered():
+    x, w = torch.randn(2, 4, 8, 8), torch.randn(4, 2, 3, 3)
+    conv = ([1, 1], [0, 0], [1, 1], False, [0, 0], 2)
+    assert cm.convolution(x, w, None, *conv) is NotImplemented            # groups
+    x1, w1 = torch.randn(2, 1, 8, 8), torch.randn(8, 1, 3, 3)
+    plain = ([1, 1], [0, 0], [1, 1], False, [0, 0], 1)
+    assert cm.convolution(x1, w1, None, *plain) is NotImplemented         # depth 9 < 64
+    x2, w2 = torch.randn(2, 8, 9, 9), torch.randn(8, 8, 3, 3)
+    strided = ([2, 2], [0, 0], [1, 1], False, [0, 0], 1)
+    dy = torch.randn(2, 8, 4, 4)
+    assert cm.convolution_backward(dy, x2, w2, [8], *strided,
+                                   [True, True, False]) is NotImplemented  # input grad, stride 2
+    xi = torch.ones(2, 8, 9, 9, dtype=torch.int64)
+    assert cm.convolution(xi, w2.long(), None, *plain) is NotImplemented
+
+
+def test_traced_conv_step_has_matmuls_instead_of_convolutions():
+    def step(x, w):
+        out = torch.nn.functional.conv2d(x, w, padding=1)
+        return torch.autograd.grad(out.square().sum(), (x, w))
+
+    x = torch.randn(2, 8, 6, 6, requires_grad=True)
+    w = torch.randn(16, 8, 3, 3, requires_grad=True)
+    gm = make_fx(step, decomposition_table=cm.DECOMPOSITIONS)(x, w)
+    targets = {n.target for n in gm.graph.nodes if n.op == "call_function"}
+    assert aten.mm.default in targets
+    assert aten.convolution.default not in targets
+    assert aten.convolution_backward.default not in targets
+    for a, b in zip(gm(x, w), step(x, w)):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_config_conv_lowering():
+    assert PipelineConfig().conv_lowering == "auto"
+    assert PipelineConfig().conv_as_matmul("cpu")
+    assert not PipelineConfig().conv_as_matmul("vulkan")
+    assert not PipelineConfig().conv_as_matmul(None)
+    assert PipelineConfig(conv_lowering="im2col").conv_as_matmul("vulkan")
+    assert not PipelineConfig(conv_lowering="native").conv_as_matmul("cpu")
+    assert PipelineConfig(conv_lowering="native").key != PipelineConfig().key
+    assert PipelineConfig.from_dict({"conv_lowering": "im2col"}).conv_lowering == "im2col"
+    with pytest.raises(ConfigError, match="conv_lowering must be"):
+        PipelineConfig(conv_lowering="winograd")
