@@ -42,8 +42,8 @@ def module_for(graph, target, config):
     disk_key = make_key(graph.key, target.cache_key, config.key) if disk else None
     packed = disk.get(disk_key) if disk else None
     if packed is not None:
-        clobbered, vmfb = _unpack(packed)
-        entry = session_for(target).load(vmfb, clobbered)
+        clobbered, passthrough, vmfb = _unpack(packed)
+        entry = session_for(target).load(vmfb, clobbered, passthrough)
     else:
         metrics.counter_inc("UncachedCompile")
         debug.on_uncached_compile(graph)
@@ -52,12 +52,13 @@ def module_for(graph, target, config):
             entry = compiled
         else:
             clobbered = clobbered_args(compiled.stages[-2].text)
-            entry = session_for(target).load(compiled.vmfb, clobbered)
+            passthrough = returned_args(compiled.stages[-2].text)
+            entry = session_for(target).load(compiled.vmfb, clobbered, passthrough)
             if dumper is not None:
                 dumper.dump(graph, compiled, config,
                             make_key(graph.key, target.cache_key, config.key))
             if disk:
-                disk.put(disk_key, _pack(clobbered, compiled.vmfb),
+                disk.put(disk_key, _pack(clobbered, passthrough, compiled.vmfb),
                          {"graph": graph.key, "target": target.name, "ops": len(graph.nodes),
                           "config": config.key})
     memory_cache.put(key, entry)
@@ -94,10 +95,26 @@ def clobbered_args(text: str) -> tuple[int, ...]:
     return tuple(sorted(found))
 
 
-def _pack(clobbered: tuple[int, ...], vmfb: bytes) -> bytes:
-    return json.dumps({"clobbered": list(clobbered)}).encode() + b"\n" + vmfb
+def returned_args(text: str) -> tuple[tuple[int, int], ...]:
+    """(result, argument) pairs of ``main``'s results that are its arguments
+    returned unchanged. IREE may update such an argument in place for another
+    result (``b = a * 1; a[2:] = x`` returns one buffer for both), so the
+    runtime answers these results with the argument itself."""
+    main = text.find("func.func @main(")
+    ret = re.search(r"^\s*(?:func\.)?return (.*?) :", text[main:], re.M) if main >= 0 else None
+    if ret is None:
+        return ()
+    operands = [o.strip() for o in ret.group(1).split(",")]
+    return tuple((i, int(o[4:])) for i, o in enumerate(operands) if re.fullmatch(r"%arg\d+", o))
 
 
-def _unpack(packed: bytes) -> tuple[tuple[int, ...], bytes]:
+def _pack(clobbered: tuple[int, ...], passthrough, vmfb: bytes) -> bytes:
+    header = {"clobbered": list(clobbered), "passthrough": [list(p) for p in passthrough]}
+    return json.dumps(header).encode() + b"\n" + vmfb
+
+
+def _unpack(packed: bytes):
     header, _, vmfb = packed.partition(b"\n")
-    return tuple(json.loads(header)["clobbered"]), vmfb
+    header = json.loads(header)
+    passthrough = tuple(tuple(p) for p in header.get("passthrough", ()))
+    return tuple(header["clobbered"]), passthrough, vmfb

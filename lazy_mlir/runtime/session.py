@@ -166,12 +166,14 @@ class Session:
         self.demotes_f64 = "--iree-input-demote-f64-to-f32=false" not in target.flags
         _quiet_shutdown()
 
-    def load(self, vmfb: bytes, clobbered: tuple[int, ...] = ()) -> "LoadedModule":
-        """The module's ``main``, callable on device arrays."""
+    def load(self, vmfb: bytes, clobbered: tuple[int, ...] = (),
+             passthrough: tuple[tuple[int, int], ...] = ()) -> "LoadedModule":
+        """The module's ``main``, callable on device arrays; ``passthrough``:
+        (result, argument) pairs where the result is the argument unchanged."""
         rt = self.rt
         ctx = rt.SystemContext(config=self.config)
         ctx.add_vm_module(rt.VmModule.copy_buffer(ctx.instance, vmfb))
-        return LoadedModule(self, ctx.modules.module["main"], clobbered)
+        return LoadedModule(self, ctx.modules.module["main"], clobbered, passthrough)
 
     # -- host -> device ------------------------------------------------------
 
@@ -357,12 +359,18 @@ class LoadedModule:
     every later call. Imported host memory (zero-copy) is thus never written,
     and results keep the host memory of the call's imported arguments alive
     (a result may be a view of one).
+
+    A result that is an argument returned unchanged (``passthrough``) is that
+    argument itself: IREE may hand back one buffer for it and for another
+    result written in place into the argument.
     """
 
-    def __init__(self, session: Session, fn, clobbered: tuple[int, ...]):
+    def __init__(self, session: Session, fn, clobbered: tuple[int, ...],
+                 passthrough: tuple[tuple[int, int], ...] = ()):
         self.session = session
         self.fn = fn
         self.clobbered = clobbered
+        self.passthrough = passthrough
         self.aliased: frozenset[int] | None = None  # known after the first call
 
     def __call__(self, *args):
@@ -385,6 +393,11 @@ class LoadedModule:
         if keep:
             for o in outs:
                 o._lazy_mlir_host = keep
+        if self.passthrough:  # after the above: an argument keeps its own host memory
+            outs = list(outs)
+            for result, arg in self.passthrough:
+                outs[result] = args[arg]
+            outs = tuple(outs)
         return outs
 
 
