@@ -1,0 +1,80 @@
+"""Ops torch-mlir imports but did not lower (they fell back) now compile
+through ``dialects/lowering_decompositions.py`` and match eager."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import lazy_mlir as lm
+from e2e_helpers import assert_lazy_close, lazy
+
+
+def _compiled(fn, *inputs, counters):
+    """``fn`` on lazy copies of ``inputs`` equals eager and nothing fell back."""
+    counters.snapshot()
+    out = fn(*(lazy(t) for t in inputs))
+    lm.mark_step()
+    expected = fn(*inputs)
+    outs, exps = (out, expected) if isinstance(out, tuple) else ((out,), (expected,))
+    for o, e in zip(outs, exps):
+        assert_lazy_close(o, e)
+    fell_back = [n for n in lm.metrics.counter_names()
+                 if n.startswith("aten::") and counters.delta(n)]
+    assert not fell_back, fell_back
+
+
+# Reductions and scans over dim 0 / -1 of a 0-d tensor (one graph for all).
+RANK0 = [
+    lambda x: torch.amax(x, 0), lambda x: torch.amin(x, -1, keepdim=True),
+    lambda x: torch.argmax(x), lambda x: torch.argmin(x, 0, keepdim=True),
+    lambda x: torch.all(x, 0), lambda x: torch.any(x, -1),
+    lambda x: torch.max(x, 0), lambda x: torch.min(x, 0, keepdim=True),
+    lambda x: torch.prod(x, 0), lambda x: torch.cumsum(x, 0),
+    lambda x: torch.cumprod(x, -1), lambda x: torch.logcumsumexp(x, 0),
+    lambda x: torch.logsumexp(x, 0),
+]
+
+
+def test_reductions_of_a_0d_tensor(counters):
+    x = torch.tensor(0.75)
+    def all_of(t):
+        outs = [f(t) for f in RANK0]
+        return tuple(o for out in outs for o in (out if isinstance(out, tuple) else (out,)))
+    _compiled(all_of, x, counters=counters)
+
+
+def test_reductions_of_a_1d_tensor_unchanged(counters):
+    x = torch.randn(3, 5)
+    _compiled(lambda t: (torch.amax(t, 1), torch.argmax(t, 0), torch.cumsum(t, 1)), x,
+              counters=counters)
+
+
+def test_log10(counters):
+    x = torch.rand(4, 6) * 100 + 1e-3
+    _compiled(torch.log10, x, counters=counters)
+
+
+def test_copy_views(counters):
+    x = torch.randn(2, 3, 4)
+    _compiled(lambda t: (torch.permute_copy(t, (2, 0, 1)), torch.view_copy(t, (6, 4)),
+                         torch.as_strided_copy(t, (2, 2), (1, 2), 1),
+                         *torch.unbind_copy(t, 1)), x, counters=counters)
+
+
+def test_new_empty_strided_shape():
+    x = torch.randn(5, 5)
+    out = lazy(x).new_empty_strided((2, 3), (3, 1)).fill_(1.5)
+    assert_lazy_close(out, torch.full((2, 3), 1.5))
+
+
+@pytest.mark.parametrize("align_corners", [True, False])
+def test_upsample_bilinear(align_corners, counters):
+    x = torch.randn(1, 2, 4, 5)
+    _compiled(lambda t: F.interpolate(t, size=(7, 3), mode="bilinear",
+                                      align_corners=align_corners), x, counters=counters)
+
+
+def test_cumprod_with_dtype(counters):
+    x = torch.randn(4, 3)
+    _compiled(lambda t: torch.cumprod(t, 1, dtype=torch.float32), x, counters=counters)
