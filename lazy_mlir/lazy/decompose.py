@@ -29,14 +29,17 @@ _table_cache: list = [None, None]  # [DENIED snapshot, table]
 
 
 def capture_table() -> dict:
-    """Decompositions of the ops the compiler cannot take (ops denied at run
-    time included): ours first, then PyTorch's."""
+    """Decompositions of the functional ops the compiler cannot take (ops
+    denied at run time included): ours first, then PyTorch's. Views,
+    in-place ops and random fills are capture's own business (an in-place op
+    is recorded as its functional form, which may then be decomposed)."""
     from ..dialects.support import DENIED, capture_decompositions, op_is_supported
+    from .capture import _kind
     denied = frozenset(DENIED)
     if _table_cache[0] != denied:
         _table_cache[1] = {op: fn for op, fn in capture_decompositions().items()
                            if isinstance(op, torch._ops.OpOverload) and op.namespace == "aten"
-                           and not op_is_supported(op)}
+                           and not op_is_supported(op) and _kind(op) == "functional"}
         _table_cache[0] = denied
     return _table_cache[1]
 
@@ -59,12 +62,14 @@ def _plan(func, vals, tree):
     table = capture_table()
     if func not in table:
         return "no decomposition"
-    if torch.Tag.nondeterministic_seeded in func.tags:
+    from ..dialects.capture_decompositions import SAME_RANDOM_STREAM
+    random_ok = func in SAME_RANDOM_STREAM
+    if torch.Tag.nondeterministic_seeded in func.tags and not random_ok:
         return "random op"
     gm = _trace(func, vals, tree, table)
     if isinstance(gm, str):
         return gm
-    return _uncapturable(gm) or gm
+    return _uncapturable(gm, random_ok) or gm
 
 
 def import_decomposition_reads_values(func, vals: list, tree) -> bool:
@@ -122,10 +127,12 @@ def _trace(func, vals, tree, table):
     return gm
 
 
-def _uncapturable(gm: fx.GraphModule) -> str | None:
-    """Why some op of the trace cannot be captured, or None."""
+def _uncapturable(gm: fx.GraphModule, random_ok: bool = False) -> str | None:
+    """Why some op of the trace cannot be captured, or None. With
+    ``random_ok``, the random fills capture draws on the host as eager does
+    are allowed."""
     from ..dialects.support import op_is_supported
-    from .capture import _functional_of, _kind
+    from .capture import _RANDOM, _functional_of, _kind
     from .fallback import UNSUPPORTED_DTYPES
     for node in gm.graph.nodes:
         val = node.meta.get("val")
@@ -137,7 +144,7 @@ def _uncapturable(gm: fx.GraphModule) -> str | None:
         op = node.target
         if op.namespace != "aten":  # prims (torch._refs), ...: not what the table names
             return f"produces {op}"
-        if torch.Tag.nondeterministic_seeded in op.tags:
+        if torch.Tag.nondeterministic_seeded in op.tags and not (random_ok and op in _RANDOM):
             return f"random op {op}"
         kind = _kind(op)
         if kind == "sync":

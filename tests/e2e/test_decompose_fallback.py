@@ -46,6 +46,19 @@ def test_our_decompositions_compile():
         assert c.delta("aten::" + op) == 0, op
 
 
+def test_random_ops_draw_what_eager_draws():
+    mean, std, x = _rand(5, 3, seed=10), _rand(3, seed=11).abs() + 0.1, _rand(4, 2, seed=12)
+    c = Counters()
+    torch.manual_seed(5)
+    lazy_out = (torch.normal(lazy(mean), lazy(std)), torch.randint_like(lazy(x), -3, 9))
+    torch.manual_seed(5)
+    eager_out = (torch.normal(mean, std), torch.randint_like(x, -3, 9))
+    assert_lazy_close(lazy_out[0], eager_out[0])
+    assert_lazy_close(lazy_out[1], eager_out[1], rtol=0, atol=0)
+    assert c.delta("decomposed::normal") == 1 and c.delta("decomposed::randint_like") == 1
+    assert c.delta("aten::normal") == 0 and c.delta("aten::randint_like") == 0
+
+
 def test_data_dependent_shapes_fall_back_visibly():
     x = _rand(4, 5, seed=7)
     c = Counters()

@@ -51,7 +51,14 @@ def test_decomposition_into_unsupported_ops_is_refused():
 
 
 def test_random_op_is_not_decomposed():
-    assert plan(aten.normal.Tensor_Tensor, value(4), value(4)) == "random op"
+    # torch decomposes geometric into uniform draws: another random stream.
+    assert plan(aten.geometric.default, value(4), 0.5) == "random op"
+
+
+def test_random_op_written_with_eagers_own_fills_is_decomposed():
+    gm = plan(aten.normal.Tensor_Tensor, value(4), value(4))
+    assert isinstance(gm, fx.GraphModule)
+    assert aten.normal_.default in traced_ops(gm)
 
 
 def test_op_without_decomposition():
