@@ -6,6 +6,11 @@ does not lower to linalg (they failed to compile and fell back).
   linalg backend contract. On a 0-d tensor each equals the op on the
   1-element 1-d tensor, reshaped back to 0-d. ``cumprod`` with a ``dtype``
   fails the same way: it converts first.
+- ``scatter`` with ``reduce=`` as ``scatter_reduce``; ``diagonal_scatter``
+  and ``as_strided_scatter`` as a ``scatter`` at positions computed by
+  viewing an ``arange`` the same way.
+- ``max_pool{2,3}d_with_indices`` with ``ceil_mode`` or integers: PyTorch's
+  decomposition.
 - Ops whose PyTorch decomposition (``torch._decomp``) torch-mlir lowers:
   ``*_copy`` view ops, ``upsample_bilinear2d``; ``empty_strided`` as ``empty``.
 - ``log10``: IREE's CPU backend has no ``log10f`` to link against.
@@ -49,6 +54,81 @@ def cumprod(x, dim, dtype=None):
     return _cumprod_on_0d(x, dim)
 
 
+_SCATTER_REDUCE = {"add": "sum", "multiply": "prod"}
+
+
+def scatter_reduce(x, dim, index, src, reduce):
+    """The deprecated ``scatter(..., reduce=)`` is ``scatter_reduce`` keeping
+    ``self`` (which torch-mlir lowers)."""
+    if reduce not in _SCATTER_REDUCE:
+        return NotImplemented
+    return aten.scatter_reduce.two(x, dim, index, src, _SCATTER_REDUCE[reduce], include_self=True)
+
+
+def scatter_value_reduce(x, dim, index, value, reduce):
+    src = aten.full.default(list(index.shape), value, dtype=x.dtype, device=x.device)
+    return scatter_reduce(x, dim, index, src, reduce)
+
+
+def _scatter_at(x, positions, src):
+    """``x`` with ``src`` written at the flat ``positions`` (same shape as ``src``)."""
+    flat = aten.scatter.src(aten.reshape.default(x, [-1]), 0,
+                            aten.reshape.default(positions, [-1]),
+                            aten.reshape.default(src, [-1]))
+    return aten.reshape.default(flat, list(x.shape))
+
+
+def _positions(x):
+    """The flat position of each element of ``x``, shaped like ``x``."""
+    n = x.numel()
+    return aten.reshape.default(aten.arange.default(n, dtype=torch.int64, device=x.device),
+                                list(x.shape))
+
+
+def diagonal_scatter(x, src, offset=0, dim1=0, dim2=1):
+    """Written at the positions of the diagonal (an ``arange`` seen diagonally)."""
+    where = aten.diagonal.default(_positions(x), offset, dim1, dim2)
+    return _scatter_at(x, where, aten.expand.default(src, list(where.shape)))
+
+
+def _overlaps(size, stride) -> bool:
+    """Whether a strided view may see one element twice (a sufficient test)."""
+    extent = 0
+    for n, st in sorted(((n, abs(st)) for n, st in zip(size, stride) if n > 1),
+                        key=lambda p: p[1]):
+        if st <= extent:
+            return True
+        extent += (n - 1) * st
+    return False
+
+
+def as_strided_scatter(x, src, size, stride, storage_offset=None):
+    """On a contiguous ``x`` storage positions are flat positions, so the view
+    is the same ``as_strided`` of an ``arange``; overlapping views (whose
+    eager result depends on write order) keep the op."""
+    if not x.is_contiguous() or x.storage_offset() != 0 or _overlaps(size, stride):
+        return NotImplemented
+    where = aten.as_strided.default(aten.reshape.default(_positions(x), [-1]), size, stride,
+                                    storage_offset or 0)
+    return _scatter_at(x, where, aten.expand.default(src, list(where.shape)))
+
+
+def _max_pool_with_indices(op):
+    """torch-mlir pads a ``ceil_mode`` pooling window past what the output
+    needs (an invalid ``linalg.pooling_*`` that IREE rejects) and compares
+    integers as floats; PyTorch's decomposition (explicit padding, gather,
+    argmax) covers both. Other cases keep torch-mlir's pooling op."""
+    from torch._decomp import decomposition_table
+    torch_decomposition = decomposition_table[op]
+
+    def decomposition(x, kernel_size, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
+        if not ceil_mode and x.dtype.is_floating_point:
+            return NotImplemented
+        return torch_decomposition(x, kernel_size, stride, padding, dilation, ceil_mode)
+    decomposition.__name__ = f"{op.__name__}_ceil_mode"
+    return decomposition
+
+
 def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
     """Uninitialized memory has no values to keep; the compiled graph has value
     semantics, so the strides are the capture's business, not the compiler's."""
@@ -74,6 +154,12 @@ LOWERING_DECOMPOSITIONS = {
     **get_decompositions(_FROM_TORCH),
     **{op: _on_1d(op) for op in _RANK0_OPS},
     aten.cumprod.default: cumprod,
+    **{op: _max_pool_with_indices(op) for op in (aten.max_pool2d_with_indices.default,
+                                                 aten.max_pool3d_with_indices.default)},
+    aten.diagonal_scatter.default: diagonal_scatter,
+    aten.as_strided_scatter.default: as_strided_scatter,
+    aten.scatter.reduce: scatter_reduce,
+    aten.scatter.value_reduce: scatter_value_reduce,
     aten.log10.default: log10,
     aten.empty_strided.default: empty_strided,
     aten.new_empty_strided.default: new_empty_strided,

@@ -78,3 +78,26 @@ def test_upsample_bilinear(align_corners, counters):
 def test_cumprod_with_dtype(counters):
     x = torch.randn(4, 3)
     _compiled(lambda t: torch.cumprod(t, 1, dtype=torch.float32), x, counters=counters)
+
+
+def test_scatter_with_reduce(counters):
+    x, src = torch.randn(6, 4), torch.randn(5, 4)
+    index = torch.tensor([[0, 1, 2, 3], [0, 0, 5, 5], [1, 1, 1, 1], [5, 4, 3, 2], [0, 5, 0, 5]])
+    _compiled(lambda t, i, s: (torch.scatter(t, 0, i, s, reduce="add"),
+                               torch.scatter(t, 0, i, s, reduce="multiply")),
+              x, index, src, counters=counters)
+
+
+def test_diagonal_and_as_strided_scatter(counters):
+    x, d4, d3, s = torch.randn(4, 6), torch.randn(4), torch.randn(3), torch.randn(2, 2)
+    _compiled(lambda t, a, b, c: (torch.diagonal_scatter(t, a, 2), torch.diagonal_scatter(t, b, -1),
+                                  torch.as_strided_scatter(t, c, (2, 2), (1, 6), 3)),
+              x, d4, d3, s, counters=counters)
+
+
+def test_max_pool_ceil_mode_and_integers(counters):
+    x = torch.randn(2, 3, 7, 6)
+    i = torch.randint(-50, 50, (1, 2, 6, 5))
+    _compiled(lambda t, u: (*F.max_pool2d(t, 3, 2, 1, ceil_mode=True, return_indices=True),
+                            F.max_pool2d(u, 2), F.max_pool1d(t[0], 2, ceil_mode=True)),
+              x, i, counters=counters)

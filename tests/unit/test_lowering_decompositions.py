@@ -40,3 +40,53 @@ def test_cumprod_with_dtype_converts_first():
     out = cumprod(x, 0, torch.float32)
     assert out.dtype == torch.float32
     torch.testing.assert_close(out, torch.cumprod(x, 0, dtype=torch.float32))
+
+
+@pytest.mark.parametrize("reduce", ["add", "multiply"])
+def test_scatter_reduce(reduce):
+    from lazy_mlir.dialects.lowering_decompositions import scatter_reduce, scatter_value_reduce
+    x, src = torch.randn(6, 4), torch.randn(5, 4)
+    index = torch.tensor([[0, 1, 2, 3], [0, 0, 5, 5], [1, 1, 1, 1], [5, 4, 3, 2], [0, 5, 0, 5]])
+    torch.testing.assert_close(scatter_reduce(x, 0, index, src, reduce),
+                               aten.scatter.reduce(x, 0, index, src, reduce=reduce))
+    torch.testing.assert_close(scatter_value_reduce(x, 0, index, 1.5, reduce),
+                               aten.scatter.value_reduce(x, 0, index, 1.5, reduce=reduce))
+
+
+@pytest.mark.parametrize("shape,offset,d1,d2", [((4, 4), 0, 0, 1), ((3, 5), 2, 0, 1),
+                                                ((5, 3), -1, 1, 0), ((2, 3, 4), 1, 2, 0)])
+def test_diagonal_scatter(shape, offset, d1, d2):
+    from lazy_mlir.dialects.lowering_decompositions import diagonal_scatter
+    x = torch.randn(shape)
+    src = torch.randn(torch.diagonal(x, offset, d1, d2).shape)
+    torch.testing.assert_close(diagonal_scatter(x, src, offset, d1, d2),
+                               torch.diagonal_scatter(x, src, offset, d1, d2))
+
+
+@pytest.mark.parametrize("shape,size,stride,off", [((3, 3), (2, 2), (1, 2), 0),
+                                                   ((3, 3), (2, 2), (1, 2), 1),
+                                                   ((10,), (3,), (3,), 1), ((1,), (), (), 0)])
+def test_as_strided_scatter(shape, size, stride, off):
+    from lazy_mlir.dialects.lowering_decompositions import as_strided_scatter
+    x, src = torch.randn(shape), torch.randn(size)
+    torch.testing.assert_close(as_strided_scatter(x, src, size, stride, off),
+                               torch.as_strided_scatter(x, src, size, stride, off))
+
+
+def test_as_strided_scatter_declines_overlap_and_non_contiguous():
+    from lazy_mlir.dialects.lowering_decompositions import as_strided_scatter
+    x = torch.randn(4, 4)
+    assert as_strided_scatter(x, torch.randn(2, 2), (2, 2), (1, 1), 0) is NotImplemented
+    assert as_strided_scatter(x.t(), torch.randn(2), (2,), (1,), 0) is NotImplemented
+
+
+@pytest.mark.parametrize("dtype,ceil_mode", [(torch.float32, True), (torch.int64, False)])
+def test_max_pool2d_with_indices(dtype, ceil_mode):
+    op = aten.max_pool2d_with_indices.default
+    x = torch.randn(1, 2, 3, 6) if dtype.is_floating_point else torch.randint(-9, 9, (1, 2, 5, 6))
+    got = LOWERING_DECOMPOSITIONS[op](x, [3, 3], [2, 2], [1, 1], [1, 1], ceil_mode)
+    expected = op(x, [3, 3], [2, 2], [1, 1], [1, 1], ceil_mode)
+    torch.testing.assert_close(got[0], expected[0])
+    torch.testing.assert_close(got[1], expected[1])
+    assert LOWERING_DECOMPOSITIONS[op](x.float(), [3, 3], [2, 2], [1, 1], [1, 1], False) \
+        is NotImplemented
