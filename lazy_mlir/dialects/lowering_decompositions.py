@@ -14,6 +14,7 @@ does not lower to linalg (they failed to compile and fell back).
 - Ops whose PyTorch decomposition (``torch._decomp``) torch-mlir lowers:
   ``*_copy`` view ops, ``upsample_bilinear2d``; ``empty_strided`` as ``empty``.
 - ``log10``: IREE's CPU backend has no ``log10f`` to link against.
+- ``erfinv``: no lowering; Giles' approximation refined by a Newton step.
 """
 from __future__ import annotations
 
@@ -129,6 +130,44 @@ def _max_pool_with_indices(op):
     return decomposition
 
 
+# Giles, "Approximating the erfinv function" (GPU Computing Gems, 2011), the
+# single-precision version: a polynomial in w = -log(1 - x^2), one for the
+# centre (w < 5) and one in sqrt(w) for the tails.
+_ERFINV_CENTRE = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06,
+                  0.00021858087, -0.00125372503, -0.00417768164, 0.246640727, 1.50140941)
+_ERFINV_TAIL = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844,
+                0.00573950773, -0.0076224613, 0.00943887047, 1.00167406, 2.83297682)
+
+
+def _horner(coefficients, w):
+    p = aten.full_like.default(w, coefficients[0])
+    for c in coefficients[1:]:
+        p = aten.add.Tensor(aten.mul.Tensor(p, w), c)
+    return p
+
+
+def erfinv(x):
+    """Giles' approximation and one Newton step on ``erf`` (float32 and
+    narrower; integers as float32). torch-mlir has no lowering for erfinv."""
+    if x.dtype == torch.float64 or x.dtype.is_complex:
+        return NotImplemented
+    out_dtype = x.dtype if x.dtype.is_floating_point else torch.float32
+    x = aten._to_copy.default(x, dtype=torch.float32)
+    w = aten.neg.default(aten.log.default(aten.mul.Tensor(aten.rsub.Scalar(x, 1.0),
+                                                          aten.add.Scalar(x, 1.0))))
+    centre = _horner(_ERFINV_CENTRE, aten.sub.Scalar(w, 2.5))
+    tail = _horner(_ERFINV_TAIL, aten.sub.Scalar(aten.sqrt.default(w), 3.0))
+    r = aten.mul.Tensor(aten.where.self(aten.lt.Scalar(w, 5.0), centre, tail), x)
+    # Newton: r -= (erf(r) - x) / (2/sqrt(pi) * exp(-r^2))
+    slope = aten.mul.Tensor(aten.exp.default(aten.neg.default(aten.mul.Tensor(r, r))),
+                            2.0 / math.sqrt(math.pi))
+    step = aten.div.Tensor(aten.sub.Tensor(aten.erf.default(r), x), slope)
+    r = aten.where.self(aten.isfinite.default(step), aten.sub.Tensor(r, step), r)
+    edge = aten.eq.Scalar(aten.abs.default(x), 1.0)
+    r = aten.where.self(edge, aten.mul.Tensor(x, float("inf")), r)
+    return aten._to_copy.default(r, dtype=out_dtype)
+
+
 def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
     """Uninitialized memory has no values to keep; the compiled graph has value
     semantics, so the strides are the capture's business, not the compiler's."""
@@ -161,6 +200,7 @@ LOWERING_DECOMPOSITIONS = {
     aten.scatter.reduce: scatter_reduce,
     aten.scatter.value_reduce: scatter_value_reduce,
     aten.log10.default: log10,
+    aten.erfinv.default: erfinv,
     aten.empty_strided.default: empty_strided,
     aten.new_empty_strided.default: new_empty_strided,
 }

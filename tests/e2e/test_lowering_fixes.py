@@ -101,3 +101,13 @@ def test_max_pool_ceil_mode_and_integers(counters):
     _compiled(lambda t, u: (*F.max_pool2d(t, 3, 2, 1, ceil_mode=True, return_indices=True),
                             F.max_pool2d(u, 2), F.max_pool1d(t[0], 2, ceil_mode=True)),
               x, i, counters=counters)
+
+
+def test_erfinv(counters):
+    x = torch.cat([torch.linspace(-1, 1, 801), torch.tensor([1 - 1e-7, -0.0, 1e-30, 1.5,
+                                                             float("nan")])])
+    counters.snapshot()
+    out = torch.erfinv(lazy(x))
+    lm.mark_step()
+    torch.testing.assert_close(out.cpu(), torch.erfinv(x), equal_nan=True)
+    assert not counters.delta("aten::erfinv")

@@ -90,3 +90,13 @@ def test_max_pool2d_with_indices(dtype, ceil_mode):
     torch.testing.assert_close(got[1], expected[1])
     assert LOWERING_DECOMPOSITIONS[op](x.float(), [3, 3], [2, 2], [1, 1], [1, 1], False) \
         is NotImplemented
+
+
+def test_erfinv():
+    from lazy_mlir.dialects.lowering_decompositions import erfinv
+    x = torch.cat([torch.linspace(-1, 1, 4001),
+                   torch.tensor([1 - 1e-7, -0.0, 1e-30, 1.5, -2.0, float("nan")])])
+    torch.testing.assert_close(erfinv(x), torch.erfinv(x), equal_nan=True)
+    torch.testing.assert_close(erfinv(torch.tensor([0, 1, -1, 2])),
+                               torch.erfinv(torch.tensor([0, 1, -1, 2])), equal_nan=True)
+    assert erfinv(torch.zeros(2, dtype=torch.float64)) is NotImplemented
