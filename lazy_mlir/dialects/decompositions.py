@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from .bool_decompositions import BOOL_DECOMPOSITIONS
 from .ieee_decompositions import IEEE_DECOMPOSITIONS
 from .lowering_decompositions import LOWERING_DECOMPOSITIONS
 
@@ -58,5 +59,5 @@ DECOMPOSITIONS = {
     aten.native_batch_norm.default: native_batch_norm,
     aten.avg_pool2d_backward.default: avg_pool2d_backward,
     **IEEE_DECOMPOSITIONS,  # pow and atan2 special values
+    **BOOL_DECOMPOSITIONS,  # bool operands of ops lowered as signed i1
 }
-

@@ -76,7 +76,7 @@ EXPECTED: dict[tuple[str, str], str] = {
     ('lt', 'float32'): 'compiled',
     ('ne', 'bool'): 'compiled',
     ('isnan', 'float32'): 'compiled',
-    ('clamp_min', 'bool'): 'mismatch',
+    ('clamp_min', 'bool'): 'compiled',
     # reductions
     ('sum', 'float32'): 'compiled',
     ('sum', 'int64'): 'compiled',
@@ -109,7 +109,7 @@ EXPECTED: dict[tuple[str, str], str] = {
     ('scatter', 'float32'): 'fallback: scatter,scatter.reduce',
     ('index_add', 'float32'): 'compiled',
     ('index_put', 'float32'): 'compiled',
-    ('index_put', 'bool'): 'mismatch',
+    ('index_put', 'bool'): 'compiled',
     ('__getitem__', 'float32'): 'compiled',
     ('take_along_dim', 'float32'): 'compiled',
     ('nn.functional.embedding', 'float32'): 'compiled',
@@ -151,7 +151,7 @@ EXPECTED: dict[tuple[str, str], str] = {
     ('masked_fill', 'int64'): 'compiled',
     # sorting, data-dependent shapes
     ('sort', 'float32'): 'fallback: sort',
-    ('sort', 'bool'): 'mismatch',
+    ('sort', 'bool'): 'fallback: sort',
     ('topk', 'float32'): 'mismatch',
     ('nonzero', 'float32'): 'fallback: nonzero',
     ('unique', 'float32'): 'fallback: _unique2',

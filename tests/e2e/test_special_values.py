@@ -52,3 +52,41 @@ def test_atan2_special_values():
 def test_atan2_of_bool_inputs():
     x, y = torch.tensor([True, False, True, False]), torch.tensor([True, True, False, False])
     assert_same_special(torch.atan2(lazy(x), lazy(y)), torch.atan2(x, y))
+
+
+def _bools(n, seed):
+    return torch.rand(n, generator=torch.Generator().manual_seed(seed)) > 0.5
+
+
+def test_sort_of_bool_is_ascending_and_stable():
+    x = _bools(40, 0)
+    values, indices = torch.sort(lazy(x))
+    expected = torch.sort(x, stable=True)
+    assert torch.equal(values.cpu(), expected.values)
+    assert torch.equal(indices.cpu(), expected.indices)
+    values, indices = torch.sort(lazy(x), descending=True)
+    expected = torch.sort(x, descending=True, stable=True)
+    assert torch.equal(values.cpu(), expected.values)
+    assert torch.equal(indices.cpu(), expected.indices)
+
+
+def test_clamp_of_bool():
+    x, bound = _bools(8, 1), _bools(8, 2)
+    assert torch.equal(torch.clamp_min(lazy(x), lazy(bound)).cpu(), torch.clamp_min(x, bound))
+    assert torch.equal(torch.clamp_max(lazy(x), lazy(bound)).cpu(), torch.clamp_max(x, bound))
+
+
+def test_scatters_of_bool_accumulate_as_logical_or():
+    src = _bools(40, 3)
+    index = torch.randint(0, 10, (40,), generator=torch.Generator().manual_seed(4))
+    base = _bools(10, 5)
+    cases = [
+        lambda b, i, s: b.scatter_add(0, i, s),
+        lambda b, i, s: b.scatter_reduce(0, i, s, "sum"),
+        lambda b, i, s: b.scatter_reduce(0, i, s, "amax"),
+        lambda b, i, s: b.scatter_reduce(0, i, s, "amin"),
+        lambda b, i, s: b.index_add(0, i, s),
+        lambda b, i, s: b.index_put((i,), s, accumulate=True),
+    ]
+    for f in cases:
+        assert torch.equal(f(lazy(base), lazy(index), lazy(src)).cpu(), f(base, index, src))
