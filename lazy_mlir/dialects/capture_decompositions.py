@@ -119,7 +119,10 @@ SAME_RANDOM_STREAM = {aten.normal.Tensor_Tensor, aten.normal.Tensor_float,
                       aten.normal.float_Tensor, aten.randint_like.default,
                       aten.randint_like.low_dtype}
 
+from .bessel_decompositions import BESSEL_DECOMPOSITIONS  # noqa: E402
+
 CAPTURE_DECOMPOSITIONS: dict = {
+    **BESSEL_DECOMPOSITIONS,
     aten.normal.Tensor_Tensor: normal_tensor_tensor,
     aten.normal.Tensor_float: normal_tensor_float,
     aten.normal.float_Tensor: normal_float_tensor,

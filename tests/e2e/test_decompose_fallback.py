@@ -46,6 +46,17 @@ def test_our_decompositions_compile():
         assert c.delta("aten::" + op) == 0, op
 
 
+def test_bessel_functions_compile():
+    x = torch.cat([torch.tensor([0.0, 8.0, -8.5, 100.0, math.nan]), torch.linspace(-20, 20, 41)])
+    c = Counters()
+    fns = [torch.i0, torch.special.i0e, torch.special.i1, torch.special.i1e]
+    outs = [f(lazy(x)) for f in fns]
+    for f, out in zip(fns, outs):
+        assert_lazy_close(out, f(x), rtol=2e-6, atol=0, equal_nan=True)
+    for op in ("i0", "special_i0e", "special_i1", "special_i1e"):
+        assert c.delta("decomposed::" + op) == 1 and c.delta("aten::" + op) == 0, op
+
+
 def test_random_ops_draw_what_eager_draws():
     mean, std, x = _rand(5, 3, seed=10), _rand(3, seed=11).abs() + 0.1, _rand(4, 2, seed=12)
     c = Counters()

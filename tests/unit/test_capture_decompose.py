@@ -135,3 +135,17 @@ def test_put_matches_eager(accumulate):
     index = torch.tensor([[0, -1], [5, -12]])
     source = torch.randn(2, 2)
     torch.testing.assert_close(put(x, index, source, accumulate), x.put(index, source, accumulate))
+
+
+@pytest.mark.parametrize("name", ["i0", "i0e", "i1", "i1e"])
+def test_bessel_matches_eager(name):
+    from lazy_mlir.dialects import bessel_decompositions as bessel
+    eager = {"i0": torch.i0, "i0e": torch.special.i0e, "i1": torch.special.i1,
+             "i1e": torch.special.i1e}[name]
+    x = torch.cat([torch.tensor([0.0, 8.0, 8.0001, -8.0, 1e-30, 100.0, math.inf, -math.inf,
+                                 math.nan]), torch.linspace(-30, 30, 601)])
+    torch.testing.assert_close(getattr(bessel, name)(x), eager(x), rtol=2e-6, atol=0,
+                               equal_nan=True)
+    i = torch.arange(-4, 5)
+    torch.testing.assert_close(getattr(bessel, name)(i), eager(i), rtol=2e-6, atol=0)
+    assert getattr(bessel, name)(x.double()) is NotImplemented
