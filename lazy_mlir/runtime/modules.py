@@ -73,7 +73,15 @@ def _compile(graph, target, config):
     gm = to_fx(graph)
     t0 = time.perf_counter()
     try:
-        return compile_stages(lower(gm, config, target.name), target, config)
+        compiled = compile_stages(lower(gm, config, target.name), target, config)
+        shared = shared_sort_operands(compiled.stages[-2].text)
+        if shared:
+            ops = sorted({n.op.__name__.split(".")[0] for n in graph.nodes
+                          if n.op.__name__.split(".")[0] in _SORT_LIKE})
+            log.warning("lazy-mlir: sorts in one graph share the operand %s, which IREE sorts in "
+                        "place for each; the graph runs eagerly on the CPU", shared)
+            return EagerEntry(gm, ops or ["sort"])
+        return compiled
     except PipelineError as e:
         ops = list(e.unlowered)
         for op in ops:
@@ -106,6 +114,23 @@ def returned_args(text: str) -> tuple[tuple[int, int], ...]:
         return ()
     operands = [o.strip() for o in ret.group(1).split(",")]
     return tuple((i, int(o[4:])) for i, o in enumerate(operands) if re.fullmatch(r"%arg\d+", o))
+
+
+_SORT_LIKE = {"sort", "topk", "argsort", "msort", "kthvalue", "median", "nanmedian", "mode"}
+
+
+def shared_sort_operands(text: str) -> str | None:
+    """An SSA value that two in-place sorts (``tm_tensor.sort``/``topk``) of
+    ``text`` both take as an ``outs`` operand, if any: IREE sorts it in place
+    for the first and the second then reads it sorted (wrong indices from
+    ``topk(x, 3, 1); topk(x, 3, 1, largest=False)`` in one graph)."""
+    seen = set()
+    for m in re.finditer(r"tm_tensor\.(?:sort|topk)\b[^\n]*?outs\(([^)]*?)(?::|\))", text):
+        for v in re.findall(r"%[\w#]+", m.group(1)):
+            if v in seen:
+                return v
+            seen.add(v)
+    return None
 
 
 def _pack(clobbered: tuple[int, ...], passthrough, vmfb: bytes) -> bytes:
