@@ -10,7 +10,8 @@ does not lower to linalg (they failed to compile and fell back).
   and ``as_strided_scatter`` as a ``scatter`` at positions computed by
   viewing an ``arange`` the same way.
 - ``max_pool{2,3}d_with_indices`` with ``ceil_mode`` or integers: PyTorch's
-  decomposition.
+  decomposition; unbatched max pooling batched; ``avg_pool3d`` input past
+  the last window cut off.
 - Ops whose PyTorch decomposition (``torch._decomp``) torch-mlir lowers:
   ``*_copy`` view ops, ``upsample_bilinear2d``; ``empty_strided`` as ``empty``.
 - ``log10``: IREE's CPU backend has no ``log10f`` to link against.
@@ -30,6 +31,7 @@ _RANK0_OPS = [
     aten.amax.default, aten.amin.default, aten.argmax.default, aten.argmin.default,
     aten.all.dim, aten.any.dim, aten.max.dim, aten.min.dim, aten.prod.dim_int,
     aten.cumsum.default, aten.cumprod.default, aten.logcumsumexp.default,
+    aten._softmax.default, aten._log_softmax.default,  # 0-d: the linalg pipeline hangs
 ]
 
 
@@ -114,20 +116,58 @@ def as_strided_scatter(x, src, size, stride, storage_offset=None):
     return _scatter_at(x, where, aten.expand.default(src, list(where.shape)))
 
 
-def _max_pool_with_indices(op):
+def _squeeze0(out):
+    if isinstance(out, tuple):
+        return tuple(aten.squeeze.dim(o, 0) for o in out)
+    return aten.squeeze.dim(out, 0)
+
+
+def adaptive_max_pool2d(x, output_size):
+    """Unbatched inputs get a batch of one (torch-mlir's own decomposition of
+    the op makes a 3-d ``max_pool2d`` it cannot lower)."""
+    if x.dim() != 3:
+        return NotImplemented
+    return _squeeze0(aten.adaptive_max_pool2d.default(aten.unsqueeze.default(x, 0), output_size))
+
+
+def _max_pool(op, n):
     """torch-mlir pads a ``ceil_mode`` pooling window past what the output
-    needs (an invalid ``linalg.pooling_*`` that IREE rejects) and compares
-    integers as floats; PyTorch's decomposition (explicit padding, gather,
-    argmax) covers both. Other cases keep torch-mlir's pooling op."""
+    needs (an invalid ``linalg.pooling_*`` that IREE rejects), compares
+    integers as floats and rejects unbatched inputs: those cases go through
+    PyTorch's decomposition (explicit padding, gather, argmax). (Batching an
+    unbatched input here does not work: the re-traced call gets the default
+    1-element ``padding`` list, which torch-mlir reads out of bounds.)"""
     from torch._decomp import decomposition_table
-    torch_decomposition = decomposition_table[op]
+    torch_decomposition = decomposition_table.get(op)
+    if op is aten.max_pool2d.default:  # the values of max_pool2d_with_indices
+        def torch_decomposition(*args):
+            return decomposition_table[aten.max_pool2d_with_indices.default](*args)[0]
 
     def decomposition(x, kernel_size, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
-        if not ceil_mode and x.dtype.is_floating_point:
+        if x.dim() == n + 2 and not ceil_mode and x.dtype.is_floating_point:
             return NotImplemented
         return torch_decomposition(x, kernel_size, stride, padding, dilation, ceil_mode)
-    decomposition.__name__ = f"{op.__name__}_ceil_mode"
+    decomposition.__name__ = f"{op.__name__}_decomposed"
     return decomposition
+
+
+def avg_pool3d(x, kernel_size, stride=(), padding=(0,), ceil_mode=False,
+               count_include_pad=True, divisor_override=None):
+    """Without padding, input a window never reaches is cut off first: IREE
+    rejects torch-mlir's ``linalg.pooling_ndhwc_sum`` when the input is
+    longer than the windows cover."""
+    k = list(kernel_size) * 3 if len(kernel_size) == 1 else list(kernel_size)
+    st = (list(stride) * 3 if len(stride) == 1 else list(stride)) if stride else k
+    if ceil_mode or any(padding) or x.dim() != 5:
+        return NotImplemented
+    spatial = list(x.shape[2:])
+    used = [(((h - kk) // s) * s + kk) for h, kk, s in zip(spatial, k, st)]
+    if used == spatial:
+        return NotImplemented
+    for d, u in enumerate(used):
+        x = aten.slice.Tensor(x, 2 + d, 0, u)
+    return aten.avg_pool3d.default(x, k, st, [0, 0, 0], False, count_include_pad,
+                                   divisor_override)
 
 
 # Giles, "Approximating the erfinv function" (GPU Computing Gems, 2011), the
@@ -193,8 +233,11 @@ LOWERING_DECOMPOSITIONS = {
     **get_decompositions(_FROM_TORCH),
     **{op: _on_1d(op) for op in _RANK0_OPS},
     aten.cumprod.default: cumprod,
-    **{op: _max_pool_with_indices(op) for op in (aten.max_pool2d_with_indices.default,
-                                                 aten.max_pool3d_with_indices.default)},
+    aten.max_pool2d.default: _max_pool(aten.max_pool2d.default, 2),
+    aten.max_pool2d_with_indices.default: _max_pool(aten.max_pool2d_with_indices.default, 2),
+    aten.max_pool3d_with_indices.default: _max_pool(aten.max_pool3d_with_indices.default, 3),
+    aten.avg_pool3d.default: avg_pool3d,
+    aten.adaptive_max_pool2d.default: adaptive_max_pool2d,
     aten.diagonal_scatter.default: diagonal_scatter,
     aten.as_strided_scatter.default: as_strided_scatter,
     aten.scatter.reduce: scatter_reduce,

@@ -111,3 +111,10 @@ def test_erfinv(counters):
     lm.mark_step()
     torch.testing.assert_close(out.cpu(), torch.erfinv(x), equal_nan=True)
     assert not counters.delta("aten::erfinv")
+
+
+def test_unbatched_max_pool_and_avg_pool3d_tail(counters):
+    x, v = torch.randn(4, 5, 7), torch.randn(2, 3, 3, 4, 5)
+    _compiled(lambda t, u: (*F.max_pool2d(t, 2, (2, 1), return_indices=True),
+                            F.adaptive_max_pool2d(t, (2, 3)), F.avg_pool3d(u, 2)),
+              x, v, counters=counters)

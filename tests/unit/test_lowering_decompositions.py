@@ -100,3 +100,19 @@ def test_erfinv():
     torch.testing.assert_close(erfinv(torch.tensor([0, 1, -1, 2])),
                                torch.erfinv(torch.tensor([0, 1, -1, 2])), equal_nan=True)
     assert erfinv(torch.zeros(2, dtype=torch.float64)) is NotImplemented
+
+
+def test_unbatched_max_pool_and_max_pool2d_ceil_mode():
+    for op in (aten.max_pool2d.default, aten.max_pool2d_with_indices.default):
+        for x, ceil in ((torch.randn(4, 5, 7), False), (torch.randn(2, 4, 5, 7), True)):
+            got = LOWERING_DECOMPOSITIONS[op](x, [2, 2], [2, 1], [1, 1], [1, 1], ceil)
+            torch.testing.assert_close(got, op(x, [2, 2], [2, 1], [1, 1], [1, 1], ceil))
+
+
+def test_avg_pool3d_cuts_the_unused_tail():
+    from lazy_mlir.dialects.lowering_decompositions import avg_pool3d
+    x = torch.randn(2, 3, 3, 4, 5)
+    for cip in (True, False):
+        torch.testing.assert_close(avg_pool3d(x, [2, 2, 2], [2, 2, 2], [0], False, cip),
+                                   aten.avg_pool3d.default(x, [2, 2, 2], [2, 2, 2], [0], False, cip))
+    assert avg_pool3d(x, [2, 2, 2], [], [1], False) is NotImplemented
