@@ -118,3 +118,16 @@ def test_unbatched_max_pool_and_avg_pool3d_tail(counters):
     _compiled(lambda t, u: (*F.max_pool2d(t, 2, (2, 1), return_indices=True),
                             F.adaptive_max_pool2d(t, (2, 3)), F.avg_pool3d(u, 2)),
               x, v, counters=counters)
+
+
+def test_kthvalue_falls_back_up_front(counters):
+    """Denied in support.py: it runs eagerly without a failed compile first."""
+    x = torch.randn(3, 5)
+    counters.snapshot()
+    values, indices = torch.kthvalue(lazy(x), 2, 1)
+    lm.mark_step()
+    expected = torch.kthvalue(x, 2, 1)
+    torch.testing.assert_close(values.cpu(), expected.values)
+    torch.testing.assert_close(indices.cpu(), expected.indices)
+    assert counters.delta("aten::kthvalue") == 1
+    assert counters.delta("UncachedCompile") == 0
