@@ -77,13 +77,10 @@ def test_traced_conv_step_has_matmuls_instead_of_convolutions():
 
 
 def test_config_conv_lowering():
-    assert PipelineConfig().conv_lowering == "auto"
-    assert PipelineConfig().conv_as_matmul("cpu")
-    assert not PipelineConfig().conv_as_matmul("vulkan")
-    assert not PipelineConfig().conv_as_matmul(None)
+    assert PipelineConfig().conv_lowering == "native"
+    assert not PipelineConfig().conv_as_matmul("cpu")
     assert PipelineConfig(conv_lowering="im2col").conv_as_matmul("vulkan")
-    assert not PipelineConfig(conv_lowering="native").conv_as_matmul("cpu")
-    assert PipelineConfig(conv_lowering="native").key != PipelineConfig().key
+    assert PipelineConfig(conv_lowering="im2col").key != PipelineConfig().key
     assert PipelineConfig.from_dict({"conv_lowering": "im2col"}).conv_lowering == "im2col"
     with pytest.raises(ConfigError, match="conv_lowering must be"):
         PipelineConfig(conv_lowering="winograd")
