@@ -8,7 +8,8 @@ conversion is lowered right (``extui`` / ``uitofp``), so the scatters convert
 their bool data operands to int32 and their result back with ``!= 0`` (eager's
 logical or for a sum); masks and indices stay as they are. ``clamp_min`` /
 ``clamp_max`` of bools are ``or`` / ``and``; ``sort`` of bools sorts a unique
-int64 key, which also makes it stable like eager's CPU sort.
+int64 key, which also makes it stable like eager's CPU sort. (Also here, as
+it shares the ``scatter_reduce`` entry: an integer ``mean`` rounds down.)
 """
 from __future__ import annotations
 
@@ -92,11 +93,30 @@ def sort(x, dim=-1, descending=False):
     return aten.gather.default(x, dim, indices), indices
 
 
+_scatter_reduce_bool = _as_int32(aten.scatter_reduce.two, (0, 3))
+
+
+def scatter_reduce(x, dim, index, src, reduce, include_self=True):
+    """Bool operands as above; an integer ``mean`` rounds down like eager
+    (the lowering truncates toward zero): a floor division of the sum by the
+    count, computed here from the sum and a scatter of ones."""
+    if x.dtype == torch.bool or src.dtype == torch.bool:
+        return _scatter_reduce_bool(x, dim, index, src, reduce, include_self=include_self)
+    if reduce != "mean" or x.dtype.is_floating_point or x.dtype.is_complex \
+            or getattr(_inside, "on", False):
+        return NotImplemented
+    total = aten.scatter_reduce.two(x, dim, index, src, "sum", include_self=include_self)
+    base = aten.full_like.default(x, 1 if include_self else 0)
+    count = aten.scatter_add.default(base, dim, index, aten.full_like.default(src, 1))
+    count = aten.clamp_min.default(count, 1)
+    return aten.div.Tensor_mode(total, count, rounding_mode="floor")
+
+
 BOOL_DECOMPOSITIONS = {
     aten.sort.default: sort,
     aten.clamp_min.Tensor: _bool_only(aten.clamp_min.Tensor, aten.logical_or.default),  # max of bools
     aten.clamp_max.Tensor: _bool_only(aten.clamp_max.Tensor, aten.logical_and.default),  # min of bools
     aten.scatter_add.default: _as_int32(aten.scatter_add.default, (0, 3)),
-    aten.scatter_reduce.two: _as_int32(aten.scatter_reduce.two, (0, 3)),
+    aten.scatter_reduce.two: scatter_reduce,
     aten.index_put.default: _as_int32(aten.index_put.default, (0, 2)),
 }

@@ -1,6 +1,6 @@
-"""Ops whose compiled kernels mishandle special values or bool inputs give
-eager PyTorch's answers: same NaN/inf positions, same signs (also of zeros),
-values close. Each case compares the lazy device with eager on the CPU."""
+"""Ops whose compiled kernels mishandle special values, bool inputs or integer
+rounding give eager PyTorch's answers: same NaN/inf positions, same signs
+(also of zeros), values close. Each case compares the lazy device with eager on the CPU."""
 from __future__ import annotations
 
 import itertools
@@ -90,3 +90,14 @@ def test_scatters_of_bool_accumulate_as_logical_or():
     ]
     for f in cases:
         assert torch.equal(f(lazy(base), lazy(index), lazy(src)).cpu(), f(base, index, src))
+
+
+def test_integer_scatter_reduce_mean_rounds_down():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(-9, 9, (10, 5), generator=g)
+    src = torch.randint(-9, 9, (5, 5), generator=g)
+    index = torch.randint(0, 10, (5, 5), generator=g)
+    for include_self in (True, False):
+        got = lazy(x).scatter_reduce(0, lazy(index), lazy(src), "mean", include_self=include_self)
+        assert torch.equal(got.cpu(), x.scatter_reduce(0, index, src, "mean",
+                                                       include_self=include_self))
