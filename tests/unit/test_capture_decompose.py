@@ -149,3 +149,14 @@ def test_bessel_matches_eager(name):
     i = torch.arange(-4, 5)
     torch.testing.assert_close(getattr(bessel, name)(i), eager(i), rtol=2e-6, atol=0)
     assert getattr(bessel, name)(x.double()) is NotImplemented
+
+
+@pytest.mark.parametrize("name", ["modified_bessel_i0", "modified_bessel_i1", "modified_bessel_k0",
+                                  "modified_bessel_k1", "scaled_modified_bessel_k0",
+                                  "scaled_modified_bessel_k1"])
+def test_modified_bessel_matches_eager(name):
+    from lazy_mlir.dialects import bessel_decompositions as bessel
+    x = torch.cat([torch.tensor([0.0, -0.0, -1.0, 1e-30, 2.0, 2.0001, 8.0, 8.0001, -8.5, 100.0,
+                                 math.inf, -math.inf, math.nan]), torch.linspace(-30, 30, 601)])
+    torch.testing.assert_close(getattr(bessel, name)(x), getattr(torch.special, name)(x),
+                               rtol=2e-6, atol=0, equal_nan=True)
