@@ -7,6 +7,7 @@ goes straight to IREE's own torch input conversion instead.
 """
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 
@@ -16,6 +17,8 @@ from ..passes import pipelines
 from ..passes.runner import PipelineError, run_pipeline, write_repro
 from .config import PipelineConfig
 from .targets import Target
+
+log = logging.getLogger("lazy_mlir")
 
 # IREE's compilation phases, in order (iree-compile --compile-to=<phase>).
 IREE_PHASES = ("input", "abi", "preprocessing", "global-optimization", "dispatch-creation",
@@ -118,7 +121,15 @@ def compile_stages(stages: tuple[Stage, ...], target: Target,
     """The last stage (linalg, or torch for IREE's torch input) -> vmfb."""
     flags = iree_flags(target, config)
     t0 = time.perf_counter()
-    vmfb = _iree_compile(stages[-1].text, flags, "vmfb", target)
+    try:
+        vmfb = _iree_compile(stages[-1].text, flags, "vmfb", target)
+    except PipelineError as e:
+        plain = [f for f in flags if f not in target.optional_flags]
+        if len(plain) == len(flags):
+            raise
+        log.warning("%s\n  compiling it again without %s", e, " ".join(target.optional_flags))
+        flags = plain
+        vmfb = _iree_compile(stages[-1].text, flags, "vmfb", target)
     stage = Stage("vmfb", f"<{len(vmfb)} bytes>",
                   Provenance("iree-compile " + " ".join(flags), time.perf_counter() - t0))
     return Compiled(vmfb, target, tuple(flags), stages + (stage,))

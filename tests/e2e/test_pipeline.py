@@ -150,6 +150,23 @@ def test_cpu_data_tiled_convolutions_and_gradients_match_eager(name):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
+def test_failing_optional_flags_are_dropped_and_the_graph_compiled_again(caplog):
+    from dataclasses import replace
+
+    from lazy_mlir.pipeline.targets import CPU
+    bad = "--iree-no-such-option-for-this-test"  # iree-compile rejects it
+    target = replace(CPU, flags=CPU.flags + (bad,), optional_flags=CPU.optional_flags + (bad,))
+    lowered = lm.jit(mlp).lower(*ARGS)
+    with caplog.at_level("WARNING", logger="lazy_mlir"):
+        compiled = lowered.compile(target)
+    assert bad not in compiled.compiled.flags
+    assert "--iree-opt-data-tiling" not in compiled.compiled.flags
+    assert "compiling it again without" in caplog.text and bad in caplog.text
+    torch.testing.assert_close(compiled(*ARGS), mlp(*ARGS), rtol=1e-5, atol=1e-5)
+    with pytest.raises(Exception, match="iree-compile failed"):  # a required flag still fails
+        lowered.compile(replace(target, optional_flags=()))
+
+
 def test_conv_as_matmul_compiles_and_matches_eager():
     def step(x, w, b, dy):
         out = F.conv2d(x, w, b, padding=1)
