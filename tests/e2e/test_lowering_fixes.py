@@ -31,9 +31,9 @@ RANK0 = [
     lambda x: torch.all(x, 0), lambda x: torch.any(x, -1),
     lambda x: torch.max(x, 0), lambda x: torch.min(x, 0, keepdim=True),
     lambda x: torch.prod(x, 0), lambda x: torch.cumsum(x, 0),
-    lambda x: torch.cumprod(x, -1), lambda x: torch.logcumsumexp(x, 0),
+    lambda x: torch.cumprod(x, -1),
     lambda x: torch.logsumexp(x, 0),
-]
+]  # not logcumsumexp: denied (it overflows), see dialects/support.py
 
 
 def test_reductions_of_a_0d_tensor(counters):

@@ -101,3 +101,8 @@ def test_integer_scatter_reduce_mean_rounds_down():
         got = lazy(x).scatter_reduce(0, lazy(index), lazy(src), "mean", include_self=include_self)
         assert torch.equal(got.cpu(), x.scatter_reduce(0, index, src, "mean",
                                                        include_self=include_self))
+
+
+def test_logcumsumexp_of_large_values():
+    x = torch.tensor([[-1e4, 1e4], [100.0, -100.0], [1e4, 0.0]])
+    assert_same_special(torch.logcumsumexp(lazy(x), 0), torch.logcumsumexp(x, 0))
