@@ -14,7 +14,7 @@ import time
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from . import argtree, debug, metrics, shapes
+from . import argtree, debug, empty_inputs, metrics, shapes
 from .coverage import _active as _dry_run
 from .ir import DeviceData, Node, TensorSpec, Value
 from .scalars import lift_scalars
@@ -161,6 +161,9 @@ def record(func, args, kwargs):
     flat, tree = argtree.flatten(args, kwargs)
     host_ok = func in _HOST_INDEX_OPS
     vals = [_to_value(a, host_ok) for a in flat]
+    if empty_inputs.runs_eagerly(func, vals, tree):
+        from .fallback import run_eagerly
+        return run_eagerly(func, args, kwargs, why="a non-empty result of an empty input")
     if not dtypes_supported(vals):
         return run_eagerly(func, args, kwargs, why="unsupported dtype")
     if not op_is_supported(func):

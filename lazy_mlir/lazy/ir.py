@@ -145,3 +145,9 @@ class Node:
             h.update(s.signature().encode() if s is not None else b"-")
         self.key = h.digest()
         self.outputs = [Value(s, self, i) for i, s in enumerate(specs) if s is not None]
+        for v in self.outputs:
+            if 0 in v.spec.shape:
+                # Nothing to compute, and torch-mlir's lowerings of some ops
+                # divide by a zero extent (SIGFPE): the value is empty data.
+                v.materialize(DeviceData(v.spec, host=torch.empty_strided(
+                    v.spec.shape, v.spec.stride, dtype=v.spec.dtype)))

@@ -1,0 +1,41 @@
+"""Ops on empty tensors whose result is not empty run eagerly.
+
+An op whose outputs are all empty needs no computation (``ir.Node`` binds
+them to empty data). An op that reads an empty tensor and makes a non-empty
+one (``mm`` of 5x0 by 0x10, ``var`` of nothing, ``index_add`` of no rows) is
+an edge case torch-mlir and IREE get wrong in several ways: a SIGFPE in the
+lowering (a division by the zero extent), a failed compile, or a wrong value
+(``var`` of nothing is NaN in eager, not in the compiled graph). Such an op
+runs eagerly, except the few checked to compile right (see
+tests/e2e/test_bad_input.py).
+"""
+from __future__ import annotations
+
+import torch
+
+from . import shapes
+from .ir import TensorSpec, Value
+
+aten = torch.ops.aten
+
+# Checked to compile to eager's result with empty inputs.
+COMPILES_WITH_EMPTY = {aten.cat.default, aten.sum.default, aten.sum.dim_IntList,
+                       aten.mean.default, aten.mean.dim, aten.prod.default,
+                       aten.prod.dim_int}
+
+
+def runs_eagerly(func, vals: list, tree) -> bool:
+    """True when ``func`` reads an empty tensor and makes a non-empty one."""
+    for v in vals:
+        if type(v) is Value and 0 in v.spec.shape:
+            break
+    else:
+        return False  # the common case: no empty input
+    if func in COMPILES_WITH_EMPTY:
+        return False
+    placeholders = [shapes.Placeholder(v.spec) if type(v) is Value else v for v in vals]
+    try:
+        out_flat, _ = shapes.infer(func, placeholders, tree)
+    except Exception:  # capture reports it (or falls back) as for any other input
+        return False
+    return any(type(o) is TensorSpec and 0 not in o.shape for o in out_flat)
