@@ -68,6 +68,17 @@ def test_modified_bessel_k_functions_compile():
         assert c.delta("decomposed::" + op) == 1 and c.delta("aten::" + op) == 0, op
 
 
+def test_bessel_j_y_functions_compile():
+    x = torch.cat([torch.tensor([0.0, -1.0, 5.0, 0.3, math.nan]), torch.linspace(0.1, 20, 40)])
+    c = Counters()
+    fns = [torch.special.bessel_j0, torch.special.bessel_y1]
+    outs = [f(lazy(x)) for f in fns]
+    for f, out in zip(fns, outs):
+        assert_lazy_close(out, f(x), rtol=1e-5, atol=1e-6, equal_nan=True)
+    for op in ("special_bessel_j0", "special_bessel_y1"):
+        assert c.delta("decomposed::" + op) == 1 and c.delta("aten::" + op) == 0, op
+
+
 def test_random_ops_draw_what_eager_draws():
     mean, std, x = _rand(5, 3, seed=10), _rand(3, seed=11).abs() + 0.1, _rand(4, 2, seed=12)
     c = Counters()
