@@ -6,7 +6,8 @@ polynomial, which answer NaN for a negative base (``(-2.0) ** 2.0``), for
 ``0 ** 0`` and ``atan2(0, 0)``, and -inf for ``0.0 ** -1``. Here each op keeps
 the compiled kernel for the ordinary case (a positive base, a nonzero
 argument) and selects the C99 value for the special ones, so results match
-eager PyTorch bit for bit in sign and class (0, inf, NaN).
+eager PyTorch bit for bit in sign and class (0, inf, NaN). Also here: ops
+whose lowering uses a wrong constant (gelu's tanh approximation).
 """
 from __future__ import annotations
 
@@ -131,9 +132,20 @@ def atan2(y, x):
     return aten.where.self(_sign_bit(y), aten.neg.default(out), out)
 
 
+def gelu(x, approximate="none"):
+    """The tanh approximation through PyTorch's own decomposition
+    (``torch._refs``): torch-mlir's lowering uses 0.797724 for sqrt(2/pi)
+    (0.7978846), 5e-5 off eager at x = 1.3."""
+    if approximate != "tanh":
+        return NotImplemented
+    from torch._decomp import decomposition_table
+    return decomposition_table[aten.gelu.default](x, approximate=approximate)
+
+
 IEEE_DECOMPOSITIONS = {
     aten.pow.Tensor_Tensor: pow_tensor_tensor,
     aten.pow.Tensor_Scalar: pow_tensor_scalar,
     aten.pow.Scalar: pow_scalar,
     aten.atan2.default: atan2,
+    aten.gelu.default: gelu,
 }

@@ -106,3 +106,9 @@ def test_integer_scatter_reduce_mean_rounds_down():
 def test_logcumsumexp_of_large_values():
     x = torch.tensor([[-1e4, 1e4], [100.0, -100.0], [1e4, 0.0]])
     assert_same_special(torch.logcumsumexp(lazy(x), 0), torch.logcumsumexp(x, 0))
+
+
+def test_gelu_tanh_approximation_matches_eager():
+    x = torch.linspace(-10, 10, 2001)
+    got = torch.nn.functional.gelu(lazy(x), approximate="tanh")
+    torch.testing.assert_close(got.cpu(), torch.nn.functional.gelu(x, approximate="tanh"))
