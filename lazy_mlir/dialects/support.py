@@ -20,6 +20,8 @@ DENIED: dict[str, str] = {
                 "iree-compile 3.13 rejects ('region block must end with a linalg_ext.yield i1')",
     "logcumsumexp": "torch-mlir lowers it as log(cumsum(exp(x))), which overflows to inf for "
                     "x > 88 (float32); a max-shifted cumsum would underflow instead",
+    "tan": "IREE's tan (sin/cos) is up to 5e-4 relative off near the poles (x = 1.5707, "
+           "float32); op_db allows no float32 tolerance for it",
 }
 
 @functools.lru_cache(maxsize=1)

@@ -112,3 +112,8 @@ def test_gelu_tanh_approximation_matches_eager():
     x = torch.linspace(-10, 10, 2001)
     got = torch.nn.functional.gelu(lazy(x), approximate="tanh")
     torch.testing.assert_close(got.cpu(), torch.nn.functional.gelu(x, approximate="tanh"))
+
+
+def test_tan_near_its_poles():
+    x = torch.linspace(-1.5707, 1.5707, 2001)
+    torch.testing.assert_close(torch.tan(lazy(x)).cpu(), torch.tan(x))
