@@ -89,8 +89,8 @@ EXPECTED: dict[tuple[str, str], str] = {
     ('var', 'float32'): 'compiled',
     ('max.reduction_with_dim', 'float32'): 'compiled',
     ('logsumexp', 'float32'): 'compiled',
-    ('all', 'bool'): 'fallback: all,all.dim',
-    ('any', 'float32'): 'fallback: any,any.dim',
+    ('all', 'bool'): 'compiled',
+    ('any', 'float32'): 'compiled',
     ('cumsum', 'float32'): 'compiled',
     ('norm', 'float32'): 'compiled',
     # matmul family
@@ -106,7 +106,7 @@ EXPECTED: dict[tuple[str, str], str] = {
     ('index_select', 'float32'): 'compiled',
     ('gather', 'float32'): 'compiled',
     ('gather', 'int64'): 'compiled',
-    ('scatter', 'float32'): 'fallback: scatter,scatter.reduce',
+    ('scatter', 'float32'): 'compiled',
     ('index_add', 'float32'): 'compiled',
     ('index_put', 'float32'): 'compiled',
     ('index_put', 'bool'): 'compiled',
@@ -141,7 +141,7 @@ EXPECTED: dict[tuple[str, str], str] = {
     # conv / pool
     ('nn.functional.conv2d', 'float32'): 'compiled',
     ('nn.functional.conv1d', 'float32'): 'compiled',
-    ('nn.functional.max_pool2d', 'float32'): 'fallback: max_pool2d_with_indices',
+    ('nn.functional.max_pool2d', 'float32'): 'compiled',
     ('nn.functional.avg_pool2d', 'float32'): 'compiled',
     ('nn.functional.adaptive_avg_pool2d', 'float32'): 'compiled',
     # where / masked
