@@ -16,6 +16,9 @@ does not lower to linalg (they failed to compile and fell back).
   ``*_copy`` view ops, ``upsample_bilinear2d``; ``empty_strided`` as ``empty``.
 - ``log10``: IREE's CPU backend has no ``log10f`` to link against.
 - ``erfinv``: no lowering; Giles' approximation refined by a Newton step.
+- ``logcumsumexp``: torch-mlir's lowering overflows; a masked logsumexp.
+- ``as_strided`` to a 0-d result (``empty_permuted(())``): one element of
+  the flat input (torch-mlir's rank-0 lowering crashes the process).
 """
 from __future__ import annotations
 
@@ -208,6 +211,26 @@ def erfinv(x):
     return aten._to_copy.default(r, dtype=out_dtype)
 
 
+_LOGCUMSUMEXP_MAX_ELEMENTS = 1 << 24
+
+
+def logcumsumexp(x, dim):
+    """torch-mlir lowers it as log(cumsum(exp(x))), which overflows to inf for
+    x > 88. Here out[i] = logsumexp(x[j] for j <= i), a logsumexp (shifted by
+    its max, exact) over a lower-triangular -inf mask: n times the memory of
+    ``x``, so only up to 2**24 elements of mask (larger keeps torch-mlir's)."""
+    if x.dim() == 0:
+        return _on_1d(aten.logcumsumexp.default)(x, dim)
+    if not x.dtype.is_floating_point or x.numel() * x.shape[dim] > _LOGCUMSUMEXP_MAX_ELEMENTS:
+        return NotImplemented
+    n = x.shape[dim]
+    rows = aten.unsqueeze.default(aten.movedim.int(x, dim, -1), -2)  # [..., 1, n]
+    ones = aten.ones.default([n, n], dtype=torch.bool, device=x.device)
+    masked = aten.where.self(aten.tril.default(ones), rows,
+                             aten.scalar_tensor.default(float("-inf"), dtype=x.dtype))
+    return aten.movedim.int(aten.logsumexp.default(masked, [-1]), -1, dim)
+
+
 def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
     """Uninitialized memory has no values to keep; the compiled graph has value
     semantics, so the strides are the capture's business, not the compiler's."""
@@ -222,6 +245,14 @@ def new_empty_strided(x, size, stride, dtype=None, layout=None, device=None, pin
 
 def log10(x):
     return aten.mul.Tensor(aten.log.default(x), 1.0 / math.log(10.0))
+
+
+def as_strided(x, size, stride, storage_offset=None):
+    """A 0-d ``as_strided`` is one element of the flat input: torch-mlir's
+    lowering of a rank-0 result crashes the process (SIGSEGV/SIGABRT)."""
+    if len(size) != 0:
+        return NotImplemented
+    return aten.select.int(aten.reshape.default(x, [-1]), 0, storage_offset or 0)
 
 
 _FROM_TORCH = [
@@ -240,9 +271,11 @@ LOWERING_DECOMPOSITIONS = {
     aten.adaptive_max_pool2d.default: adaptive_max_pool2d,
     aten.diagonal_scatter.default: diagonal_scatter,
     aten.as_strided_scatter.default: as_strided_scatter,
+    aten.as_strided.default: as_strided,
     aten.scatter.reduce: scatter_reduce,
     aten.scatter.value_reduce: scatter_value_reduce,
     aten.log10.default: log10,
+    aten.logcumsumexp.default: logcumsumexp,
     aten.erfinv.default: erfinv,
     aten.empty_strided.default: empty_strided,
     aten.new_empty_strided.default: new_empty_strided,

@@ -131,3 +131,13 @@ def test_kthvalue_falls_back_up_front(counters):
     torch.testing.assert_close(indices.cpu(), expected.indices)
     assert counters.delta("aten::kthvalue") == 1
     assert counters.delta("UncachedCompile") == 0
+
+
+def test_logcumsumexp_does_not_overflow(counters, monkeypatch):
+    """The stable decomposition, compiled (support.py denies the op for now)."""
+    from lazy_mlir.dialects import support
+    monkeypatch.delitem(support.DENIED, "logcumsumexp", raising=False)
+    x = torch.randn(4, 5, 3) * 1e3
+    x[0, 0, 0] = float("-inf")
+    _compiled(lambda t: (torch.logcumsumexp(t, 1), torch.logcumsumexp(t, -1)), x,
+              counters=counters)

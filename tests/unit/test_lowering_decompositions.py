@@ -116,3 +116,13 @@ def test_avg_pool3d_cuts_the_unused_tail():
         torch.testing.assert_close(avg_pool3d(x, [2, 2, 2], [2, 2, 2], [0], False, cip),
                                    aten.avg_pool3d.default(x, [2, 2, 2], [2, 2, 2], [0], False, cip))
     assert avg_pool3d(x, [2, 2, 2], [], [1], False) is NotImplemented
+
+
+@pytest.mark.parametrize("x,dim", [
+    (torch.randn(5, 5, 5) * 1e4, 0), (torch.randn(3, 4), -1), (torch.tensor(3.0), 0),
+    (torch.tensor([-1e4, 1e4, float("-inf"), 3.0, float("inf"), float("nan")]), 0),
+    (torch.tensor([float("-inf"), float("-inf"), 1.0]), 0),
+])
+def test_logcumsumexp_large_values(x, dim):
+    from lazy_mlir.dialects.lowering_decompositions import logcumsumexp
+    torch.testing.assert_close(logcumsumexp(x, dim), torch.logcumsumexp(x, dim), equal_nan=True)
