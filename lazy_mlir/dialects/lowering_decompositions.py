@@ -17,6 +17,8 @@ does not lower to linalg (they failed to compile and fell back).
 - ``log10``: IREE's CPU backend has no ``log10f`` to link against.
 - ``erfinv``: no lowering; Giles' approximation refined by a Newton step.
 - ``logcumsumexp``: torch-mlir's lowering overflows; a masked logsumexp.
+- ``nonzero_static``: no lowering; a cumsum ranks the nonzeros, a scatter
+  writes their coordinates.
 - ``as_strided`` to a 0-d result (``empty_permuted(())``): one element of
   the flat input (torch-mlir's rank-0 lowering crashes the process).
 """
@@ -231,6 +233,30 @@ def logcumsumexp(x, dim):
     return aten.movedim.int(aten.logsumexp.default(masked, [-1]), -1, dim)
 
 
+def nonzero_static(x, *, size, fill_value=-1):
+    """The coordinates of the first ``size`` nonzero elements (row-major),
+    rows past them ``fill_value``: each nonzero element's rank among the
+    nonzeros (a cumsum) is its row; the others go to a spare last row."""
+    nd, n = x.dim(), x.numel()
+    if nd == 0 or n == 0:  # no coordinates (0-d) or no elements: all fill
+        return aten.full.default([size, nd], fill_value, dtype=torch.int64, device=x.device)
+    flat = aten.ne.Scalar(aten.reshape.default(x, [-1]), 0)
+    rank = aten.sub.Scalar(aten.cumsum.default(flat, 0, dtype=torch.int64), 1)
+    row = aten.where.self(aten.logical_and.default(flat, aten.lt.Scalar(rank, size)), rank,
+                          aten.scalar_tensor.default(size, dtype=torch.int64))
+    position = aten.arange.default(n, dtype=torch.int64, device=x.device)
+    coords, step = [], n
+    for extent in x.shape:
+        step //= extent
+        coords.append(aten.remainder.Scalar(aten.div.Tensor_mode(position, step, rounding_mode="floor"),
+                                            extent))
+    coords = aten.stack.default(coords, 1)  # [n, nd]
+    out = aten.full.default([size + 1, nd], fill_value, dtype=torch.int64, device=x.device)
+    out = aten.scatter.src(out, 0, aten.expand.default(aten.unsqueeze.default(row, 1), [n, nd]),
+                           coords)
+    return aten.slice.Tensor(out, 0, 0, size)
+
+
 def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
     """Uninitialized memory has no values to keep; the compiled graph has value
     semantics, so the strides are the capture's business, not the compiler's."""
@@ -275,6 +301,7 @@ LOWERING_DECOMPOSITIONS = {
     aten.scatter.reduce: scatter_reduce,
     aten.scatter.value_reduce: scatter_value_reduce,
     aten.log10.default: log10,
+    aten.nonzero_static.default: nonzero_static,
     aten.logcumsumexp.default: logcumsumexp,
     aten.erfinv.default: erfinv,
     aten.empty_strided.default: empty_strided,

@@ -141,3 +141,15 @@ def test_logcumsumexp_does_not_overflow(counters, monkeypatch):
     x[0, 0, 0] = float("-inf")
     _compiled(lambda t: (torch.logcumsumexp(t, 1), torch.logcumsumexp(t, -1)), x,
               counters=counters)
+
+
+def test_nonzero_static(counters):
+    """Values only: the meta kernel's strides differ from the CPU kernel's."""
+    x = torch.tensor([[0.0, 1.5, 0.0], [2.0, 0.0, -3.0]])
+    counters.snapshot()
+    outs = [torch.nonzero_static(lazy(x), size=2), torch.nonzero_static(lazy(x), size=5,
+                                                                        fill_value=-4)]
+    lm.mark_step()
+    torch.testing.assert_close(outs[0].cpu(), torch.nonzero_static(x, size=2))
+    torch.testing.assert_close(outs[1].cpu(), torch.nonzero_static(x, size=5, fill_value=-4))
+    assert not counters.delta("aten::nonzero_static")

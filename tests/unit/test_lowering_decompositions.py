@@ -126,3 +126,13 @@ def test_avg_pool3d_cuts_the_unused_tail():
 def test_logcumsumexp_large_values(x, dim):
     from lazy_mlir.dialects.lowering_decompositions import logcumsumexp
     torch.testing.assert_close(logcumsumexp(x, dim), torch.logcumsumexp(x, dim), equal_nan=True)
+
+
+@pytest.mark.parametrize("x", [torch.tensor([[0, 1.0], [2, 0]]), torch.randint(0, 2, (3, 4, 5)),
+                               torch.zeros(4), torch.tensor([True, False, True]),
+                               torch.tensor(2.0), torch.zeros(0, 3)])
+@pytest.mark.parametrize("size,fill", [(0, -1), (3, -1), (70, 5)])
+def test_nonzero_static(x, size, fill):
+    from lazy_mlir.dialects.lowering_decompositions import nonzero_static
+    torch.testing.assert_close(nonzero_static(x, size=size, fill_value=fill),
+                               torch.nonzero_static(x, size=size, fill_value=fill))
