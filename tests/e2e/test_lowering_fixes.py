@@ -153,3 +153,14 @@ def test_nonzero_static(counters):
     torch.testing.assert_close(outs[0].cpu(), torch.nonzero_static(x, size=2))
     torch.testing.assert_close(outs[1].cpu(), torch.nonzero_static(x, size=5, fill_value=-4))
     assert not counters.delta("aten::nonzero_static")
+
+
+def test_linalg_qr_falls_back_up_front(counters):
+    x = torch.randn(4, 3)
+    counters.snapshot()
+    q, r = torch.linalg.qr(lazy(x))
+    lm.mark_step()
+    torch.testing.assert_close(q.cpu() @ r.cpu(), x)
+    torch.testing.assert_close(r.cpu(), torch.linalg.qr(x)[1])
+    assert counters.delta("UncachedCompile") == 0
+    assert counters.delta("aten::linalg_qr") == 1
