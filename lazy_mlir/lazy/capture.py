@@ -17,6 +17,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from . import argtree, debug, empty_inputs, metrics, shapes
 from .coverage import _active as _dry_run
 from .ir import DeviceData, Node, TensorSpec, Value
+from .resize import SPECIAL as RESIZE
 from .scalars import lift_scalars
 from .tensor import LazyTensor, Storage, live_storages, wrap_value
 from .views import (IDENTITY, functional_view_op, is_inplace_view_op, is_view_op, scatter)
@@ -33,6 +34,7 @@ dispatch_depth = [0]
 # --------------------------------------------------------------------- values
 def data_value(host: torch.Tensor) -> Value:
     """Device data from a host tensor (the caller gives up the tensor)."""
+    shapes.require_strided(host)
     return Value.of_data(DeviceData(TensorSpec.of(host.contiguous()), host=host.contiguous()))
 
 
@@ -425,3 +427,4 @@ _SPECIAL = {aten.copy_.default: _copy_, aten._to_copy.default: _to_copy,
             aten.native_dropout.default: _native_dropout,
             aten.native_batch_norm.default: _native_batch_norm}
 _SPECIAL.update({f: _random for f in _RANDOM})
+_SPECIAL.update(RESIZE)

@@ -54,6 +54,9 @@ def infer(func, flat: list, treedef) -> list:
         leaves, out_tree = [out], None  # the common case: no pytree needed
     else:
         leaves, out_tree = tree_flatten(out)
+    for o in leaves:
+        if isinstance(o, torch.Tensor):
+            require_strided(o)
     result = ([TensorSpec.of(o) if isinstance(o, torch.Tensor) else o for o in leaves], out_tree)
     if key is not None:
         _memo[key] = result
@@ -64,3 +67,12 @@ def _hashable(a):
     if isinstance(a, list):
         return tuple(a)
     return a
+
+
+def require_strided(t: torch.Tensor) -> None:
+    """Sparse (and other non-strided) tensors have no place on the lazy
+    device: a clear error rather than one from deep inside."""
+    if t.layout != torch.strided:
+        raise RuntimeError(
+            f"lazy-mlir: {t.layout} tensors are not supported on the lazy device; "
+            "keep them on the CPU (or .to_dense() them first)")

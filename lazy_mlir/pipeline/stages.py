@@ -64,6 +64,7 @@ def lower(gm: fx.GraphModule, config: PipelineConfig,
     """fx -> (decomposed, mixed-precision) fx -> torch [-> torch-backend -> linalg].
     ``target`` (a target name, if known) selects target-dependent rewrites."""
     from ..dialects.torch_import import import_fx
+    from ..passes.float_eq import float_eq_as_not_ne
     from ..passes.normalize_dims import normalize_dims
     from .fx_graph import decompose
     t0 = time.perf_counter()
@@ -77,7 +78,7 @@ def lower(gm: fx.GraphModule, config: PipelineConfig,
             made_by.append("torch-mlir decomposition table")
         if extra:
             made_by.append("conv_matmul")
-    gm = normalize_dims(gm)
+    gm = float_eq_as_not_ne(normalize_dims(gm))
     if config.mixed_precision == "bf16":
         from ..passes.mixed_precision import bf16_mixed_precision
         gm = bf16_mixed_precision(gm)
