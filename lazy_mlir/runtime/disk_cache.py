@@ -51,9 +51,13 @@ from ..lazy import metrics
 
 log = logging.getLogger("lazy_mlir")
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 """Bump when the file layout or the key derivation changes: old entries then
-miss (their keys differ) and age out through eviction."""
+miss (their keys differ) and age out through eviction. Also bump it when a
+fix changes what a graph compiles to (the key holds the package version, not
+the source): 2 = results that return an argument unchanged are recorded
+(``passthrough``), and modules built before the pow/atan2/bool fixes must
+not be served."""
 
 DEFAULT_MAX_BYTES = 2 << 30
 
