@@ -15,6 +15,8 @@ does not lower to linalg (they failed to compile and fell back).
 - Ops whose PyTorch decomposition (``torch._decomp``) torch-mlir lowers:
   ``*_copy`` view ops, ``upsample_bilinear2d``; ``empty_strided`` as ``empty``.
 - ``log10``: IREE's CPU backend has no ``log10f`` to link against.
+- ``fmax``/``fmin``: NaN cases explicit (torch-mlir's decomposition breaks
+  on broadcasting and on two NaNs).
 - ``erfinv``: no lowering; Giles' approximation refined by a Newton step.
 - ``logcumsumexp``: torch-mlir's lowering overflows; a masked logsumexp.
 - ``nonzero_static``: no lowering; a cumsum ranks the nonzeros, a scatter
@@ -257,6 +259,20 @@ def nonzero_static(x, *, size, fill_value=-1):
     return aten.slice.Tensor(out, 0, 0, size)
 
 
+def _nan_ignoring(extreme):
+    """``fmax``/``fmin``: torch-mlir's own decomposition gives its NaN test
+    the broadcast result type but the unbroadcast operand (an invalid
+    ``tensor.cast``) and answers a number where both operands are NaN. Here
+    the NaN cases are explicit and ``maximum``/``minimum`` only sees numbers."""
+    def decomposition(a, b):
+        if a.dtype.is_complex or b.dtype.is_complex:
+            return NotImplemented
+        a_nan, b_nan = aten.isnan.default(a), aten.isnan.default(b)
+        return aten.where.self(a_nan, b, aten.where.self(b_nan, a, extreme(a, b)))
+    decomposition.__name__ = f"{extreme.__name__}_ignoring_nan"
+    return decomposition
+
+
 def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
     """Uninitialized memory has no values to keep; the compiled graph has value
     semantics, so the strides are the capture's business, not the compiler's."""
@@ -301,6 +317,8 @@ LOWERING_DECOMPOSITIONS = {
     aten.scatter.reduce: scatter_reduce,
     aten.scatter.value_reduce: scatter_value_reduce,
     aten.log10.default: log10,
+    aten.fmax.default: _nan_ignoring(aten.maximum.default),
+    aten.fmin.default: _nan_ignoring(aten.minimum.default),
     aten.nonzero_static.default: nonzero_static,
     aten.logcumsumexp.default: logcumsumexp,
     aten.erfinv.default: erfinv,

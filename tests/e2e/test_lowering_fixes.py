@@ -10,7 +10,7 @@ import lazy_mlir as lm
 from e2e_helpers import assert_lazy_close, lazy
 
 
-def _compiled(fn, *inputs, counters):
+def _compiled(fn, *inputs, counters, **close):
     """``fn`` on lazy copies of ``inputs`` equals eager and nothing fell back."""
     counters.snapshot()
     out = fn(*(lazy(t) for t in inputs))
@@ -18,7 +18,7 @@ def _compiled(fn, *inputs, counters):
     expected = fn(*inputs)
     outs, exps = (out, expected) if isinstance(out, tuple) else ((out,), (expected,))
     for o, e in zip(outs, exps):
-        assert_lazy_close(o, e)
+        assert_lazy_close(o, e, **close)
     fell_back = [n for n in lm.metrics.counter_names()
                  if n.startswith("aten::") and counters.delta(n)]
     assert not fell_back, fell_back
@@ -164,3 +164,11 @@ def test_linalg_qr_falls_back_up_front(counters):
     torch.testing.assert_close(r.cpu(), torch.linalg.qr(x)[1])
     assert counters.delta("UncachedCompile") == 0
     assert counters.delta("aten::linalg_qr") == 1
+
+
+def test_fmax_fmin_of_broadcast_operands(counters):
+    a = torch.tensor([[1.0, float("nan"), -2.0]])
+    b = torch.tensor([[0.5], [float("nan")]])
+    c = torch.tensor(0.25)
+    _compiled(lambda x, y, z: (torch.fmax(x, y), torch.fmin(x, y), torch.fmax(x, z)), a, b, c,
+              counters=counters, equal_nan=True)

@@ -136,3 +136,13 @@ def test_nonzero_static(x, size, fill):
     from lazy_mlir.dialects.lowering_decompositions import nonzero_static
     torch.testing.assert_close(nonzero_static(x, size=size, fill_value=fill),
                                torch.nonzero_static(x, size=size, fill_value=fill))
+
+
+def test_fmax_fmin():
+    a = torch.tensor([[1.0, float("nan"), -2.0]])
+    b = torch.tensor([[0.5], [float("nan")]])
+    i = torch.tensor([3, -4])
+    for op, ref in ((aten.fmax.default, torch.fmax), (aten.fmin.default, torch.fmin)):
+        torch.testing.assert_close(LOWERING_DECOMPOSITIONS[op](a, b), ref(a, b), equal_nan=True)
+        torch.testing.assert_close(LOWERING_DECOMPOSITIONS[op](i, i.flip(0)), ref(i, i.flip(0)))
+        torch.testing.assert_close(LOWERING_DECOMPOSITIONS[op](i, a.T), ref(i, a.T), equal_nan=True)
