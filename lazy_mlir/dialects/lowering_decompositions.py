@@ -16,7 +16,7 @@ does not lower to linalg (they failed to compile and fell back).
   ``*_copy`` view ops, ``upsample_bilinear2d``; ``empty_strided`` as ``empty``.
 - ``log10``: IREE's CPU backend has no ``log10f`` to link against.
 - ``fmax``/``fmin``: NaN cases explicit (torch-mlir's decomposition breaks
-  on broadcasting and on two NaNs).
+  on operands of different shapes).
 - ``erfinv``: no lowering; Giles' approximation refined by a Newton step.
 - ``logcumsumexp``: torch-mlir's lowering overflows; a masked logsumexp.
 - ``nonzero_static``: no lowering; a cumsum ranks the nonzeros, a scatter
@@ -262,8 +262,7 @@ def nonzero_static(x, *, size, fill_value=-1):
 def _nan_ignoring(extreme):
     """``fmax``/``fmin``: torch-mlir's own decomposition gives its NaN test
     the broadcast result type but the unbroadcast operand (an invalid
-    ``tensor.cast``) and answers a number where both operands are NaN. Here
-    the NaN cases are explicit and ``maximum``/``minimum`` only sees numbers."""
+    ``tensor.cast``). Here the NaN cases are explicit, broadcast by ``where``."""
     def decomposition(a, b):
         if a.dtype.is_complex or b.dtype.is_complex:
             return NotImplemented
