@@ -8,9 +8,9 @@ runs it. ``get_target(name)`` resolves a name to one:
 name      backend       driver      flags
 ========  ============  ==========  ==============================================
 cpu       llvm-cpu      local-task  ``--iree-llvmcpu-target-cpu=host``; data
-                                    tiling with microkernels, for matmuls and
-                                    convolutions (``CPU_DATA_TILING``); float64
-                                    kept (not demoted to float32)
+                                    tiling with microkernels for matmuls
+                                    (``CPU_DATA_TILING``); float64 kept (not
+                                    demoted to float32)
 vulkan    vulkan-spirv  vulkan      ``--iree-vulkan-target=T``: T from
                                     ``LAZY_MLIR_VULKAN_TARGET``, else the first
                                     Vulkan device's architecture, else
@@ -70,17 +70,25 @@ class Target:
 CPU_DATA_TILING = (
     "--iree-opt-data-tiling",
     "--iree-llvmcpu-enable-ukernels=all",
+)
+"""Matmuls in packed (tiled) layouts, run by IREE's microkernels: ~200 GFLOP/s
+on a 2048^3 matmul against 47 with IREE's default CPU code; the MLP training
+step (benchmarks/train_step.py) ran 1.25x faster. Optional: IREE's tiling can
+fail on some shapes ("One or more operations with large vector sizes (32768
+bytes) were found", seen with its encoding-fusion options), and a graph then
+compiles again without them.
+
+Convolutions are NOT data-tiled (``CONV_DATA_TILING``): on IREE 3.13 that made
+the MNIST CNN step 3.4x faster but computes a convolution of a spatially
+transposed square input wrongly (``x.transpose(2, 3)`` of a 5x5 image;
+tests/e2e/test_pipeline.py keeps the case)."""
+
+CONV_DATA_TILING = (
     "--iree-dispatch-creation-experimental-set-data-tiling-ops=matmul",
     "--iree-dispatch-creation-experimental-set-data-tiling-ops=convolution",
 )
-"""Matmuls and convolutions in packed (tiled) layouts, run by IREE's
-microkernels. IREE's default CPU code for convolutions reaches a few GFLOP/s
-on a 3x3 weight gradient; with convolutions data-tiled too, the MNIST CNN
-training step (benchmarks/train_step.py) ran 3.5x faster, the MLP step 1.25x
-(measured on IREE 3.13; the training tests check the numbers against eager).
-Optional: IREE's tiling can fail on some shapes (e.g. "One or more operations
-with large vector sizes (32768 bytes) were found", seen with its encoding
-fusion options), and a graph then compiles again without them."""
+"""Data tiling for convolutions too: add to ``[iree_flags] cpu`` of a pipeline
+configuration only for models without transposed conv inputs (see above)."""
 
 CPU = Target("cpu", "llvm-cpu", "local-task", (
     "--iree-llvmcpu-target-cpu=host",

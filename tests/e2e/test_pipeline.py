@@ -123,9 +123,9 @@ CONV_CASES = {
 
 
 @pytest.mark.parametrize("name", CONV_CASES)
-def test_cpu_data_tiled_convolutions_and_gradients_match_eager(name):
-    """The cpu target data-tiles convolutions (an IREE option marked
-    experimental): forward, input and weight gradients against eager."""
+def test_cpu_convolutions_and_gradients_match_eager(name):
+    """Forward, input and weight gradients against eager, with the cpu
+    target's flags (data tiling on)."""
     xs, ws, stride, padding, dilation, groups = CONV_CASES[name]
     dims = len(xs) - 2
 
@@ -145,9 +145,20 @@ def test_cpu_data_tiled_convolutions_and_gradients_match_eager(name):
                                      [dilation] * dims, False, [0] * dims, groups)
     dy = torch.randn(out.shape, generator=g)
     compiled = lm.jit(step).lower(x, w, b, dy).compile(target="cpu")
-    assert "--iree-dispatch-creation-experimental-set-data-tiling-ops=convolution" in compiled.flags
+    assert "--iree-opt-data-tiling" in compiled.compiled.flags
     for got, want in zip(compiled(x, w, b, dy), step(x, w, b, dy)):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_cpu_conv_of_a_spatially_transposed_square_input_matches_eager():
+    """IREE 3.13's data-tiled convolutions (targets.CONV_DATA_TILING, off)
+    got this wrong: the transpose fused into the packed conv input."""
+    def f(x, w):
+        return F.conv2d(x.transpose(2, 3) * 2, w)
+
+    x, w = torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3)
+    torch.testing.assert_close(lm.jit(f).lower(x, w).compile(target="cpu")(x, w), f(x, w),
+                               rtol=1e-4, atol=1e-4)
 
 
 def test_failing_optional_flags_are_dropped_and_the_graph_compiled_again(caplog):

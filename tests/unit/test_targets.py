@@ -17,10 +17,10 @@ def test_table_has_the_three_targets():
     assert (cpu.backend, cpu.driver) == ("llvm-cpu", "local-task")
     assert "--iree-llvmcpu-target-cpu=host" in cpu.flags
     assert "--iree-input-demote-f64-to-f32=false" in cpu.flags
-    # data tiling with microkernels, for convolutions too; not for the GPUs
+    # data tiling with microkernels for matmuls, not convolutions; not for the GPUs
     for flag in T.CPU_DATA_TILING:
-        assert flag in cpu.flags
-    assert "--iree-dispatch-creation-experimental-set-data-tiling-ops=convolution" in cpu.flags
+        assert flag in cpu.flags and flag in cpu.optional_flags
+    assert not any("set-data-tiling-ops" in f for f in cpu.flags)
     assert not any("data-tiling" in f or "ukernels" in f for f in vulkan.flags + cuda.flags)
     assert (vulkan.backend, vulkan.driver) == ("vulkan-spirv", "vulkan")
     assert any(f.startswith("--iree-vulkan-target=") for f in vulkan.flags)
