@@ -19,6 +19,7 @@ does not lower to linalg (they failed to compile and fell back).
   on operands of different shapes).
 - ``erfinv``: no lowering; Giles' approximation refined by a Newton step.
 - ``logcumsumexp``: torch-mlir's lowering overflows; a masked logsumexp.
+- ``addbmm`` of integers as ``bmm`` and ``sum``.
 - ``nonzero_static``: no lowering; a cumsum ranks the nonzeros, a scatter
   writes their coordinates.
 - ``as_strided`` to a 0-d result (``empty_permuted(())``): one element of
@@ -272,6 +273,20 @@ def _nan_ignoring(extreme):
     return decomposition
 
 
+def addbmm(x, batch1, batch2, *, beta=1, alpha=1):
+    """Integers (torch-mlir lowers only the float op): beta*x + alpha * the
+    sum over the batch of bmm, in the same integer arithmetic."""
+    if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
+        return NotImplemented
+    beta, alpha = int(beta), int(alpha)  # as eager: float factors truncated toward zero
+    out = aten.sum.dim_IntList(aten.bmm.default(batch1, batch2), [0])
+    if alpha != 1:
+        out = aten.mul.Scalar(out, alpha)
+    if beta == 0:  # x is ignored
+        return out
+    return aten.add.Tensor(out, x if beta == 1 else aten.mul.Scalar(x, beta))
+
+
 def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
     """Uninitialized memory has no values to keep; the compiled graph has value
     semantics, so the strides are the capture's business, not the compiler's."""
@@ -316,6 +331,7 @@ LOWERING_DECOMPOSITIONS = {
     aten.scatter.reduce: scatter_reduce,
     aten.scatter.value_reduce: scatter_value_reduce,
     aten.log10.default: log10,
+    aten.addbmm.default: addbmm,
     aten.fmax.default: _nan_ignoring(aten.maximum.default),
     aten.fmin.default: _nan_ignoring(aten.minimum.default),
     aten.nonzero_static.default: nonzero_static,

@@ -172,3 +172,9 @@ def test_fmax_fmin_of_broadcast_operands(counters):
     c = torch.tensor(0.25)
     _compiled(lambda x, y, z: (torch.fmax(x, y), torch.fmin(x, y), torch.fmax(x, z)), a, b, c,
               counters=counters, equal_nan=True)
+
+
+def test_addbmm_integers(counters):
+    x, b1, b2 = (torch.randint(-9, 9, s) for s in ((1,), (4, 2, 3), (4, 3, 5)))
+    _compiled(lambda t, u, v: (torch.addbmm(t, u, v), torch.addbmm(t, u, v, beta=2, alpha=-3)),
+              x, b1, b2, counters=counters)

@@ -146,3 +146,12 @@ def test_fmax_fmin():
         torch.testing.assert_close(LOWERING_DECOMPOSITIONS[op](a, b), ref(a, b), equal_nan=True)
         torch.testing.assert_close(LOWERING_DECOMPOSITIONS[op](i, i.flip(0)), ref(i, i.flip(0)))
         torch.testing.assert_close(LOWERING_DECOMPOSITIONS[op](i, a.T), ref(i, a.T), equal_nan=True)
+
+
+@pytest.mark.parametrize("beta,alpha", [(1, 1), (0, 3), (2, -1), (0.6, 0.2), (1.7, -2.9)])
+def test_addbmm_integers(beta, alpha):
+    from lazy_mlir.dialects.lowering_decompositions import addbmm
+    x, b1, b2 = (torch.randint(-9, 9, s) for s in ((1,), (4, 2, 3), (4, 3, 5)))
+    torch.testing.assert_close(addbmm(x, b1, b2, beta=beta, alpha=alpha),
+                               torch.addbmm(x, b1, b2, beta=beta, alpha=alpha))
+    assert addbmm(x.float(), b1.float(), b2.float()) is NotImplemented
