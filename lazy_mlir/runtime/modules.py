@@ -74,13 +74,16 @@ def _compile(graph, target, config):
     t0 = time.perf_counter()
     try:
         compiled = compile_stages(lower(gm, config, target.name), target, config)
-        shared = shared_sort_operands(compiled.stages[-2].text)
-        if shared:
-            ops = sorted({n.op.__name__.split(".")[0] for n in graph.nodes
-                          if n.op.__name__.split(".")[0] in _SORT_LIKE})
-            log.warning("lazy-mlir: sorts in one graph share the operand %s, which IREE sorts in "
-                        "place for each; the graph runs eagerly on the CPU", shared)
-            return EagerEntry(gm, ops or ["sort"])
+        linalg = compiled.stages[-2].text
+        for check, blamed in ((shared_sort_operands, _SORT_LIKE),
+                              (argument_read_after_in_place_write, _IN_PLACE_LIKE)):
+            value = check(linalg)
+            if value:  # a wrong answer from IREE: run the graph eagerly instead
+                ops = sorted({n.op.__name__.split(".")[0] for n in graph.nodes} & blamed)
+                log.warning("lazy-mlir: IREE updates %s in place while another result still "
+                            "reads it (%s); the graph runs eagerly on the CPU", value,
+                            check.__name__)
+                return EagerEntry(gm, ops or [graph.nodes[-1].op.__name__.split(".")[0]])
         return compiled
     except PipelineError as e:
         ops = list(e.unlowered)
@@ -130,6 +133,36 @@ def shared_sort_operands(text: str) -> str | None:
             if v in seen:
                 return v
             seen.add(v)
+    return None
+
+
+_IN_PLACE_LIKE = {"slice_scatter", "select_scatter", "copy_", "index_put", "as_strided_scatter"}
+
+
+def argument_read_after_in_place_write(text: str) -> str | None:
+    """An argument that ``main`` inserts a slice into (IREE writes that in
+    place) and also returns a view of (a reshape or slice of it, which IREE
+    returns as a view of the argument's buffer): ``b = a.view(2, 3) * 1;
+    a[2:] = x`` returned the updated ``a`` as ``b``. (An argument returned
+    unchanged is handled by ``returned_args``; compute that reads the
+    argument is ordered before the write by IREE.)"""
+    main = text.find("func.func @main(")
+    ret = re.search(r"^\s*(?:func\.)?return (.*?) :", text[main:], re.M) if main >= 0 else None
+    if ret is None:
+        return None
+    body = text[main:]
+    returned = {o.strip() for o in ret.group(1).split(",")}
+    views = re.findall(r"(%[\w#]+) = tensor\.(?:expand_shape|collapse_shape|extract_slice) "
+                       r"(%[\w#]+)\b", body)
+    for arg in set(re.findall(r"tensor\.insert_slice %[\w#]+ into (%arg\d+)\[", body)):
+        aliases = {arg}
+        for _ in range(len(views)):  # views of views
+            grown = aliases | {out for out, src in views if src in aliases}
+            if grown == aliases:
+                break
+            aliases = grown
+        if (aliases - {arg}) & returned:
+            return arg
     return None
 
 
