@@ -1,0 +1,55 @@
+"""The linalg-text checks that find results IREE would answer wrongly
+(an argument updated in place while a result still reads it)."""
+from __future__ import annotations
+
+from lazy_mlir.runtime.modules import (argument_read_after_in_place_write, returned_args,
+                                       shared_sort_operands)
+
+INSERT_AND_RETURN_ARG = """
+  func.func @main(%arg0: tensor<6xf32>, %arg1: tensor<4xf32>) -> (tensor<6xf32>, tensor<6xf32>) {
+    %inserted_slice = tensor.insert_slice %arg1 into %arg0[2] [4] [1] : tensor<4xf32> into tensor<6xf32>
+    return %inserted_slice, %arg0 : tensor<6xf32>, tensor<6xf32>
+  }
+"""
+
+INSERT_AND_RETURN_VIEW = """
+  func.func @main(%arg0: tensor<6xf32>, %arg1: tensor<4xf32>) -> (tensor<6xf32>, tensor<2x3xf32>) {
+    %inserted_slice = tensor.insert_slice %arg1 into %arg0[2] [4] [1] : tensor<4xf32> into tensor<6xf32>
+    %expanded = tensor.expand_shape %arg0 [[0, 1]] output_shape [2, 3] : tensor<6xf32> into tensor<2x3xf32>
+    return %inserted_slice, %expanded : tensor<6xf32>, tensor<2x3xf32>
+  }
+"""
+
+INSERT_AND_COMPUTE = """
+  func.func @main(%arg0: tensor<6xf32>, %arg1: tensor<4xf32>) -> (tensor<6xf32>, tensor<6xf32>) {
+    %inserted_slice = tensor.insert_slice %arg1 into %arg0[2] [4] [1] : tensor<4xf32> into tensor<6xf32>
+    %1 = linalg.generic {} ins(%arg0 : tensor<6xf32>) outs(%0 : tensor<6xf32>) -> tensor<6xf32>
+    return %inserted_slice, %1 : tensor<6xf32>, tensor<6xf32>
+  }
+"""
+
+TWO_SORTS = """
+  func.func @main(%arg0: tensor<5x10xf32>) -> (tensor<5x10xf32>, tensor<5x10xf32>) {
+    %2:2 = tm_tensor.sort dimension(1) outs(%arg0, %1 : tensor<5x10xf32>, tensor<5x10xi64>) {
+    } -> tensor<5x10xf32>, tensor<5x10xi64>
+    %3:2 = tm_tensor.sort dimension(1) outs(%arg0, %1 : tensor<5x10xf32>, tensor<5x10xi64>) {
+    } -> tensor<5x10xf32>, tensor<5x10xi64>
+    return %2#0, %3#0 : tensor<5x10xf32>, tensor<5x10xf32>
+  }
+"""
+
+
+def test_returned_args():
+    assert returned_args(INSERT_AND_RETURN_ARG) == ((1, 0),)
+    assert returned_args(INSERT_AND_RETURN_VIEW) == ()
+
+
+def test_argument_read_after_in_place_write():
+    assert argument_read_after_in_place_write(INSERT_AND_RETURN_VIEW) == "%arg0"
+    assert argument_read_after_in_place_write(INSERT_AND_RETURN_ARG) is None  # returned_args
+    assert argument_read_after_in_place_write(INSERT_AND_COMPUTE) is None  # IREE orders it
+
+
+def test_shared_sort_operands():
+    assert shared_sort_operands(TWO_SORTS) == "%arg0"
+    assert shared_sort_operands(TWO_SORTS.split("%3:2")[0]) is None
