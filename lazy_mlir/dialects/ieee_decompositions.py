@@ -7,7 +7,9 @@ polynomial, which answer NaN for a negative base (``(-2.0) ** 2.0``), for
 the compiled kernel for the ordinary case (a positive base, a nonzero
 argument) and selects the C99 value for the special ones, so results match
 eager PyTorch bit for bit in sign and class (0, inf, NaN). Also here: ops
-whose lowering uses a wrong constant (gelu's tanh approximation).
+whose lowering uses a wrong constant (gelu's tanh approximation), and
+``minimum``/``maximum``/``clamp``/``hardtanh``, whose lowerings drop a NaN
+first operand.
 """
 from __future__ import annotations
 
@@ -21,11 +23,11 @@ aten = torch.ops.aten
 _inside = threading.local()  # set while a decomposition traces its own kernel call
 
 
-def _kernel(op, *args):
+def _kernel(op, *args, **kwargs):
     """``op(*args)`` traced as is (not decomposed again by this module)."""
     _inside.on = True
     try:
-        return op(*args)
+        return op(*args, **kwargs)
     finally:
         _inside.on = False
 
@@ -142,7 +144,28 @@ def gelu(x, approximate="none"):
     return decomposition_table[aten.gelu.default](x, approximate=approximate)
 
 
+def _nan_of_first(op):
+    """``op`` answering NaN where its first operand is NaN, as eager does:
+    torch-mlir lowers ``minimum``/``maximum``/``clamp`` as compare-and-select
+    (``a < b ? a : b``), which picks the other operand for a NaN ``a``."""
+    def decomposition(x, *args, **kwargs):
+        if getattr(_inside, "on", False) or not x.dtype.is_floating_point:
+            return NotImplemented
+        out = _kernel(op, x, *args, **kwargs)
+        if not out.dtype.is_floating_point:
+            return out
+        return aten.where.self(aten.ne.Tensor(x, x), x, out)
+    decomposition.__name__ = f"{op.__name__}_nan"
+    return decomposition
+
+
+# (clamp_min/clamp_max.Tensor belong to bool_decompositions, which wins.)
+_NAN_OF_FIRST = [aten.minimum.default, aten.maximum.default, aten.clamp.default,
+                 aten.clamp.Tensor, aten.clamp_min.default, aten.clamp_max.default,
+                 aten.hardtanh.default]
+
 IEEE_DECOMPOSITIONS = {
+    **{op: _nan_of_first(op) for op in _NAN_OF_FIRST},
     aten.pow.Tensor_Tensor: pow_tensor_tensor,
     aten.pow.Tensor_Scalar: pow_tensor_scalar,
     aten.pow.Scalar: pow_scalar,

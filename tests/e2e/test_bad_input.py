@@ -240,13 +240,19 @@ SPECIAL_VALUES = {
     "div_by_zero": lambda x: x / torch.zeros_like(x),
     "floor_divide_by_zero": lambda x: torch.floor_divide(x, torch.zeros_like(x)),
     "remainder_by_zero": lambda x: torch.remainder(x, torch.zeros_like(x)),
+    # lowered as compare-and-select, which dropped a NaN first operand
+    "minimum": lambda x: torch.minimum(x, torch.zeros_like(x)),
+    "maximum_both_nan": lambda x: torch.maximum(x, x.flip(0)),
+    "clamp": lambda x: x.clamp(-1, 1),
+    "clamp_min": lambda x: x.clamp(min=0.5),
+    "clamp_tensor": lambda x: x.clamp(torch.zeros_like(x), torch.ones_like(x)),
+    "hardtanh": lambda x: F.hardtanh(x),
+    "relu6": lambda x: F.relu6(x),
 }
 # Known wrong answers with NaN (a bug to fix; strict, so a fix is noticed):
 # the compiled kernels do not propagate NaN as eager does.
 NAN_WRONG = {
     "argmax": lambda x: x.argmax(1),
-    "minimum": lambda x: torch.minimum(x, torch.zeros_like(x)),
-    "clamp": lambda x: x.clamp(-1, 1),
     "sort": lambda x: x.sort(1)[0],
     "topk": lambda x: x.topk(2, 1)[0],
 }
