@@ -36,8 +36,19 @@ def _rewritable(x: torch.Tensor, weight: torch.Tensor, transposed: bool, groups:
             and x.dtype.is_floating_point and weight.dtype == x.dtype)
 
 
+MIN_COLUMNS = 1024
+"""Smallest N*OH*OW worth it: below it (LeNet-5 at batch 1) the extra copy
+and dispatches cost more than the convolution."""
+
+
 def _deep(channels: int, weight: torch.Tensor) -> bool:
     return channels * weight.shape[2] * weight.shape[3] >= MIN_DEPTH
+
+
+def _wide(x: torch.Tensor, weight: torch.Tensor, stride, padding, dilation) -> bool:
+    n, _, h, w = x.shape
+    return n * _out_size(h, weight.shape[2], stride[0], padding[0], dilation[0]) * _out_size(
+        w, weight.shape[3], stride[1], padding[1], dilation[1]) >= MIN_COLUMNS
 
 
 def _out_size(size: int, k: int, s: int, p: int, d: int) -> int:
@@ -83,7 +94,8 @@ def _forward(x, weight, stride, padding, dilation):
 
 def convolution(x, weight, bias, stride, padding, dilation, transposed, output_padding,
                 groups):
-    if not _rewritable(x, weight, transposed, groups) or not _deep(x.shape[1], weight):
+    if (not _rewritable(x, weight, transposed, groups) or not _deep(x.shape[1], weight)
+            or not _wide(x, weight, stride, padding, dilation)):
         return NotImplemented
     out = _forward(x, weight, stride, padding, dilation)
     if bias is not None:
@@ -93,7 +105,8 @@ def convolution(x, weight, bias, stride, padding, dilation, transposed, output_p
 
 def convolution_backward(grad_out, x, weight, bias_sizes, stride, padding, dilation,
                          transposed, output_padding, groups, output_mask):
-    if not _rewritable(x, weight, transposed, groups) or grad_out.dtype != x.dtype:
+    if (not _rewritable(x, weight, transposed, groups) or grad_out.dtype != x.dtype
+            or not _wide(x, weight, stride, padding, dilation)):
         return NotImplemented
     if ((output_mask[0] and not _deep(weight.shape[0], weight))
             or (output_mask[1] and not _deep(x.shape[1], weight))):

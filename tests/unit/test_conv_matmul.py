@@ -23,7 +23,8 @@ CASES = [
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "N{}C{}H{}W{}O{}K{}s{}p{}d{}".format(*c))
-def test_forward_and_backward_match_aten(case):
+def test_forward_and_backward_match_aten(case, monkeypatch):
+    monkeypatch.setattr(cm, "MIN_COLUMNS", 1)  # the math, on small shapes
     n, c, h, w, o, k, s, p, d = case
     g = torch.Generator().manual_seed(0)
     x = torch.randn(n, c, h, w, generator=g, dtype=torch.float64)
@@ -44,7 +45,13 @@ def test_forward_and_backward_match_aten(case):
             torch.testing.assert_close(a, b)
 
 
-def test_left_alone_when_not_worth_it_or_not_covered():
+def test_left_alone_when_not_worth_it_or_not_covered(monkeypatch):
+    wide = ([1, 1], [0, 0], [1, 1], False, [0, 0], 1)
+    assert cm.convolution(torch.randn(1, 8, 12, 12), torch.randn(8, 8, 3, 3), None,
+                          *wide) is NotImplemented                        # 100 columns < 1024
+    assert cm.convolution(torch.randn(16, 8, 12, 12), torch.randn(8, 8, 3, 3), None,
+                          *wide) is not NotImplemented                    # 1600 columns
+    monkeypatch.setattr(cm, "MIN_COLUMNS", 1)
     x, w = torch.randn(2, 4, 8, 8), torch.randn(4, 2, 3, 3)
     conv = ([1, 1], [0, 0], [1, 1], False, [0, 0], 2)
     assert cm.convolution(x, w, None, *conv) is NotImplemented            # groups
@@ -60,7 +67,8 @@ def test_left_alone_when_not_worth_it_or_not_covered():
     assert cm.convolution(xi, w2.long(), None, *plain) is NotImplemented
 
 
-def test_traced_conv_step_has_matmuls_instead_of_convolutions():
+def test_traced_conv_step_has_matmuls_instead_of_convolutions(monkeypatch):
+    monkeypatch.setattr(cm, "MIN_COLUMNS", 1)
     def step(x, w):
         out = torch.nn.functional.conv2d(x, w, padding=1)
         return torch.autograd.grad(out.square().sum(), (x, w))
@@ -77,8 +85,11 @@ def test_traced_conv_step_has_matmuls_instead_of_convolutions():
 
 
 def test_config_conv_lowering():
-    assert PipelineConfig().conv_lowering == "native"
-    assert not PipelineConfig().conv_as_matmul("cpu")
+    assert PipelineConfig().conv_lowering == "auto"
+    assert PipelineConfig().conv_as_matmul("cpu")
+    assert not PipelineConfig().conv_as_matmul("vulkan")
+    assert not PipelineConfig().conv_as_matmul(None)
+    assert not PipelineConfig(conv_lowering="native").conv_as_matmul("cpu")
     assert PipelineConfig(conv_lowering="im2col").conv_as_matmul("vulkan")
     assert PipelineConfig(conv_lowering="im2col").key != PipelineConfig().key
     assert PipelineConfig.from_dict({"conv_lowering": "im2col"}).conv_lowering == "im2col"
