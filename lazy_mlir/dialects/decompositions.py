@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from .bool_decompositions import BOOL_DECOMPOSITIONS
+from .compare_decompositions import COMPARE_DECOMPOSITIONS
 from .ieee_decompositions import IEEE_DECOMPOSITIONS
 from .lowering_decompositions import LOWERING_DECOMPOSITIONS
 
@@ -60,4 +61,5 @@ DECOMPOSITIONS = {
     aten.avg_pool2d_backward.default: avg_pool2d_backward,
     **IEEE_DECOMPOSITIONS,  # pow and atan2 special values
     **BOOL_DECOMPOSITIONS,  # bool operands of ops lowered as signed i1
+    **COMPARE_DECOMPOSITIONS,  # float tensor vs int number: a wrong fold
 }

@@ -117,3 +117,10 @@ def test_gelu_tanh_approximation_matches_eager():
 def test_tan_near_its_poles():
     x = torch.linspace(-1.5707, 1.5707, 2001)
     torch.testing.assert_close(torch.tan(lazy(x)).cpu(), torch.tan(x))
+
+
+def test_comparison_of_a_constant_float_tensor_with_an_int():
+    x = torch.randn(4)
+    for f in (lambda t: torch.full_like(t, 0.3) > 0, lambda t: torch.full_like(t, 0.3) < 1,
+              lambda t: torch.full_like(t, 0.3) != 0, lambda t: torch.full_like(t, 0.3) == 0):
+        assert torch.equal(f(lazy(x)).cpu(), f(x))
