@@ -83,6 +83,8 @@ EMPTY_INPUT = {
                                                               device=x.device), s),
                     [(4, 3), (0, 3)]),
     "slice_sum": (lambda x: x[2:2].sum(0), [(4, 3)]),
+    # PyTorch's meta kernel raises a TypeError for batch 0: runs eagerly
+    "interpolate": (lambda x: F.interpolate(x, scale_factor=2), [(0, 2, 4, 4)]),
 }
 
 
@@ -90,6 +92,11 @@ EMPTY_INPUT = {
 def test_empty_input(name):
     fn, shapes = EMPTY_INPUT[name]
     _same_as_eager(fn, *[_randn(*s, seed=i) for i, s in enumerate(shapes)])
+
+
+def test_empty_input_error_is_eagers():
+    with pytest.raises(RuntimeError, match="size mismatch|shapes cannot be multiplied"):
+        lazy(_randn(0, 3)) @ lazy(_randn(4, 2))
 
 
 def test_empty_input_mm_falls_back(counters):
