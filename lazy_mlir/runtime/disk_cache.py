@@ -53,11 +53,10 @@ log = logging.getLogger("lazy_mlir")
 
 FORMAT_VERSION = 2
 """Bump when the file layout or the key derivation changes: old entries then
-miss (their keys differ) and age out through eviction. Also bump it when a
-fix changes what a graph compiles to (the key holds the package version, not
-the source): 2 = results that return an argument unchanged are recorded
-(``passthrough``), and modules built before the pow/atan2/bool fixes must
-not be served."""
+miss (their keys differ) and age out through eviction. A change to the code
+that lowers graphs needs no bump: its source is in the key
+(``compiler_source_key``). 2 = results that return an argument unchanged are
+recorded (``passthrough``)."""
 
 DEFAULT_MAX_BYTES = 2 << 30
 
@@ -81,6 +80,24 @@ def package_versions() -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             out[name] = "unknown"
     return out
+
+
+# The packages of lazy_mlir whose code decides what a graph compiles to.
+_COMPILER_DIRS = ("dialects", "passes", "pipeline", "runtime")
+
+
+@functools.lru_cache(maxsize=None)
+def compiler_source_key() -> str:
+    """A hash of lazy_mlir's lowering and runtime sources: a fixed
+    decomposition or pass must not be answered with a module built before the
+    fix, even when the package version did not change (an editable install)."""
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    for d in _COMPILER_DIRS:
+        for path in sorted((root / d).rglob("*.py")):
+            h.update(str(path.relative_to(root)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]
 
 
 @functools.lru_cache(maxsize=None)
@@ -109,11 +126,11 @@ def make_key(graph_key: str, target_key: str, config_key: str = "") -> str:
     """The sha256 hex naming one compiled module on disk.
 
     Different whenever any argument, any version in ``package_versions()``,
-    the host CPU or ``FORMAT_VERSION`` differs. ``config_key`` must hold
+    lazy_mlir's lowering sources, the host CPU or ``FORMAT_VERSION`` differs. ``config_key`` must hold
     everything else that changes the module (input signature, compile options).
     """
     fields = [FORMAT_VERSION, graph_key, target_key, config_key,
-              sorted(package_versions().items()), host_key()]
+              sorted(package_versions().items()), compiler_source_key(), host_key()]
     return hashlib.sha256(json.dumps(fields).encode()).hexdigest()
 
 

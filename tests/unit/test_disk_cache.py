@@ -6,6 +6,7 @@ import logging
 import multiprocessing
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -196,10 +197,34 @@ def test_keys_differ_when_any_component_differs(monkeypatch):
     monkeypatch.setattr(dc, "host_key", lambda: "another-cpu")
     others.add(make_key("g", "t", "c"))
     monkeypatch.setattr(dc, "host_key", host)
+    source = dc.compiler_source_key
+    monkeypatch.setattr(dc, "compiler_source_key", lambda: "edited-decompositions")
+    others.add(make_key("g", "t", "c"))
+    monkeypatch.setattr(dc, "compiler_source_key", source)
     assert make_key("g", "t", "c") == base
     monkeypatch.setattr(dc, "FORMAT_VERSION", dc.FORMAT_VERSION + 1)
     others.add(make_key("g", "t", "c"))
-    assert len(others) == 5 + len(versions) + 2 and base not in others
+    assert len(others) == 5 + len(versions) + 3 and base not in others
+
+
+def test_compiler_source_key_follows_the_lowering_sources(tmp_path, monkeypatch):
+    """The key hashes the files of dialects/, passes/, pipeline/ and runtime/:
+    an edited decomposition must not be answered with an old module."""
+    import shutil
+    root = tmp_path / "lazy_mlir"
+    pkg = Path(dc.__file__).resolve().parent.parent
+    for d in dc._COMPILER_DIRS:
+        shutil.copytree(pkg / d, root / d)
+    (root / "tools").mkdir()
+    monkeypatch.setattr(dc, "__file__", str(root / "runtime" / "disk_cache.py"))
+    key = dc.compiler_source_key.__wrapped__
+    before = key()
+    assert before == dc.compiler_source_key()  # same sources, same key
+    (root / "tools" / "cli.py").write_text("# not compiler code\n")
+    assert key() == before
+    with open(root / "dialects" / "decompositions.py", "a") as f:
+        f.write("\n# a fix\n")
+    assert key() != before
 
 
 def test_unknown_package_version(monkeypatch):
