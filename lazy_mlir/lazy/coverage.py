@@ -95,7 +95,7 @@ class _DryRun:
         if storage not in self.journal:
             self.journal[storage] = storage.value
 
-    def stand_in(self, func, args, kwargs):
+    def stand_in(self, func, args, kwargs, why: str | None = None):
         """Record ``func`` as a fallback and return outputs of the right shape
         from a node that is never compiled."""
         from . import argtree
@@ -108,7 +108,7 @@ class _DryRun:
         use = self.report.ops.setdefault(name, OpUse(name))
         use.count += 1
         use.fallback = True
-        use.reason = use.reason or _why(func, vals)
+        use.reason = use.reason or why or _why(func, vals)
         where = debug.user_location()
         if where and where not in use.locations and len(use.locations) < 5:
             use.locations.append(where)

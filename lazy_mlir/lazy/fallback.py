@@ -47,15 +47,15 @@ def note_fallback(name: str, why: str) -> None:
                     "as a fallback in lm.metrics", name, why)
 
 
-def run_eagerly(func, args, kwargs, why: str = "not supported by the compiler"):
+def run_eagerly(func, args, kwargs, why: str | None = None):
     """Run ``func`` on host copies of its lazy arguments; results are lazy."""
     from .capture import assign, data_value
     from .sync import to_host
     from .tensor import LazyTensor, wrap_value
     from .coverage import active
     if active() is not None:  # lm.check_coverage: record it, run nothing
-        return active().stand_in(func, args, kwargs)
-    note_fallback(func.__name__.split(".")[0], why)
+        return active().stand_in(func, args, kwargs, why)
+    note_fallback(func.__name__.split(".")[0], why or "not supported by the compiler")
     flat, tree = tree_flatten((args, kwargs))
     host = [to_host(a).clone() if isinstance(a, LazyTensor) else
             (torch.device("cpu") if isinstance(a, torch.device) and a.type == "lazy" else a)
