@@ -62,7 +62,7 @@ def _chbevl(y, coefficients):
     one constant tensor, not one scalar each: lifted scalars would each be a
     graph input, and a dispatch binds at most 32 buffers."""
     table = torch.tensor(coefficients, dtype=y.dtype, device=y.device)
-    zero = aten.mul.Tensor(y, 0.0)
+    zero = torch.zeros_like(y)
     b0 = aten.add.Tensor(zero, aten.select.int(table, 0, 0))
     b1 = b2 = zero
     for i in range(1, len(coefficients)):

@@ -168,7 +168,7 @@ def _horner(z, coefficients):
     """ATen's loops: r = 0; r = r * z + c over the coefficients (one constant
     tensor: lifted scalars would each be a graph input)."""
     table = torch.tensor(coefficients, dtype=z.dtype, device=z.device)
-    r = aten.mul.Tensor(z, 0.0)
+    r = torch.zeros_like(z)
     for i in range(len(coefficients)):
         r = aten.add.Tensor(aten.mul.Tensor(r, z), aten.select.int(table, 0, i))
     return r
