@@ -11,6 +11,7 @@ import torch
 from .bool_decompositions import BOOL_DECOMPOSITIONS
 from .compare_decompositions import COMPARE_DECOMPOSITIONS
 from .ieee_decompositions import IEEE_DECOMPOSITIONS
+from .index_decompositions import wrap_negative_indices
 from .lowering_decompositions import LOWERING_DECOMPOSITIONS
 
 aten = torch.ops.aten
@@ -63,3 +64,5 @@ DECOMPOSITIONS = {
     **BOOL_DECOMPOSITIONS,  # bool operands of ops lowered as signed i1
     **COMPARE_DECOMPOSITIONS,  # float tensor vs int number: a wrong fold
 }
+# Last: it chains to the entries above (bool index_put) after wrapping indices.
+DECOMPOSITIONS.update(wrap_negative_indices(DECOMPOSITIONS))

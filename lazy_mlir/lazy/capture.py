@@ -417,14 +417,27 @@ def _native_batch_norm(func, args, kwargs):
     """Its schema says functional, but in training it updates the running
     statistics in place, as the CPU and CUDA kernels do."""
     names = [a.name for a in func._schema.arguments]
-    training = dict(zip(names, args), **kwargs).get("training")
-    if training:
+    bound = dict(zip(names, args), **kwargs)
+    if bound.get("training"):
         return _mutating_args(func, ["running_mean", "running_var"], args, kwargs)
-    return record(func, args, kwargs)
+    if func is aten._native_batch_norm_legit.default:
+        out = _mutating_args(func, ["running_mean", "running_var"], args, kwargs)
+    else:
+        out = record(func, args, kwargs)
+    return _no_saved_stats(out)
+
+
+def _no_saved_stats(out):
+    """Batch norm in eval mode saves no statistics: the CPU kernels return
+    them empty, although the meta kernels (and so the graph) say [C]."""
+    empty = [torch.empty(0, dtype=o.dtype, device=o.device) for o in out[1:3]]
+    return (out[0], *empty, *out[3:])
 
 
 _SPECIAL = {aten.copy_.default: _copy_, aten._to_copy.default: _to_copy,
             aten.native_dropout.default: _native_dropout,
-            aten.native_batch_norm.default: _native_batch_norm}
+            aten.native_batch_norm.default: _native_batch_norm,
+            aten._native_batch_norm_legit.default: _native_batch_norm,
+            aten._native_batch_norm_legit_no_training.default: _native_batch_norm}
 _SPECIAL.update({f: _random for f in _RANDOM})
 _SPECIAL.update(RESIZE)
