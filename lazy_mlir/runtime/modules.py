@@ -53,7 +53,14 @@ def module_for(graph, target, config):
         else:
             clobbered = clobbered_args(compiled.stages[-2].text)
             passthrough = returned_args(compiled.stages[-2].text)
-            entry = session_for(target).load(compiled.vmfb, clobbered, passthrough)
+            try:
+                entry = session_for(target).load(compiled.vmfb, clobbered, passthrough)
+            except (IndexError, RuntimeError, ValueError) as e:
+                if "binding count" not in str(e):
+                    raise
+                entry = _unloadable(graph, e)
+                memory_cache.put(key, entry)
+                return entry
             if dumper is not None:
                 dumper.dump(graph, compiled, config,
                             make_key(graph.key, target.cache_key, config.key))
@@ -63,6 +70,17 @@ def module_for(graph, target, config):
                           "config": config.key})
     memory_cache.put(key, entry)
     return entry
+
+
+def _unloadable(graph, error) -> EagerEntry:
+    """IREE's runtime takes at most 32 buffers per dispatch; a graph whose
+    fused dispatch reads more (a sum of 40 input tensors) compiles but cannot
+    be loaded. It runs eagerly on the CPU instead of failing."""
+    from ..pipeline.fx_graph import to_fx
+    reason = str(error).split(";")[0].split(": ")[-1]
+    log.warning("lazy-mlir: IREE cannot load this graph (%s: a dispatch reads more "
+                "buffers than the runtime allows); it runs eagerly on the CPU", reason)
+    return EagerEntry(to_fx(graph), [n.op.__name__.split(".")[0] for n in graph.nodes])
 
 
 def _compile(graph, target, config):

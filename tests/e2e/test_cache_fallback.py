@@ -312,3 +312,18 @@ def test_exception_inside_no_grad_and_autograd():
     lm.mark_step()
     for p, lp in zip(model.parameters(), lmodel.parameters()):
         assert_lazy_close(lp.grad, p.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_graph_with_a_dispatch_over_32_buffers_runs_eagerly(counters):
+    """IREE's runtime refuses a dispatch binding more than 32 buffers; such a
+    graph compiles but cannot load, and must run eagerly, not raise."""
+    ts = [torch.randn(8) for _ in range(40)]
+    total = lazy(ts[0])
+    for t in ts[1:]:
+        total = total + lazy(t) * 1.5
+    counters.snapshot()
+    expected = ts[0]
+    for t in ts[1:]:
+        expected = expected + t * 1.5
+    assert_lazy_close(total, expected)
+    assert counters.delta("aten::add") >= 1 and counters.delta("UncachedCompile") == 1
