@@ -271,6 +271,7 @@ def _inplace_view(func, args, kwargs):
     return t
 
 
+@functools.lru_cache(maxsize=None)
 def _functional_of(func):
     packet = getattr(aten, func.__name__.split(".")[0].rstrip("_"), None)
     if packet is not None and func._overloadname in packet.overloads():
@@ -278,10 +279,15 @@ def _functional_of(func):
     return None
 
 
+@functools.lru_cache(maxsize=None)
+def _written_args(func) -> tuple[str, ...]:
+    return tuple(a.name for a in func._schema.arguments if a.alias_info and a.alias_info.is_write)
+
+
 def _mutating(func, args, kwargs):
     schema = func._schema
-    written = [a.name for a in schema.arguments if a.alias_info and a.alias_info.is_write]
-    if written == ["self"] and not schema.arguments[0].kwarg_only:
+    written = _written_args(func)
+    if written == ("self",) and not schema.arguments[0].kwarg_only:
         self = args[0]
         fn = _functional_of(func)
         if fn is None:
