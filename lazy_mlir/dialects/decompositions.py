@@ -12,6 +12,7 @@ from .bool_decompositions import BOOL_DECOMPOSITIONS
 from .compare_decompositions import COMPARE_DECOMPOSITIONS
 from .ieee_decompositions import IEEE_DECOMPOSITIONS
 from .index_decompositions import wrap_negative_indices
+from .nan_decompositions import nan_aware_arg_reductions
 from .lowering_decompositions import LOWERING_DECOMPOSITIONS
 
 aten = torch.ops.aten
@@ -64,5 +65,6 @@ DECOMPOSITIONS = {
     **BOOL_DECOMPOSITIONS,  # bool operands of ops lowered as signed i1
     **COMPARE_DECOMPOSITIONS,  # float tensor vs int number: a wrong fold
 }
-# Last: it chains to the entries above (bool index_put) after wrapping indices.
+# Last: these chain to the entries above (bool index_put, 0-d argmax).
 DECOMPOSITIONS.update(wrap_negative_indices(DECOMPOSITIONS))
+DECOMPOSITIONS.update(nan_aware_arg_reductions(DECOMPOSITIONS))
