@@ -23,6 +23,10 @@ COMPILES_WITH_EMPTY = {aten.cat.default, aten.sum.default, aten.sum.dim_IntList,
                        aten.mean.default, aten.mean.dim, aten.prod.default,
                        aten.prod.dim_int}
 
+# Ops that take ``self`` for its dtype and device only: an empty one is fine.
+READS_NO_DATA = {aten.new_empty.default, aten.new_empty_strided.default, aten.new_full.default,
+                 aten.new_ones.default, aten.new_zeros.default}
+
 
 def runs_eagerly(func, vals: list, tree) -> bool:
     """True when ``func`` reads an empty tensor and makes a non-empty one."""
@@ -31,7 +35,7 @@ def runs_eagerly(func, vals: list, tree) -> bool:
             break
     else:
         return False  # the common case: no empty input
-    if func in COMPILES_WITH_EMPTY:
+    if func in COMPILES_WITH_EMPTY or func in READS_NO_DATA:
         return False
     placeholders = [shapes.Placeholder(v.spec) if type(v) is Value else v for v in vals]
     try:

@@ -105,6 +105,14 @@ def test_empty_input_mm_falls_back(counters):
     assert counters.delta("aten::mm") == 1
 
 
+def test_new_tensors_of_an_empty_tensor_compile(counters):
+    """``new_*`` read only the dtype and device of an empty ``self``."""
+    _same_as_eager(lambda x: (x.new_ones((2, 3)), x.new_full((4,), 2.5), x.new_zeros(3)),
+                   _randn(0, 4))
+    assert not [n for n in lm.metrics.counter_names()
+                if n.startswith("aten::") and counters.delta(n)]
+
+
 # ------------------------------------------------------------ negative dims
 # torch-mlir lowers a negative scatter dim out of bounds (SIGSEGV).
 NEGATIVE_DIM = {
