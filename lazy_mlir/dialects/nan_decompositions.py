@@ -16,9 +16,9 @@ _inside = threading.local()
 
 def _nan_aware(op, then):
     def decomposition(x, dim=None, keepdim=False):
-        if getattr(_inside, "on", False) or not x.dtype.is_floating_point:
+        if getattr(_inside, "on", False):
             return NotImplemented
-        if x.dim() == 0:  # the index is 0, NaN or not
+        if x.dim() == 0 or not x.dtype.is_floating_point:  # no NaN to find (0-d: index 0)
             return then(x, dim, keepdim) if then is not None else NotImplemented
         _inside.on = True  # nested calls of the op are traced as they are
         try:
