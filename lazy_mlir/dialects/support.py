@@ -48,6 +48,7 @@ def dialect_ops() -> frozenset[str]:
     return frozenset(names)
 
 
+@functools.lru_cache(maxsize=None)
 def mlir_name(func) -> str:
     """``aten.add.Tensor`` -> ``add.Tensor``; default overloads drop the suffix."""
     base, overload = func.__name__.split(".")[0], func._overloadname
