@@ -53,6 +53,8 @@ def run(ops: list[str], dtypes: list[str], samples: int, jobs: int, timeout: flo
     results: list[dict] = []
     lock = threading.Lock()
     t0 = time.perf_counter()
+    if jsonl:
+        os.makedirs(os.path.dirname(os.path.abspath(jsonl)), exist_ok=True)
     out = open(jsonl, "a") if jsonl else None
 
     def finish(res: dict) -> None:
