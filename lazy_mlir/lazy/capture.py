@@ -12,7 +12,7 @@ import numbers
 import time
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_unflatten
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from . import argtree, debug, empty_inputs, metrics, shapes
 from .coverage import _active as _dry_run
@@ -164,6 +164,11 @@ def record(func, args, kwargs):
     host_ok = func in _HOST_INDEX_OPS
     vals = [_to_value(a, host_ok) for a in flat]
     if empty_inputs.runs_eagerly(func, vals, tree):
+        folded = empty_inputs.fold(func, vals, tree) if empty_inputs.all_inputs_empty(vals) else None
+        if folded is not None:
+            metrics.counter_inc("folded::" + func.__name__.split(".")[0])
+            return tree_map(lambda o: wrap_value(data_value(o.clone()))
+                            if isinstance(o, torch.Tensor) else o, folded)
         from .fallback import run_eagerly
         return run_eagerly(func, args, kwargs, why="a non-empty result of an empty input")
     if not dtypes_supported(vals):

@@ -2,8 +2,9 @@
 
 ``lazy::<op>`` counts a captured op, ``aten::<op>`` an op that fell back to
 eager CPU, ``decomposed::<op>`` an op captured as its decomposition (each of
-its ops counted as ``lazy::``), ``sync::<op>`` an op that needed a value on
-the host. Timings are
+its ops counted as ``lazy::``), ``folded::<op>`` an op whose inputs are all
+empty, computed at capture from shapes alone, ``sync::<op>`` an op that
+needed a value on the host. Timings are
 kept as samples (seconds) so the report can give totals and percentiles.
 """
 from __future__ import annotations

@@ -7,6 +7,8 @@ torch-mlir's lowering of a zero extent, a SIGSEGV on a negative scatter dim).
 """
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -15,6 +17,7 @@ import lazy_mlir as lm
 from e2e_helpers import lazy
 
 NAN, INF = float("nan"), float("inf")
+_no_warning = contextlib.nullcontext
 
 
 def _same_as_eager(fn, *inputs):
@@ -99,10 +102,31 @@ def test_empty_input_error_is_eagers():
         lazy(_randn(0, 3)) @ lazy(_randn(4, 2))
 
 
-def test_empty_input_mm_falls_back(counters):
-    """Visible in metrics, not silently compiled."""
+def test_empty_input_mm_is_folded(counters):
+    """Every input empty: eager's value, computed at capture, no fallback."""
     _same_as_eager(lambda a, b: a @ b, _randn(5, 0), _randn(0, 10))
-    assert counters.delta("aten::mm") == 1
+    assert counters.delta("folded::mm") == 1 and counters.delta("aten::mm") == 0
+
+
+@pytest.mark.parametrize("name,fn,shape", [
+    ("var", lambda x: x.var(0), (0, 3)),
+    ("std_mean", lambda x: torch.std_mean(x, 1), (2, 0)),
+    ("det", torch.linalg.det, (2, 0, 0)),
+    ("slogdet", torch.linalg.slogdet, (0, 0)),
+    ("vdot", torch.vdot, (0,)),
+])
+def test_empty_input_folded_like_eager(name, fn, shape, counters):
+    x = _randn(*shape)
+    with pytest.warns(UserWarning) if name in ("var", "std_mean") else _no_warning():
+        _same_as_eager(fn if name != "vdot" else (lambda a: torch.vdot(a, a)), x)
+    assert not [n for n in lm.metrics.counter_names() if n.startswith("aten::") and counters.delta(n)]
+
+
+def test_empty_input_with_data_falls_back(counters):
+    """``index_add`` of no rows into a full tensor reads data: not folded."""
+    fn, shapes = EMPTY_INPUT["index_add"]
+    _same_as_eager(fn, *[_randn(*s, seed=i) for i, s in enumerate(shapes)])
+    assert not [n for n in lm.metrics.counter_names() if n.startswith("folded::") and counters.delta(n)]
 
 
 def test_new_tensors_of_an_empty_tensor_compile(counters):

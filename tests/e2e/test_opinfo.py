@@ -95,12 +95,12 @@ EXPECTED: dict[tuple[str, str], str] = {
     ('norm', 'float32'): 'compiled',
     # matmul family
     ('matmul', 'float32'): 'compiled',
-    ('mm', 'float32'): 'fallback: mm',
+    ('mm', 'float32'): 'compiled',
     ('bmm', 'float32'): 'compiled',
     ('addmm', 'float32'): 'compiled',
     ('nn.functional.linear', 'float32'): 'compiled',
     ('einsum', 'float32'): 'compiled',
-    ('mm', 'int64'): 'fallback: mm',
+    ('mm', 'int64'): 'compiled',
     ('baddbmm', 'float32'): 'compiled',
     # indexing, scatter, gather
     ('index_select', 'float32'): 'compiled',
