@@ -18,7 +18,6 @@ does not lower to linalg (they failed to compile and fell back).
 - ``fmax``/``fmin``: NaN cases explicit (torch-mlir's decomposition breaks
   on operands of different shapes).
 - ``erfinv``: no lowering; Giles' approximation refined by a Newton step.
-- ``logcumsumexp``: torch-mlir's lowering overflows; a masked logsumexp.
 - ``addbmm`` of integers as ``bmm`` and ``sum``.
 - ``nonzero_static``: no lowering; a cumsum ranks the nonzeros, a scatter
   writes their coordinates.
@@ -38,7 +37,7 @@ aten = torch.ops.aten
 _RANK0_OPS = [
     aten.amax.default, aten.amin.default, aten.argmax.default, aten.argmin.default,
     aten.all.dim, aten.any.dim, aten.max.dim, aten.min.dim, aten.prod.dim_int,
-    aten.cumsum.default, aten.cumprod.default, aten.logcumsumexp.default,
+    aten.cumsum.default, aten.cumprod.default,
     aten._softmax.default, aten._log_softmax.default,  # 0-d: the linalg pipeline hangs
 ]
 
@@ -216,26 +215,6 @@ def erfinv(x):
     return aten._to_copy.default(r, dtype=out_dtype)
 
 
-_LOGCUMSUMEXP_MAX_ELEMENTS = 1 << 24
-
-
-def logcumsumexp(x, dim):
-    """torch-mlir lowers it as log(cumsum(exp(x))), which overflows to inf for
-    x > 88. Here out[i] = logsumexp(x[j] for j <= i), a logsumexp (shifted by
-    its max, exact) over a lower-triangular -inf mask: n times the memory of
-    ``x``, so only up to 2**24 elements of mask (larger keeps torch-mlir's)."""
-    if x.dim() == 0:
-        return _on_1d(aten.logcumsumexp.default)(x, dim)
-    if not x.dtype.is_floating_point or x.numel() * x.shape[dim] > _LOGCUMSUMEXP_MAX_ELEMENTS:
-        return NotImplemented
-    n = x.shape[dim]
-    rows = aten.unsqueeze.default(aten.movedim.int(x, dim, -1), -2)  # [..., 1, n]
-    ones = aten.ones.default([n, n], dtype=torch.bool, device=x.device)
-    masked = aten.where.self(aten.tril.default(ones), rows,
-                             aten.scalar_tensor.default(float("-inf"), dtype=x.dtype))
-    return aten.movedim.int(aten.logsumexp.default(masked, [-1]), -1, dim)
-
-
 def nonzero_static(x, *, size, fill_value=-1):
     """The coordinates of the first ``size`` nonzero elements (row-major),
     rows past them ``fill_value``: each nonzero element's rank among the
@@ -335,7 +314,6 @@ LOWERING_DECOMPOSITIONS = {
     aten.fmax.default: _nan_ignoring(aten.maximum.default),
     aten.fmin.default: _nan_ignoring(aten.minimum.default),
     aten.nonzero_static.default: nonzero_static,
-    aten.logcumsumexp.default: logcumsumexp,
     aten.erfinv.default: erfinv,
     aten.empty_strided.default: empty_strided,
     aten.new_empty_strided.default: new_empty_strided,

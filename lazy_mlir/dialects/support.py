@@ -21,9 +21,10 @@ DENIED: dict[str, str] = {
     "linalg_qr": "torch-mlir has no linalg lowering for QR (it survives to the backend "
                  "contract)",
     "logcumsumexp": "torch-mlir lowers it as log(cumsum(exp(x))), which overflows to inf for "
-                    "x > 88 (float32); a max-shifted cumsum would underflow instead",
+                    "x > 88 (float32); captured as a prefix-max-shifted decomposition instead "
+                    "(precise_decompositions.py)",
     "tan": "IREE's tan (sin/cos) is up to 5e-4 relative off near the poles (x = 1.5707, "
-           "float32); op_db allows no float32 tolerance for it",
+           "float32); captured as Cephes' tanf instead (precise_decompositions.py)",
 }
 
 @functools.lru_cache(maxsize=1)

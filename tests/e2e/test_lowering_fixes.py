@@ -33,7 +33,7 @@ RANK0 = [
     lambda x: torch.prod(x, 0), lambda x: torch.cumsum(x, 0),
     lambda x: torch.cumprod(x, -1),
     lambda x: torch.logsumexp(x, 0),
-]  # not logcumsumexp: denied (it overflows), see dialects/support.py
+]  # logcumsumexp: captured as a decomposition (dialects/precise_decompositions.py)
 
 
 def test_reductions_of_a_0d_tensor(counters):
@@ -131,16 +131,6 @@ def test_kthvalue_falls_back_up_front(counters):
     torch.testing.assert_close(indices.cpu(), expected.indices)
     assert counters.delta("aten::kthvalue") == 1
     assert counters.delta("UncachedCompile") == 0
-
-
-def test_logcumsumexp_does_not_overflow(counters, monkeypatch):
-    """The stable decomposition, compiled (support.py denies the op for now)."""
-    from lazy_mlir.dialects import support
-    monkeypatch.delitem(support.DENIED, "logcumsumexp", raising=False)
-    x = torch.randn(4, 5, 3) * 1e3
-    x[0, 0, 0] = float("-inf")
-    _compiled(lambda t: (torch.logcumsumexp(t, 1), torch.logcumsumexp(t, -1)), x,
-              counters=counters)
 
 
 def test_nonzero_static(counters):
