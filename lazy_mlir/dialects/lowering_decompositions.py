@@ -19,6 +19,7 @@ does not lower to linalg (they failed to compile and fell back).
   on operands of different shapes).
 - ``erfinv``: no lowering; Giles' approximation refined by a Newton step.
 - ``addbmm`` of integers as ``bmm`` and ``sum``.
+- ``take``: PyTorch's decomposition reads a 0-d index on the host.
 - ``nonzero_static``: no lowering; a cumsum ranks the nonzeros, a scatter
   writes their coordinates.
 - ``as_strided`` to a 0-d result (``empty_permuted(())``): one element of
@@ -215,6 +216,15 @@ def erfinv(x):
     return aten._to_copy.default(r, dtype=out_dtype)
 
 
+def take(x, index):
+    """``x.flatten()[index]`` as an ``index.Tensor`` (which wraps negative
+    indices): PyTorch's decomposition indexes with the tensor itself, which
+    for a 0-d index reads its value on the host (a sync)."""
+    flat = aten.reshape.default(x, [-1])
+    out = aten.index.Tensor(flat, [aten.reshape.default(index, [-1])])
+    return aten.reshape.default(out, list(index.shape))
+
+
 def nonzero_static(x, *, size, fill_value=-1):
     """The coordinates of the first ``size`` nonzero elements (row-major),
     rows past them ``fill_value``: each nonzero element's rank among the
@@ -314,6 +324,7 @@ LOWERING_DECOMPOSITIONS = {
     aten.fmax.default: _nan_ignoring(aten.maximum.default),
     aten.fmin.default: _nan_ignoring(aten.minimum.default),
     aten.nonzero_static.default: nonzero_static,
+    aten.take.default: take,
     aten.erfinv.default: erfinv,
     aten.empty_strided.default: empty_strided,
     aten.new_empty_strided.default: new_empty_strided,

@@ -103,12 +103,15 @@ def test_data_dependent_shapes_fall_back_visibly():
     assert c.delta("aten::masked_select") == 1
 
 
-def test_decomposition_that_reads_a_value_falls_back():
-    # take's decomposition indexes with a 0-dim tensor: .item() at compile time.
+def test_take_of_a_0d_index_compiles():
+    # PyTorch's take indexes with the 0-dim tensor itself (.item() at compile
+    # time); ours (lowering_decompositions.take) gathers on the device.
     x, i = _rand(3, 4, seed=8), torch.tensor(7)
     c = Counters()
     assert_lazy_close(torch.take(lazy(x), lazy(i)), torch.take(x, i))
-    assert c.delta("aten::take") == 1
+    assert_lazy_close(torch.take(lazy(x), lazy(torch.tensor([[-1, 0], [11, -12]]))),
+                      torch.take(x, torch.tensor([[-1, 0], [11, -12]])))
+    assert c.delta("aten::take") == 0 and c.delta("sync::_local_scalar_dense") == 0
 
 
 def test_complex_result_falls_back():

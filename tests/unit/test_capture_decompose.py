@@ -106,9 +106,14 @@ def test_plans_are_memoized_per_signature():
     assert plan(aten.addmv.default, value(8), value(8, 2), value(2)) is not a
 
 
-def test_import_decomposition_that_reads_values():
+def test_import_decomposition_that_reads_values(monkeypatch):
+    """PyTorch's own take (indexing with the index tensor) reads a 0-d
+    index's value: such an import decomposition is detected before use."""
+    from torch._decomp import decomposition_table as torch_table
     from lazy_mlir.lazy import argtree
-    assert support.decomposed_before_import(aten.take.default)
+    monkeypatch.setattr(support, "decomposition_table",
+                        lambda: {aten.take.default: torch_table[aten.take.default]})
+    monkeypatch.setattr(decompose, "_import_checks", {})
     flat, tree = argtree.flatten((value(3, 4), value(dtype=torch.int64)), {})
     assert decompose.import_decomposition_reads_values(aten.take.default, flat, tree)
     flat, tree = argtree.flatten((value(3, 4), value(2, dtype=torch.int64)), {})
