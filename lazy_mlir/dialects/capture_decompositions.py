@@ -121,11 +121,13 @@ SAME_RANDOM_STREAM = {aten.normal.Tensor_Tensor, aten.normal.Tensor_float,
 
 from .bessel_decompositions import BESSEL_DECOMPOSITIONS  # noqa: E402
 from .bessel_jy_decompositions import BESSEL_JY_DECOMPOSITIONS  # noqa: E402
+from .linalg_lu_decompositions import LINALG_LU_DECOMPOSITIONS  # noqa: E402
 from .precise_decompositions import PRECISE_DECOMPOSITIONS  # noqa: E402
 
 CAPTURE_DECOMPOSITIONS: dict = {
     **BESSEL_DECOMPOSITIONS,
     **BESSEL_JY_DECOMPOSITIONS,
+    **LINALG_LU_DECOMPOSITIONS,
     **PRECISE_DECOMPOSITIONS,
     aten.normal.Tensor_Tensor: normal_tensor_tensor,
     aten.normal.Tensor_float: normal_tensor_float,
