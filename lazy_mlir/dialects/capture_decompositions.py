@@ -123,12 +123,14 @@ from .bessel_decompositions import BESSEL_DECOMPOSITIONS  # noqa: E402
 from .bessel_jy_decompositions import BESSEL_JY_DECOMPOSITIONS  # noqa: E402
 from .linalg_lu_decompositions import LINALG_LU_DECOMPOSITIONS  # noqa: E402
 from .precise_decompositions import PRECISE_DECOMPOSITIONS  # noqa: E402
+from .linalg_cholesky_decompositions import CHOLESKY_DECOMPOSITIONS  # noqa: E402
 
 CAPTURE_DECOMPOSITIONS: dict = {
     **BESSEL_DECOMPOSITIONS,
     **BESSEL_JY_DECOMPOSITIONS,
     **LINALG_LU_DECOMPOSITIONS,
     **PRECISE_DECOMPOSITIONS,
+    **CHOLESKY_DECOMPOSITIONS,
     aten.normal.Tensor_Tensor: normal_tensor_tensor,
     aten.normal.Tensor_float: normal_tensor_float,
     aten.normal.float_Tensor: normal_float_tensor,
