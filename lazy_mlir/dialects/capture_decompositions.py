@@ -123,6 +123,7 @@ from .bessel_decompositions import BESSEL_DECOMPOSITIONS  # noqa: E402
 from .bessel_jy_decompositions import BESSEL_JY_DECOMPOSITIONS  # noqa: E402
 from .linalg_lu_decompositions import LINALG_LU_DECOMPOSITIONS  # noqa: E402
 from .precise_decompositions import PRECISE_DECOMPOSITIONS  # noqa: E402
+from .resample_decompositions import RESAMPLE_DECOMPOSITIONS  # noqa: E402
 from .linalg_cholesky_decompositions import CHOLESKY_DECOMPOSITIONS  # noqa: E402
 
 CAPTURE_DECOMPOSITIONS: dict = {
@@ -130,6 +131,7 @@ CAPTURE_DECOMPOSITIONS: dict = {
     **BESSEL_JY_DECOMPOSITIONS,
     **LINALG_LU_DECOMPOSITIONS,
     **PRECISE_DECOMPOSITIONS,
+    **RESAMPLE_DECOMPOSITIONS,
     **CHOLESKY_DECOMPOSITIONS,
     aten.normal.Tensor_Tensor: normal_tensor_tensor,
     aten.normal.Tensor_float: normal_tensor_float,
