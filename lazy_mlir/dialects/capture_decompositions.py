@@ -121,6 +121,7 @@ SAME_RANDOM_STREAM = {aten.normal.Tensor_Tensor, aten.normal.Tensor_float,
 
 from .bessel_decompositions import BESSEL_DECOMPOSITIONS  # noqa: E402
 from .bessel_jy_decompositions import BESSEL_JY_DECOMPOSITIONS  # noqa: E402
+from .special_gamma_decompositions import SPECIAL_DECOMPOSITIONS  # noqa: E402
 from .linalg_lu_decompositions import LINALG_LU_DECOMPOSITIONS  # noqa: E402
 from .precise_decompositions import PRECISE_DECOMPOSITIONS  # noqa: E402
 from .resample_decompositions import RESAMPLE_DECOMPOSITIONS  # noqa: E402
@@ -129,6 +130,7 @@ from .linalg_cholesky_decompositions import CHOLESKY_DECOMPOSITIONS  # noqa: E40
 CAPTURE_DECOMPOSITIONS: dict = {
     **BESSEL_DECOMPOSITIONS,
     **BESSEL_JY_DECOMPOSITIONS,
+    **SPECIAL_DECOMPOSITIONS,
     **LINALG_LU_DECOMPOSITIONS,
     **PRECISE_DECOMPOSITIONS,
     **RESAMPLE_DECOMPOSITIONS,

@@ -13,6 +13,7 @@ from .compare_decompositions import COMPARE_DECOMPOSITIONS
 from .ieee_decompositions import IEEE_DECOMPOSITIONS
 from .index_decompositions import wrap_negative_indices
 from .nan_decompositions import nan_aware_arg_reductions
+from .special_gamma_decompositions import SPECIAL_IMPORT_DECOMPOSITIONS
 from .lowering_decompositions import LOWERING_DECOMPOSITIONS
 
 aten = torch.ops.aten
@@ -64,6 +65,7 @@ DECOMPOSITIONS = {
     **IEEE_DECOMPOSITIONS,  # pow and atan2 special values
     **BOOL_DECOMPOSITIONS,  # bool operands of ops lowered as signed i1
     **COMPARE_DECOMPOSITIONS,  # float tensor vs int number: a wrong fold
+    **SPECIAL_IMPORT_DECOMPOSITIONS,  # erfc, erfcx, lgamma: made by log_ndtr's and mvlgamma's
 }
 # Last: these chain to the entries above (bool index_put, 0-d argmax).
 DECOMPOSITIONS.update(wrap_negative_indices(DECOMPOSITIONS))
