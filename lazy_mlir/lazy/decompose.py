@@ -21,6 +21,7 @@ from torch.utils._pytree import tree_map
 
 from . import argtree, metrics
 from .ir import Value
+from .shapes import const_key
 
 # (op, argument tree, specs and constants) -> traced GraphModule, or the reason
 # the op is not decomposed (a str).
@@ -45,11 +46,7 @@ def capture_table() -> dict:
 
 
 def _key(func, vals, tree):
-    return (func, tree, tuple(v.spec if type(v) is Value else _hashable(v) for v in vals))
-
-
-def _hashable(a):
-    return tuple(a) if isinstance(a, list) else a
+    return (func, tree, tuple(v.spec if type(v) is Value else const_key(v) for v in vals))
 
 
 def plan(func, vals: list, tree):

@@ -39,9 +39,9 @@ def infer(func, flat: list, treedef) -> list:
     Returns (flat outputs, their pytree or None for a single tensor): a ``TensorSpec`` for each tensor, the
     value itself for anything else. Raises what the meta kernel raises.
     """
-    key = (func, treedef, tuple(a.spec if type(a) is Placeholder else _hashable(a)
-                                for a in flat))
     try:
+        key = (func, treedef, tuple(a.spec if type(a) is Placeholder else const_key(a)
+                                    for a in flat))
         hit = _memo.get(key)
     except TypeError:  # an unhashable constant: no memo
         key, hit = None, None
@@ -63,10 +63,24 @@ def infer(func, flat: list, treedef) -> list:
     return result
 
 
-def _hashable(a):
-    if isinstance(a, list):
-        return tuple(a)
-    return a
+# Constants keyed by type and value: these types' equality is exact.
+EXACT_CONSTS = frozenset({type(None), bool, int, str, torch.dtype, torch.device,
+                          torch.memory_format, torch.layout})
+
+
+def const_key(a):
+    """A memo key for a constant argument that tells apart what ``==`` does
+    not: ``1``, ``1.0`` and ``True`` (an int tensor plus 1.0 is float), and
+    ``0.0`` and ``-0.0``. Raises TypeError for an unhashable one."""
+    t = type(a)
+    if t in EXACT_CONSTS:
+        return (t, a)
+    if t is float or t is complex:
+        return (t, repr(a))
+    if t is list or t is tuple:
+        return (t, tuple(const_key(x) for x in a))
+    hash(a)
+    return (t, a)
 
 
 def require_strided(t: torch.Tensor) -> None:
