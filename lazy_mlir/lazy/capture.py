@@ -16,11 +16,12 @@ from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from . import argtree, debug, empty_inputs, metrics, shapes
 from .coverage import _active as _dry_run
-from .ir import DeviceData, Node, TensorSpec, Value
+from .ir import DeviceData, TensorSpec, Value, make_node, node_prefix
 from .resize import SPECIAL as RESIZE
 from .scalars import lift_scalars
 from .tensor import LazyTensor, Storage, live_storages, wrap_value
 from .views import (IDENTITY, functional_view_op, is_inplace_view_op, is_view_op, scatter)
+from ..dialects import support as _support
 
 aten = torch.ops.aten
 LAZY_TYPE = "lazy"
@@ -90,8 +91,16 @@ def emit_flat(func, flat: list, tree: tuple):
     Returns (output Values, the op's flat outputs as TensorSpec or Python
     values, their pytree), the latter two from memoized meta execution.
     """
+    key = _plan_key(op_info(func), flat, tree)
+    plan = _emit_plans.get(key) if key is not None else None
+    if plan is not None:
+        inputs = [v for v in flat if type(v) is Value]
+        where = debug.user_location() if debug.tracking_locations() else None
+        outs = make_node(func, flat, tree, inputs, plan.specs, "", where, plan.prefix)
+        return outs, plan.out_flat, plan.out_tree
     inputs, placeholders = _placeholders(flat)
     out_flat, out_tree = shapes.infer(func, placeholders, tree)
+    _store_plan(_emit_plans, key, func, flat, tree, out_flat, out_tree)
     return _node(func, flat, tree, inputs, out_flat), out_flat, out_tree
 
 
@@ -110,10 +119,101 @@ def _placeholders(flat: list):
 
 def _node(func, flat, tree, inputs, out_flat) -> list[Value]:
     specs = [o if type(o) is TensorSpec else None for o in out_flat]
-    consts = repr([None if type(a) is Value else a for a in flat]) + repr(tree)
-    node = Node(func, flat, tree, inputs, specs, consts,
-                debug.user_location() if debug.tracking_locations() else None)
-    return node.outputs
+    return make_node(func, flat, tree, inputs, specs, _const_repr(flat, tree),
+                     debug.user_location() if debug.tracking_locations() else None)
+
+
+def _const_repr(flat, tree) -> str:
+    return repr([None if type(a) is Value else a for a in flat]) + repr(tree)
+
+
+# ------------------------------------------------------------- record plans
+# A training step records the same ops on the same shapes every step. What
+# ``record`` decides about an op from its kind, input specs and constants
+# (supported, not empty, dtypes, output specs, the constant part of the node
+# key) is kept as a plan and reused; only the denied-op check is repeated,
+# since a failed compile can deny an op at any time.
+class OpInfo:
+    """Per-op facts, kept on the OpOverload itself (``func._lazy_mlir``):
+    looking them up costs an attribute read, where a dict keyed by the op
+    calls OpOverload's Python ``__hash__``."""
+
+    __slots__ = ("kind", "host_index", "counter", "__weakref__")
+
+    def __init__(self, func):
+        self.kind = _kind(func)
+        self.host_index = func in _HOST_INDEX_OPS
+        self.counter = "lazy::" + func.__name__.split(".")[0]
+
+
+def op_info(func) -> OpInfo:
+    try:
+        return func._lazy_mlir
+    except AttributeError:
+        info = OpInfo(func)
+        try:
+            func._lazy_mlir = info
+        except (AttributeError, TypeError):  # not an OpOverload: compute each time
+            pass
+        return info
+
+
+class _Plan:
+    __slots__ = ("out_flat", "out_tree", "specs", "prefix", "single")
+
+    def __init__(self, func, flat, tree, out_flat, out_tree):
+        self.out_flat = out_flat
+        self.out_tree = out_tree
+        self.specs = [o if type(o) is TensorSpec else None for o in out_flat]
+        self.prefix = node_prefix(func, _const_repr(flat, tree), self.specs)
+        self.single = len(out_flat) == 1 and out_tree is None
+
+
+_plans: dict = {}  # record: ops that passed its checks
+_emit_plans: dict = {}  # emit: ops capture records on its own behalf (views, scatters)
+_PLANS_MAX = 1 << 16  # a NaN constant never hits (nan != nan): bound the table
+
+_EXACT_CONSTS = shapes.EXACT_CONSTS
+
+
+def _plan_key(info, vals, tree):
+    """(op, argument tree, input specs and constants keyed as
+    ``shapes.const_key`` does), or None when a constant cannot be keyed."""
+    parts = []
+    for v in vals:
+        t = type(v)
+        if t is Value:
+            parts.append(v.spec)
+        elif t in _EXACT_CONSTS:
+            parts.append((t, v))
+        elif t is float:
+            parts.append((t, repr(v)))  # -0.0 and nan are their own constants
+        else:
+            return None
+    return (info, tree, tuple(parts))
+
+
+def _store_plan(table, key, func, flat, tree, out_flat, out_tree) -> None:
+    if key is None:
+        return
+    for o in out_flat:
+        if type(o) is TensorSpec and 0 in o.shape:  # materialized at once: not planned
+            return
+    if len(table) >= _PLANS_MAX:
+        table.clear()
+    table[key] = _Plan(func, flat, tree, out_flat, out_tree)
+
+
+def _run_plan(plan: _Plan, info: OpInfo, func, vals, tree):
+    inputs = [v for v in vals if type(v) is Value]
+    where = debug.user_location() if debug.tracking_locations() else None
+    outs = make_node(func, vals, tree, inputs, plan.specs, "", where, plan.prefix)
+    metrics.counter_inc(info.counter)
+    if plan.single:
+        return wrap_value(outs[0])
+    it = iter(outs)
+    result = [wrap_value(next(it)) if type(o) is TensorSpec else o for o in plan.out_flat]
+    return tree_unflatten(result, plan.out_tree)
 
 
 def _to_value(a, host_ok=False):
@@ -158,11 +258,16 @@ def _make_scalar(x, dtype):
 def record(func, args, kwargs):
     """Record a functional op on lazy tensors; returns lazy tensors."""
     func, args, kwargs = lift_scalars(func, args, kwargs, LazyTensor, _make_scalar)
+    info = op_info(func)
+    flat, tree = argtree.flatten(args, kwargs)
+    host_ok = info.host_index
+    vals = [_to_value(a, host_ok) for a in flat]
+    key = _plan_key(info, vals, tree)
+    plan = _plans.get(key) if key is not None else None
+    if plan is not None and _dry_run[0] is None and _support.op_is_supported(func):
+        return _run_plan(plan, info, func, vals, tree)
     from .fallback import UNSUPPORTED_DTYPES, dtypes_supported, run_eagerly
     from ..dialects.support import decomposed_before_import, op_is_supported
-    flat, tree = argtree.flatten(args, kwargs)
-    host_ok = func in _HOST_INDEX_OPS
-    vals = [_to_value(a, host_ok) for a in flat]
     if empty_inputs.runs_eagerly(func, vals, tree):
         folded = empty_inputs.fold(func, vals, tree) if empty_inputs.all_inputs_empty(vals) else None
         if folded is not None:
@@ -192,8 +297,9 @@ def record(func, args, kwargs):
     for o in out_flat:
         if type(o) is TensorSpec and o.dtype in UNSUPPORTED_DTYPES:  # .cdouble(), ...
             return run_eagerly(func, args, kwargs, why=f"unsupported dtype {o.dtype}")
+    _store_plan(_plans, key, func, vals, tree, out_flat, out_tree)
     outs = _node(func, vals, tree, inputs, out_flat)
-    metrics.counter_inc("lazy::" + func.__name__.split(".")[0])
+    metrics.counter_inc(info.counter)
     if len(out_flat) == 1 and out_tree is None:
         return wrap_value(outs[0])
     it = iter(outs)
@@ -223,7 +329,7 @@ def dispatch(func, args, kwargs):
     t0 = time.perf_counter()
     dispatch_depth[0] += 1
     try:
-        kind = _kind(func)
+        kind = op_info(func).kind
         if kind == "functional":
             return record(func, args, kwargs)
         if kind == "view":

@@ -124,30 +124,76 @@ class Value:
 class Node:
     """One captured aten op. ``flat`` (its arguments flattened by ``argtree``,
     with ``tree`` to rebuild them) holds a ``Value`` where the op took a
-    tensor; everything else is a constant baked into the key."""
+    tensor; everything else is a constant baked into the key.
 
-    __slots__ = ("op", "flat", "tree", "inputs", "outputs", "key", "location")
+    A node holds its outputs weakly (``outputs`` remakes an unused one from
+    its spec): a pending Value holds its node, and a strong reference back
+    would make a cycle of every captured op, so that a dead graph, and the
+    device buffers its inputs read (the previous step's parameters), would
+    wait for Python's cyclic collector instead of being freed at once."""
+
+    __slots__ = ("op", "flat", "tree", "inputs", "specs", "_outs", "key", "location")
 
     def __init__(self, op, flat: list, tree: tuple, inputs: list[Value], specs: list,
-                 const_repr: str, location: str | None = None):
-        """``specs``: the op's flat outputs, a TensorSpec for each tensor and
-        None for anything else (an undefined gradient, a Python value)."""
+                 key: bytes, location: str | None = None):
         self.op = op
         self.flat = flat
         self.tree = tree
         self.inputs = inputs
+        self.specs = specs
+        self.key = key
         self.location = location
-        h = hashlib.sha256(str(op).encode())
-        h.update(const_repr.encode())
-        for v in inputs:
-            h.update(v.key)
-        for s in specs:
-            h.update(s.signature().encode() if s is not None else b"-")
-        self.key = h.digest()
-        self.outputs = [Value(s, self, i) for i, s in enumerate(specs) if s is not None]
-        for v in self.outputs:
-            if 0 in v.spec.shape:
-                # Nothing to compute, and torch-mlir's lowerings of some ops
-                # divide by a zero extent (SIGFPE): the value is empty data.
-                v.materialize(DeviceData(v.spec, host=torch.empty_strided(
-                    v.spec.shape, v.spec.stride, dtype=v.spec.dtype)))
+        self._outs: list = []
+
+    @property
+    def outputs(self) -> list[Value]:
+        """The output Values in order; one nothing uses any more is remade
+        (pending, with its spec and index) for whoever describes the node."""
+        out = []
+        k = 0
+        for i, s in enumerate(self.specs):
+            if s is None:
+                continue
+            v = self._outs[k]()
+            if v is None:
+                v = Value(s, self, i)
+                self._outs[k] = weakref.ref(v)
+            out.append(v)
+            k += 1
+        return out
+
+
+def make_node(op, flat: list, tree: tuple, inputs: list[Value], specs: list,
+              const_repr: str, location: str | None = None, prefix=None) -> list[Value]:
+    """Record one op; returns its new output Values (the only strong
+    references to them: hold them, or they die with nothing computing them).
+
+    ``specs``: the op's flat outputs, a TensorSpec for each tensor and None
+    for anything else (an undefined gradient, a Python value). ``prefix``:
+    ``node_prefix(op, const_repr, specs)`` when the caller has it memoized
+    (the key is the same either way)."""
+    h = (prefix or node_prefix(op, const_repr, specs)).copy()
+    for v in inputs:
+        h.update(v.key)
+    node = Node(op, flat, tree, inputs, specs, h.digest(), location)
+    outs = [Value(s, node, i) for i, s in enumerate(specs) if s is not None]
+    node._outs = [weakref.ref(v) for v in outs]
+    for v in outs:
+        if 0 in v.spec.shape:
+            # Nothing to compute, and torch-mlir's lowerings of some ops
+            # divide by a zero extent (SIGFPE): the value is empty data.
+            v.materialize(DeviceData(v.spec, host=torch.empty_strided(
+                v.spec.shape, v.spec.stride, dtype=v.spec.dtype)))
+    return outs
+
+
+def node_prefix(op, const_repr: str, specs: list):
+    """The part of a node's key that does not depend on its inputs: a sha256
+    over the op, its constant arguments and its output signatures (the
+    inputs' keys are added to a copy of it)."""
+    h = hashlib.sha256(str(op).encode())
+    h.update(const_repr.encode())
+    for s in specs:
+        h.update(s.signature().encode() if s is not None else b"-")
+    h.update(b"|")
+    return h

@@ -31,16 +31,30 @@ class Storage:
 class LiveStorages:
     """Storages that may hold pending values, in the order they first became
     pending: mark_step computes them in this order, so the same program gives
-    the same graph (and cache key) every step."""
+    the same graph (and cache key) every step.
+
+    Held by plain weak references (no callback): most storages are
+    intermediates that die within the step, and a ``WeakValueDictionary``
+    insert plus its removal callback are two Python calls per captured op.
+    Dead references are dropped when the table doubles, and on
+    iteration."""
 
     def __init__(self):
-        self._by_seq: "weakref.WeakValueDictionary[int, Storage]" = weakref.WeakValueDictionary()
+        self._by_seq: dict[int, weakref.ref] = {}
         self._next = itertools.count()
+        self._prune_at = 1024
 
     def add(self, s: Storage) -> None:
         if s.seq is None:
             s.seq = next(self._next)
-            self._by_seq[s.seq] = s
+            by_seq = self._by_seq
+            by_seq[s.seq] = weakref.ref(s)
+            if len(by_seq) >= self._prune_at:
+                self._prune()
+
+    def _prune(self) -> None:
+        self._by_seq = {k: r for k, r in self._by_seq.items() if r() is not None}
+        self._prune_at = max(1024, 2 * len(self._by_seq))
 
     def discard(self, s: Storage) -> None:
         if s.seq is not None:
@@ -48,7 +62,9 @@ class LiveStorages:
             s.seq = None
 
     def __iter__(self):
-        return iter(list(self._by_seq.values()))
+        self._prune()
+        alive = [r() for r in self._by_seq.values()]
+        return iter([s for s in alive if s is not None])  # a collection may run meanwhile
 
 
 live_storages = LiveStorages()

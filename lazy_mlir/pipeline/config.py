@@ -20,6 +20,7 @@ A TOML file (``--pipeline-config FILE`` or ``LAZY_MLIR_PIPELINE=FILE``)::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -69,9 +70,10 @@ class PipelineConfig:
     def flags_for(self, target: str) -> tuple[str, ...]:
         return dict(self.iree_flags).get(target, ())
 
-    @property
+    @functools.cached_property
     def key(self) -> str:
-        """A stable digest of every field (part of every cache key)."""
+        """A stable digest of every field (part of every cache key). Computed
+        once: the config is frozen, and every sync point asks for it."""
         blob = json.dumps(dataclasses.asdict(self), sort_keys=True, default=list)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -1,0 +1,78 @@
+"""The per-op capture fast path (record plans) and the release of dead graphs.
+
+Record plans and shape inference are memoized by an op's input specs and
+constants; constants that compare equal but mean different things (1, 1.0
+and True; 0.0 and -0.0) must not share an entry. A dead graph must release
+the device buffers it read at once, not when Python's cyclic collector runs.
+"""
+from __future__ import annotations
+
+import gc
+import math
+
+import torch
+import torch.nn.functional as F
+
+import lazy_mlir as lm
+from lazy_mlir.lazy import ir
+
+
+def test_int_and_float_constants_are_not_one_memo_entry():
+    x = torch.arange(4).to("lazy")
+    a = x + 1
+    b = x + 1.0  # same op, same spec, a constant equal to the one above
+    c = x + True
+    assert (a.dtype, b.dtype, c.dtype) == (torch.int64, torch.float32, torch.int64)
+    assert b.cpu().tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert a.cpu().tolist() == [1, 2, 3, 4]
+
+
+def test_signed_zero_constants_are_not_one_graph():
+    x = torch.tensor([1.0, 2.0]).to("lazy")
+    pos = (x * 0.0).cpu()
+    neg = (x * -0.0).cpu()
+    assert [math.copysign(1, v) for v in pos.tolist()] == [1, 1]
+    assert [math.copysign(1, v) for v in neg.tolist()] == [-1, -1]
+
+
+def test_repeated_steps_capture_the_same_graph():
+    x = torch.randn(8).to("lazy")
+    lm.mark_step()
+    keys = []
+    for _ in range(3):
+        y = (x * 2.5).relu() + x.t()
+        lm.metrics.reset()
+        y.cpu()
+        keys.append(lm.metrics.counter_value("UncachedCompile"))
+    assert keys[1:] == [0, 0]
+
+
+def _live_device_buffers() -> int:
+    return sum(1 for d in list(ir.live_data) if d.device is not None or d.future is not None)
+
+
+def test_dead_graphs_free_device_buffers_without_the_cyclic_collector():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                torch.nn.Linear(32, 4)).to("lazy")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x, y = torch.randn(8, 16).to("lazy"), torch.randint(0, 4, (8,)).to("lazy")
+    counts = []
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        for step in range(10):
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            lm.mark_step()
+            loss.item()
+            if step >= 3:
+                lm.wait_device_ops()
+                counts.append(_live_device_buffers())
+    finally:
+        if was_enabled:
+            gc.enable()
+    assert max(counts) == min(counts), counts
