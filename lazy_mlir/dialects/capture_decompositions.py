@@ -125,6 +125,7 @@ from .special_gamma_decompositions import SPECIAL_DECOMPOSITIONS  # noqa: E402
 from .linalg_lu_decompositions import LINALG_LU_DECOMPOSITIONS  # noqa: E402
 from .precise_decompositions import PRECISE_DECOMPOSITIONS  # noqa: E402
 from .resample_decompositions import RESAMPLE_DECOMPOSITIONS  # noqa: E402
+from .grid_sample_decompositions import GRID_SAMPLE_DECOMPOSITIONS  # noqa: E402
 from .linalg_cholesky_decompositions import CHOLESKY_DECOMPOSITIONS  # noqa: E402
 
 CAPTURE_DECOMPOSITIONS: dict = {
@@ -134,6 +135,7 @@ CAPTURE_DECOMPOSITIONS: dict = {
     **LINALG_LU_DECOMPOSITIONS,
     **PRECISE_DECOMPOSITIONS,
     **RESAMPLE_DECOMPOSITIONS,
+    **GRID_SAMPLE_DECOMPOSITIONS,
     **CHOLESKY_DECOMPOSITIONS,
     aten.normal.Tensor_Tensor: normal_tensor_tensor,
     aten.normal.Tensor_float: normal_tensor_float,
