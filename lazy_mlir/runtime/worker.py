@@ -5,29 +5,102 @@ this worker, so tracing the next step overlaps the previous step's execution.
 One worker and a FIFO queue: a graph's inputs made by earlier graphs are ready
 when it starts. A job's error is kept in its future; reading any of its
 outputs, or the next sync point, re-raises it with the original traceback.
+
+A thread that waits for a job nobody has started yet, while no job runs,
+runs it itself (``Job.result``): in the common ``mark_step(); loss.item()``
+the step then costs no hand-off to the worker and back, two thread wake-ups
+that take milliseconds on a loaded machine. Jobs still run one at a time and
+in launch order either way.
 """
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import threading
 
 _lock = threading.Lock()
-_pool: concurrent.futures.ThreadPoolExecutor | None = None
+_ready = threading.Condition(_lock)  # a job was queued, or the running one finished
+_queue: collections.deque = collections.deque()  # jobs not started, in launch order
+_running = [False]  # a job runs (on the worker or on a waiting thread)
+_exiting = [False]  # the interpreter exits: the worker ends once the queue is empty
+_thread: threading.Thread | None = None
 _last: concurrent.futures.Future | None = None
 _unreported: list[concurrent.futures.Future] = []
 
 
-def submit(fn, *args) -> concurrent.futures.Future:
-    global _pool, _last
+class Job(concurrent.futures.Future):
+    """The future of one launched job; ``result`` may run it in place."""
+
+    def __init__(self, fn, args):
+        super().__init__()
+        self.fn = fn
+        self.args = args
+
+    def run(self) -> None:
+        """Run the job (taken off the queue, with ``_running`` set)."""
+        if self.set_running_or_notify_cancel():
+            try:
+                result = self.fn(*self.args)
+            except BaseException as e:  # noqa: BLE001 - kept for the reader
+                self.set_exception(e)
+            else:
+                self.set_result(result)
+        self.fn = self.args = None
+        with _lock:
+            _running[0] = False
+            _ready.notify_all()
+
+    def result(self, timeout=None):
+        if not self.done() and _take(self):
+            self.run()
+        return super().result(timeout)
+
+
+def _take(job: Job) -> bool:
+    """Take ``job`` off the queue to run it here, if it is next and nothing runs."""
     with _lock:
-        if _pool is None:
-            _pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="lazy-mlir")
-        fut = _pool.submit(fn, *args)
-        _last = fut
-        _unreported.append(fut)
+        if not _running[0] and _queue and _queue[0] is job:
+            _queue.popleft()
+            _running[0] = True
+            return True
+    return False
+
+
+def _loop() -> None:
+    while True:
+        with _lock:
+            while _running[0] or not _queue:
+                if _exiting[0] and not _queue and not _running[0]:
+                    return
+                _ready.wait()
+            job = _queue.popleft()
+            _running[0] = True
+        job.run()
+
+
+def _at_exit() -> None:
+    """Let the worker finish the launched jobs, then end (as the thread pool
+    it replaces did): a graph is never cut off mid-run at exit."""
+    with _lock:
+        _exiting[0] = True
+        _ready.notify_all()
+
+
+def submit(fn, *args) -> concurrent.futures.Future:
+    global _thread, _last
+    job = Job(fn, args)
+    with _lock:
+        if _thread is None:
+            _thread = threading.Thread(target=_loop, name="lazy-mlir")
+            threading._register_atexit(_at_exit)  # before non-daemon threads are joined
+            _thread.start()
+        _queue.append(job)
+        _last = job
+        _unreported.append(job)
+        _ready.notify_all()
     # Outside the lock: a job that is already done runs the callback here.
-    fut.add_done_callback(_forget_if_ok)
-    return fut
+    job.add_done_callback(_forget_if_ok)
+    return job
 
 
 def _forget_if_ok(fut) -> None:
@@ -42,7 +115,13 @@ def wait_all() -> None:
     not yet reported (once)."""
     last = _last
     if last is not None:
-        concurrent.futures.wait([last])
+        while not last.done():
+            with _lock:
+                job = _queue[0] if _queue and not _running[0] else None
+            if job is not None and _take(job):
+                job.run()
+            else:
+                concurrent.futures.wait([last], timeout=0.05)
     raise_pending_error()
 
 

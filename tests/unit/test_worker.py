@@ -1,0 +1,73 @@
+"""The runtime worker: jobs run one at a time, in launch order, whichever
+thread runs them (the worker, or a thread waiting for a job not started)."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from lazy_mlir.runtime import worker
+
+
+def _tracker():
+    log, active, overlaps = [], [0], []
+    lock = threading.Lock()
+
+    def job(name, seconds=0.0, event=None):
+        with lock:
+            active[0] += 1
+            if active[0] > 1:
+                overlaps.append(name)
+        if event is not None:
+            event.wait(5)
+        time.sleep(seconds)
+        log.append((name, threading.current_thread().name))
+        with lock:
+            active[0] -= 1
+        return name
+
+    return job, log, overlaps
+
+
+def test_waiting_for_a_later_job_keeps_launch_order_and_one_at_a_time():
+    job, log, overlaps = _tracker()
+    release = threading.Event()
+    first = worker.submit(job, "a", 0.0, release)
+    time.sleep(0.05)  # the worker has started "a" and waits for the event
+    later = [worker.submit(job, n, 0.01) for n in "bcd"]
+    threading.Timer(0.2, release.set).start()
+    assert later[-1].result(timeout=10) == "d"  # may run "b".."d" here, after "a"
+    assert first.result() == "a"
+    assert [n for n, _ in log] == ["a", "b", "c", "d"]
+    assert overlaps == []
+
+
+def test_a_waiting_thread_may_run_the_next_job_itself():
+    job, log, overlaps = _tracker()
+    futures = [worker.submit(job, n, 0.005) for n in range(20)]
+    for f in futures:
+        f.result(timeout=10)
+    assert [n for n, _ in log] == list(range(20))
+    assert overlaps == []
+    worker.wait_all()
+
+
+def test_errors_reach_the_reader_and_the_next_sync_point_once():
+    def boom():
+        raise ValueError("boom in a job")
+
+    f = worker.submit(boom)
+    with pytest.raises(ValueError, match="boom in a job"):
+        f.result(timeout=10)
+    with pytest.raises(ValueError, match="boom in a job"):
+        worker.raise_pending_error()
+    worker.raise_pending_error()  # reported once
+
+
+def test_wait_all_runs_queued_jobs():
+    job, log, _ = _tracker()
+    for n in range(5):
+        worker.submit(job, n)
+    worker.wait_all()
+    assert [n for n, _ in log] == list(range(5))
