@@ -77,7 +77,7 @@ def lift_scalars(func, args, kwargs, tensor_cls, make_scalar):
         dt = _scalar_dtype(ref.dtype, ref.dim() == 0, type(x))
         return make_scalar(x, dt)
 
-    schema = func._schema.arguments
+    kinds = _arg_kinds(func)
     name = func.__name__
     if name in ("add.Tensor", "sub.Tensor") and _liftable(kwargs.get("alpha")):
         other = args[1] if isinstance(args[1], tensor_cls) else lift(args[1])
@@ -91,19 +91,49 @@ def lift_scalars(func, args, kwargs, tensor_cls, make_scalar):
         bounds = [lift(a) if type(a) in _NUMBER_TYPES else a for a in args[1:]]
         kwargs = {k: lift(a) if type(a) in _NUMBER_TYPES else a for k, a in kwargs.items()}
         return aten.clamp.Tensor, (args[0], *bounds), kwargs
-    sibling = _tensor_sibling(func)
+    sibling = _sibling(func)
     new_args = list(args)
     changed = False
     for i, a in enumerate(args):
-        if i >= len(schema) or not _liftable(a):
+        if i >= len(kinds) or not _liftable(a):
             continue
-        t = schema[i].type
-        if isinstance(t, torch.TensorType) or (sibling is not None and isinstance(t, torch.NumberType)):
+        is_tensor, is_number = kinds[i]
+        if is_tensor or (sibling is not None and is_number):
             new_args[i] = lift(a)
             changed = True
     if not changed:
         return func, args, kwargs
-    if sibling is not None and any(isinstance(schema[i].type, torch.NumberType)
-                                   and new_args[i] is not args[i] for i in range(len(args))):
+    if sibling is not None and any(kinds[i][1] and new_args[i] is not args[i]
+                                   for i in range(len(args))):
         func = sibling
     return func, tuple(new_args), kwargs
+
+
+def _arg_kinds(func) -> tuple[tuple[bool, bool], ...]:
+    """(takes a Tensor, takes a Number) for each argument of ``func``, kept
+    on the op: reading ``func._schema.arguments`` builds new Python objects
+    on every access, and the lift path reads it on every op given a number."""
+    try:
+        return func._lazy_mlir_arg_kinds
+    except AttributeError:
+        kinds = tuple((isinstance(a.type, torch.TensorType), isinstance(a.type, torch.NumberType))
+                      for a in func._schema.arguments)
+        try:
+            func._lazy_mlir_arg_kinds = kinds
+        except (AttributeError, TypeError):
+            pass
+        return kinds
+
+
+def _sibling(func):
+    """``_tensor_sibling``, kept on the op (an lru_cache lookup hashes the op
+    in Python)."""
+    try:
+        return func._lazy_mlir_sibling
+    except AttributeError:
+        sib = _tensor_sibling(func)
+        try:
+            func._lazy_mlir_sibling = sib
+        except (AttributeError, TypeError):
+            pass
+        return sib
