@@ -1,8 +1,9 @@
-"""Special functions (``erfc``, ``special_erfcx``, ``special_ndtri``,
-``lgamma``, ``digamma``, ``polygamma``, ``special_zeta``) in aten
-elementwise ops, following ATen's CPU code (``ATen/native/Math.h``) branch
-for branch, so results match eager within float32 rounding, with eager's
-answers at NaN, +-inf, +-0 and the poles.
+"""Special functions (``erfc``, ``special_erfcx``, ``special_ndtri`` here;
+``lgamma``, ``digamma``, ``polygamma``, ``special_zeta`` in
+``special_gamma_decompositions.py``) in aten elementwise ops, following
+ATen's CPU code (``ATen/native/Math.h``) branch for branch, so results match
+eager within float32 rounding, with eager's answers at NaN, +-inf, +-0 and
+the poles. Also ``frexp`` and ``nextafter``, bit-exact without a bitcast.
 
 Guarantees and limits:
 
@@ -34,9 +35,8 @@ aten = torch.ops.aten
 
 _add, _sub, _mul, _div = aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.div.Tensor
 _where, _log, _exp = aten.where.self, aten.log.default, aten.exp.default
-_lt, _le, _gt, _ge, _eq = aten.lt.Tensor, aten.le.Tensor, aten.gt.Tensor, aten.ge.Tensor, \
-    aten.eq.Tensor
-_and, _or, _not = aten.logical_and.default, aten.logical_or.default, aten.logical_not.default
+_lt, _gt, _ge, _eq = aten.lt.Tensor, aten.gt.Tensor, aten.ge.Tensor, aten.eq.Tensor
+_and, _or = aten.logical_and.default, aten.logical_or.default
 
 
 class _Consts:
@@ -256,6 +256,73 @@ def _ndtri(y0):
     return _where(aten.eq.Scalar(y0, 0), aten.neg.default(k[math.inf]), out)
 
 
+# ----------------------------------------------------------------- frexp
+
+def frexp(x):
+    """C's frexp without a bitcast (the compiler lowers none): x = m 2^e with
+    0.5 <= |m| < 1, e from floor(log2 |x|) + 1 corrected by one step either
+    way (log2 may round across a power of two); m is |x| times powers of
+    two, one per bit of |e|, applied in turn: every product is exact and
+    stays normal. 0, +-inf and NaN give (x, 0), as glibc. float32 only
+    (denormal inputs are flushed to zero by the compiled code, as by every
+    compiled op)."""
+    if x.dtype != torch.float32:
+        return NotImplemented
+    k = _Consts(x, 0.5, 2.0, *(2.0 ** (2 ** i) for i in range(7)),
+                *(2.0 ** -(2 ** i) for i in range(7)), *(2.0 ** -i for i in range(2, 8)))
+    ax = aten.abs.default(x)
+    ordinary = _and(aten.isfinite.default(x), aten.ne.Scalar(x, 0))
+    safe = _where(ordinary, ax, aten.ones_like.default(ax))
+    e = _add(aten.floor.default(aten.log2.default(safe)), 1)  # in [-125, 129]
+    n = aten.abs.default(e)
+    positive = aten.gt.Scalar(e, 0)
+    m = safe
+    for i in range(8):
+        q = aten.floor.default(n if i == 0 else _mul(n, k[0.5 if i == 1 else 2.0 ** -i]))
+        bit = aten.ne.Tensor(q, _mul(aten.floor.default(_mul(q, k[0.5])), k[2.0]))
+        for power in ((6, 6) if i == 7 else (i,)):  # 2^128 is not a float: 2^64 twice
+            factor = _where(positive, k[2.0 ** -(2 ** power)], k[2.0 ** (2 ** power)])
+            m = _where(bit, _mul(m, factor), m)
+    big = aten.ge.Scalar(m, 1)
+    m, e = _where(big, _mul(m, k[0.5]), m), _where(big, _add(e, 1), e)
+    small = _lt(m, k[0.5])
+    m, e = _where(small, _mul(m, k[2.0]), m), _where(small, _sub(e, 1), e)
+    m = _where(aten.lt.Scalar(x, 0), aten.neg.default(m), m)
+    m = _where(ordinary, m, x)
+    e = _where(ordinary, e, aten.zeros_like.default(e))
+    return m, aten._to_copy.default(e, dtype=torch.int32)
+
+
+def nextafter(x, y):
+    """C's nextafter without a bitcast: x moved by one ulp towards y, the ulp
+    2^(e - 24) from ``frexp`` (half of it moving down from a power of two),
+    taken at |x| * 2^64 so that it stays a normal float for tiny x; y where
+    x == y (so the sign of a zero comes from y), NaN if either is NaN, the
+    smallest denormal towards y from 0. float32 only; results that are
+    denormal come back as the compiled code flushes them (to zero)."""
+    if x.dtype != torch.float32 or y.dtype != torch.float32:
+        return NotImplemented
+    x, y = aten.broadcast_tensors.default([x, y])
+    k = _Consts(x, 2.0 ** 64, 2.0 ** -64, 2.0 ** -24, 0.5, 1e-45, 3.4028234663852886e38, math.nan)
+    ax = aten.abs.default(x)
+    tiny = _lt(ax, k[2.0 ** -64])
+    scaled = _where(tiny, _mul(ax, k[2.0 ** 64]), ax)
+    m, _ = frexp(scaled)
+    step = _div(_mul(scaled, k[2.0 ** -24]), m)  # 2^(e - 24): exact, and finite
+    away = _eq(aten.gt.Tensor(y, x), aten.gt.Scalar(x, 0))  # |x| grows
+    step = _where(_and(aten.logical_not.default(away), _eq(m, k[0.5])), _mul(step, k[0.5]), step)
+    moved = _where(away, _add(scaled, step), _sub(scaled, step))
+    moved = _where(tiny, _mul(moved, k[2.0 ** -64]), moved)
+    out = _where(aten.lt.Scalar(x, 0), aten.neg.default(moved), moved)
+    largest = _where(aten.gt.Scalar(x, 0), k[3.4028234663852886e38],
+                     aten.neg.default(k[3.4028234663852886e38]))
+    out = _where(aten.isinf.default(x), largest, out)  # towards a finite y (or the other inf)
+    smallest = _where(aten.gt.Scalar(y, 0), k[1e-45], aten.neg.default(k[1e-45]))
+    out = _where(aten.eq.Scalar(x, 0), smallest, out)
+    out = _where(_eq(x, y), y, out)
+    return _where(_or(aten.isnan.default(x), aten.isnan.default(y)), k[math.nan], out)
+
+
 erfc = _float_op(_erfc)
 erfcx = _float_op(_erfcx)
 ndtri = _float_op(_ndtri)
@@ -264,4 +331,6 @@ ERROR_FUNCTION_DECOMPOSITIONS = {
     aten.erfc.default: erfc,
     aten.special_erfcx.default: erfcx,
     aten.special_ndtri.default: ndtri,
+    aten.frexp.Tensor: frexp,
+    aten.nextafter.default: nextafter,
 }

@@ -153,13 +153,18 @@ def _zeta_positive(x, q, k):
     are kept as their product a * b, which is what each term uses: a alone
     overflows float32."""
     neg_x = aten.neg.default(x)
-    s = aten.pow.Tensor_Tensor(q, neg_x)
+
+    def power(a):  # a ** -x for a >= 0: exp and log, without pow's sign cases
+        out = _exp(_mul(neg_x, _log(a)))
+        return _where(aten.eq.Scalar(a, 1), aten.ones_like.default(a), out)  # 1 ** -inf
+
+    s = power(q)
     a = q
     done = aten.zeros_like.default(x, dtype=torch.bool)
     b = aten.zeros_like.default(x)
     for _ in range(9):
         a = _add(a, 1)
-        b = aten.pow.Tensor_Tensor(a, neg_x)
+        b = power(a)
         s = _where(done, s, _add(s, b))
         eps = _mul(s, k[_MACHEP])
         done = _or(done, _and(_lt(aten.neg.default(eps), b), _lt(b, eps)))

@@ -78,3 +78,33 @@ def test_zeta_matches_eager():
                    torch.randn(2000, generator=g) * 5, torch.randn(1000, generator=g) * 5])
     torch.testing.assert_close(gam.zeta(x, q), torch.special.zeta(x, q), rtol=1.3e-4, atol=1e-5,
                                equal_nan=True)
+
+
+def _floats():
+    g = torch.Generator().manual_seed(3)
+    wide = torch.randn(3000, generator=g) * torch.exp(torch.randn(3000, generator=g) * 20)
+    powers = 2.0 ** torch.arange(-125, 128).float()
+    return torch.cat([torch.tensor([0.0, -0.0, math.inf, -math.inf, math.nan, 1.0, 0.5, -3.0, 3e38,
+                                    1.2e-38, 0.75, 3.4028235e38, -1e-30, -2.0 ** -100]),
+                      wide.float(), powers, -powers, torch.nextafter(powers, torch.tensor(0.0))])
+
+
+def test_frexp_is_exact():
+    x = _floats()
+    m, e = err.frexp(x)
+    m_eager, e_eager = torch.frexp(x)
+    assert e.dtype == torch.int32 and torch.equal(e, e_eager)
+    torch.testing.assert_close(m, m_eager, rtol=0, atol=0, equal_nan=True)
+    assert torch.equal(torch.signbit(m), torch.signbit(m_eager))
+    assert err.frexp(x.double()) is NotImplemented
+
+
+@pytest.mark.parametrize("towards", ["flipped", "inf", "-inf", "0", "-0", "same", "nan"])
+def test_nextafter_is_exact(towards):
+    x = _floats()
+    y = {"flipped": x.flip(0), "inf": torch.full_like(x, math.inf),
+         "-inf": torch.full_like(x, -math.inf), "0": torch.zeros_like(x),
+         "-0": -torch.zeros_like(x), "same": x.clone(), "nan": torch.full_like(x, math.nan)}[towards]
+    ours, eager = err.nextafter(x, y), torch.nextafter(x, y)
+    torch.testing.assert_close(ours, eager, rtol=0, atol=0, equal_nan=True)
+    assert torch.equal(torch.signbit(ours) | ours.isnan(), torch.signbit(eager) | eager.isnan())
