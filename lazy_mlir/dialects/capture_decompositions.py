@@ -123,6 +123,8 @@ from .bessel_decompositions import BESSEL_DECOMPOSITIONS  # noqa: E402
 from .bessel_jy_decompositions import BESSEL_JY_DECOMPOSITIONS  # noqa: E402
 from .special_gamma_decompositions import SPECIAL_DECOMPOSITIONS  # noqa: E402
 from .linalg_lu_decompositions import LINALG_LU_DECOMPOSITIONS  # noqa: E402
+from .sort_decompositions import SORT_DECOMPOSITIONS  # noqa: E402
+from .scan_decompositions import SCAN_DECOMPOSITIONS  # noqa: E402
 from .precise_decompositions import PRECISE_DECOMPOSITIONS  # noqa: E402
 from .resample_decompositions import RESAMPLE_DECOMPOSITIONS  # noqa: E402
 from .grid_sample_decompositions import GRID_SAMPLE_DECOMPOSITIONS  # noqa: E402
@@ -134,6 +136,8 @@ CAPTURE_DECOMPOSITIONS: dict = {
     **BESSEL_JY_DECOMPOSITIONS,
     **SPECIAL_DECOMPOSITIONS,
     **LINALG_LU_DECOMPOSITIONS,
+    **SORT_DECOMPOSITIONS,
+    **SCAN_DECOMPOSITIONS,
     **PRECISE_DECOMPOSITIONS,
     **RESAMPLE_DECOMPOSITIONS,
     **GRID_SAMPLE_DECOMPOSITIONS,

@@ -14,6 +14,8 @@ from .ieee_decompositions import IEEE_DECOMPOSITIONS
 from .index_decompositions import wrap_negative_indices
 from .nan_decompositions import nan_aware_arg_reductions
 from .special_gamma_decompositions import SPECIAL_IMPORT_DECOMPOSITIONS
+from .sort_decompositions import SORT_IMPORT_DECOMPOSITIONS
+from .scan_decompositions import SCAN_IMPORT_DECOMPOSITIONS
 from .lowering_decompositions import LOWERING_DECOMPOSITIONS
 
 aten = torch.ops.aten
@@ -66,6 +68,8 @@ DECOMPOSITIONS = {
     **BOOL_DECOMPOSITIONS,  # bool operands of ops lowered as signed i1
     **COMPARE_DECOMPOSITIONS,  # float tensor vs int number: a wrong fold
     **SPECIAL_IMPORT_DECOMPOSITIONS,  # erfc, erfcx, lgamma: made by log_ndtr's and mvlgamma's
+    **SORT_IMPORT_DECOMPOSITIONS,  # a stable sort with NaN placed as eager
+    **SCAN_IMPORT_DECOMPOSITIONS,  # searchsorted as ATen's bisection (isin, bucketize)
 }
 # Last: these chain to the entries above (bool index_put, 0-d argmax).
 DECOMPOSITIONS.update(wrap_negative_indices(DECOMPOSITIONS))

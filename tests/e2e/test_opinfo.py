@@ -150,8 +150,8 @@ EXPECTED: dict[tuple[str, str], str] = {
     ('masked_fill', 'float32'): 'compiled',
     ('masked_fill', 'int64'): 'compiled',
     # sorting, data-dependent shapes
-    ('sort', 'float32'): 'fallback: sort',
-    ('sort', 'bool'): 'fallback: sort',
+    ('sort', 'float32'): 'compiled',
+    ('sort', 'bool'): 'compiled',
     ('topk', 'float32'): 'compiled',
     ('nonzero', 'float32'): 'fallback: nonzero',
     ('unique', 'float32'): 'fallback: _unique2',
