@@ -129,6 +129,7 @@ from .precise_decompositions import PRECISE_DECOMPOSITIONS  # noqa: E402
 from .resample_decompositions import RESAMPLE_DECOMPOSITIONS  # noqa: E402
 from .grid_sample_decompositions import GRID_SAMPLE_DECOMPOSITIONS  # noqa: E402
 from .linalg_det_decompositions import DET_DECOMPOSITIONS  # noqa: E402
+from .pool_decompositions import POOL_DECOMPOSITIONS  # noqa: E402
 from .linalg_cholesky_decompositions import CHOLESKY_DECOMPOSITIONS  # noqa: E402
 
 CAPTURE_DECOMPOSITIONS: dict = {
@@ -142,6 +143,7 @@ CAPTURE_DECOMPOSITIONS: dict = {
     **RESAMPLE_DECOMPOSITIONS,
     **GRID_SAMPLE_DECOMPOSITIONS,
     **DET_DECOMPOSITIONS,
+    **POOL_DECOMPOSITIONS,
     **CHOLESKY_DECOMPOSITIONS,
     aten.normal.Tensor_Tensor: normal_tensor_tensor,
     aten.normal.Tensor_float: normal_tensor_float,
