@@ -16,7 +16,11 @@ Guarantees (float32/float64, real only; anything else is NotImplemented):
   ``info`` = the first zero pivot (1-based, 0 if none). A zero pivot column
   is left unscaled, as LAPACK does, so singular matrices give LAPACK's
   finite factors. Values agree with eager up to rounding (LAPACK updates in
-  blocks, in another order).
+  blocks, in another order; the compiled code may fuse multiply-adds), so a
+  matrix singular only up to rounding (``outer(randn, randn)``) may get a
+  tiny pivot where eager got an exact zero, and another ``info``; exact
+  singularity (zero columns, equal rows, exactly cancelling elimination)
+  gives eager's ``info``.
 - Triangular solves by substitution; a zero diagonal gives inf/NaN as the
   BLAS ``trsm`` does (``b / 0``).
 - ``_linalg_solve_ex``/``linalg_inv_ex`` return the ``LU``/``pivots`` of
