@@ -125,6 +125,7 @@ from .special_gamma_decompositions import SPECIAL_DECOMPOSITIONS  # noqa: E402
 from .linalg_lu_decompositions import LINALG_LU_DECOMPOSITIONS  # noqa: E402
 from .sort_decompositions import SORT_DECOMPOSITIONS  # noqa: E402
 from .scan_decompositions import SCAN_DECOMPOSITIONS  # noqa: E402
+from .reduce_decompositions import REDUCE_DECOMPOSITIONS  # noqa: E402
 from .precise_decompositions import PRECISE_DECOMPOSITIONS  # noqa: E402
 from .resample_decompositions import RESAMPLE_DECOMPOSITIONS  # noqa: E402
 from .grid_sample_decompositions import GRID_SAMPLE_DECOMPOSITIONS  # noqa: E402
@@ -139,6 +140,7 @@ CAPTURE_DECOMPOSITIONS: dict = {
     **LINALG_LU_DECOMPOSITIONS,
     **SORT_DECOMPOSITIONS,
     **SCAN_DECOMPOSITIONS,
+    **REDUCE_DECOMPOSITIONS,
     **PRECISE_DECOMPOSITIONS,
     **RESAMPLE_DECOMPOSITIONS,
     **GRID_SAMPLE_DECOMPOSITIONS,

@@ -1,8 +1,8 @@
 """The stable, NaN-ordering sort and what is built on it (median, nanmedian),
-cummax/cummin and searchsorted/bucketize/isin: compiled (no fallback) and
+cummax/cummin, searchsorted/bucketize/isin and index_reduce: compiled (no fallback) and
 equal to eager, indices included, on ties, NaN, infinities, -0.0, empty,
 0-dim and non-contiguous inputs (``dialects/sort_decompositions.py``,
-``dialects/scan_decompositions.py``)."""
+``dialects/scan_decompositions.py``, ``dialects/reduce_decompositions.py``)."""
 from __future__ import annotations
 
 import pytest
@@ -140,3 +140,29 @@ def test_cummax_cummin(name):
 def test_searchsorted(name):
     fn, *inputs = SEARCHES[name]
     _compiled_as_eager(fn, *inputs)
+
+
+_IDX = torch.tensor([0, 2, 0, 1, 2, 2])
+_SRC = torch.tensor([[1., NAN, 3., -0.0, 2., INF], [5., 5., -1., 2., NAN, 7.]])
+INDEX_REDUCES = {
+    f"{reduce}_{'self' if include_self else 'no_self'}": (
+        lambda x, s, r=reduce, i=include_self: x.index_reduce(1, _IDX.to(x.device), s, r,
+                                                              include_self=i))
+    for reduce in ("amax", "amin", "mean", "prod") for include_self in (True, False)
+}
+
+
+@pytest.mark.parametrize("name", list(INDEX_REDUCES))
+def test_index_reduce_nan(name):
+    x = torch.tensor([[0.5, NAN, -2., 4.], [1., 2., 3., 4.]])
+    _compiled_as_eager(INDEX_REDUCES[name], x, _SRC)
+
+
+@pytest.mark.parametrize("reduce", ["amax", "mean", "prod"])
+def test_index_reduce_int_zero_dim(reduce):
+    _compiled_as_eager(lambda x, s: x.index_reduce(1, _IDX.to(x.device), s, reduce),
+                       _ties(3, 4, high=7) - 3, _ties(3, 6, seed=5, high=7) - 3)
+    _compiled_as_eager(lambda x, s: x.index_reduce(0, torch.zeros(1, dtype=torch.int64,
+                                                                  device=x.device), s, reduce,
+                                                   include_self=False),
+                       torch.tensor(3.), torch.tensor(-2.))
