@@ -42,8 +42,13 @@ def _fractional_max_pool(x, kernel_size, output_size, samples, nd):
         x = x.unsqueeze(0)
     n, c = x.shape[:2]
     sizes = list(x.shape[2:])
-    if 0 in (n, c) or any(k > s for k, s in zip(kernel_size, sizes)):
-        return NotImplemented
+    if any(k > s for k, s in zip(kernel_size, sizes)):
+        return NotImplemented  # eager raises its error
+    out_shape = [n, c] + list(output_size)
+    if 0 in out_shape:  # nothing to pool: empty results
+        values = aten.new_zeros.default(x, out_shape)
+        indices = aten.new_zeros.default(x, out_shape, dtype=torch.int64)
+        return (values, indices) if batched else (values.squeeze(0), indices.squeeze(0))
     # ATen's sample order: (W, H) in 2-d, (T, H, W) in 3-d.
     order = [1, 0] if nd == 2 else [0, 1, 2]
     flat = torch.zeros((), dtype=torch.int64, device=x.device)
@@ -57,7 +62,6 @@ def _fractional_max_pool(x, kernel_size, output_size, samples, nd):
         shape = [n, c] + [1] * nd + [1] * nd
         shape[2 + axis], shape[2 + nd + axis] = output_size[axis], kernel_size[axis]
         flat = flat + (pos * stride).reshape(shape)
-    out_shape = [n, c] + list(output_size)
     k = 1
     for s in kernel_size:
         k *= s

@@ -21,6 +21,8 @@ CASES = {
     "2d_ratio": (F.fractional_max_pool2d, _X, dict(kernel_size=(2, 3), output_ratio=(0.5, 0.5))),
     "2d_unbatched": (F.fractional_max_pool2d, _X[0], dict(kernel_size=3, output_size=4)),
     "2d_ties_nan_inf": (F.fractional_max_pool2d, _TIES, dict(kernel_size=3, output_size=(4, 5))),
+    "2d_empty_batch": (F.fractional_max_pool2d, _X[:0], dict(kernel_size=3, output_size=2)),
+    "3d_empty_batch": (F.fractional_max_pool3d, _V[:0], dict(kernel_size=2, output_size=2)),
     "3d": (F.fractional_max_pool3d, _V, dict(kernel_size=2, output_size=(3, 4, 5))),
     "3d_unbatched": (F.fractional_max_pool3d, _V[0], dict(kernel_size=(2, 3, 2),
                                                           output_ratio=(0.5, 0.5, 0.5))),
