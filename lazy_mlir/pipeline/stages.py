@@ -91,20 +91,32 @@ def lower(gm: fx.GraphModule, config: PipelineConfig,
     backend_passes = pipelines.torch_backend(config)
     backend = _timed("torch-backend", "torch-mlir " + ",".join(backend_passes), run_pipeline,
                      torch_stage.text, pipelines.as_pipeline(backend_passes), "torch-backend")
+    if "torch.aten.view.dtype" in backend.text:  # no linalg lowering: IREE takes it
+        from ..dialects.bitcast import view_dtype_as_bitcast
+        text = view_dtype_as_bitcast(backend.text)
+        if text is not None:
+            return fx_stage, torch_stage, Stage("torch-backend", text, Provenance(
+                backend.provenance.built_by + " + view_dtype_as_bitcast",
+                backend.provenance.seconds))
     linalg_passes = pipelines.linalg(config)
     linalg = _timed("linalg", "torch-mlir " + ",".join(linalg_passes), run_pipeline,
                     backend.text, pipelines.as_pipeline(linalg_passes), "linalg")
     return fx_stage, torch_stage, backend, linalg
 
 
-def iree_flags(target: Target, config: PipelineConfig) -> list[str]:
+def iree_flags(target: Target, config: PipelineConfig, torch_input: bool = False) -> list[str]:
+    """``torch_input``: the last stage is torch dialect, for IREE's torch input."""
     flags = [f"--iree-hal-target-backends={target.backend}", *target.flags,
              *config.flags_for(target.name)]
     if config.opt_level is not None:
         flags.append(f"--iree-opt-level=O{config.opt_level}")
-    if config.input == "torch":
+    if config.input == "torch" or torch_input:
         flags.append("--iree-input-type=torch")
     return flags
+
+
+def _torch_input(stages: tuple[Stage, ...]) -> bool:
+    return stages[-1].name in ("torch", "torch-backend")
 
 
 def _iree_compile(text: str, flags: list[str], what: str, target: Target) -> bytes:
@@ -122,7 +134,7 @@ def _iree_compile(text: str, flags: list[str], what: str, target: Target) -> byt
 def compile_stages(stages: tuple[Stage, ...], target: Target,
                    config: PipelineConfig) -> Compiled:
     """The last stage (linalg, or torch for IREE's torch input) -> vmfb."""
-    flags = iree_flags(target, config)
+    flags = iree_flags(target, config, _torch_input(stages))
     t0 = time.perf_counter()
     try:
         vmfb = _iree_compile(stages[-1].text, flags, "vmfb", target)
@@ -143,7 +155,7 @@ def iree_phase(stages: tuple[Stage, ...], phase: str, target: Target,
     """The IR after one of IREE's phases (``--compile-to``), as text."""
     if phase not in IREE_PHASES:
         raise ValueError(f"unknown IREE phase {phase!r}; phases: {', '.join(IREE_PHASES)}")
-    flags = iree_flags(target, config) + [f"--compile-to={phase}", "--output-format=vm-asm"
+    flags = iree_flags(target, config, _torch_input(stages)) + [f"--compile-to={phase}", "--output-format=vm-asm"
                                           if phase == "vm" else "--mlir-print-debuginfo=false"]
     t0 = time.perf_counter()
     out = _iree_compile(stages[-1].text, flags, phase + ".mlir", target)

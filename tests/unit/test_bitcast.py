@@ -1,0 +1,12 @@
+"""view(dtype) as a bitcast for IREE's torch input (``dialects/bitcast.py``)."""
+
+
+def test_view_dtype_rewritten_as_bitcast():
+    from lazy_mlir.dialects.bitcast import view_dtype_as_bitcast
+    text = ("  %1 = torch.aten.view.dtype %arg0, %int3 : !torch.vtensor<[4,2],f32>, !torch.int"
+            " -> !torch.vtensor<[4,2],si32>\n")
+    out = view_dtype_as_bitcast(text)
+    assert "arith.bitcast %lazy_mlir_bits1_in : tensor<4x2xf32> to tensor<4x2xi32>" in out
+    assert "%1 = torch_c.from_builtin_tensor" in out and "view.dtype" not in out
+    width = text.replace("[4,2],si32", "[4,8],ui8")
+    assert view_dtype_as_bitcast(width) is None  # not a bitcast: left to fail and fall back
