@@ -30,6 +30,8 @@ Guarantees (float32/float64, real only; anything else is NotImplemented):
 """
 from __future__ import annotations
 
+import struct
+
 import torch
 
 aten = torch.ops.aten
@@ -421,15 +423,18 @@ def _powers(a, count):
 
 def _lincomb(mats, coefs):
     """``_compute_linear_combination``: sum_j coefs[j] * mats[j], in order."""
-    out = aten.mul.Tensor(mats[0], float(coefs[0]))
+    # mul.Scalar: a Python float given to mul.Tensor would be a lifted 0-d
+    # constant, one graph input each (a dispatch binds at most 32 buffers).
+    out = aten.mul.Scalar(mats[0], float(coefs[0]))
     for m, c in zip(mats[1:], coefs[1:]):
-        out = aten.add.Tensor(out, aten.mul.Tensor(m, float(c)))
+        out = aten.add.Tensor(out, aten.mul.Scalar(m, float(c)))
     return out
 
 
 def _f32(x: float) -> float:
     """A constant rounded to float32 as ATen's ``constexpr scalar_t``."""
-    return float(torch.tensor(x, dtype=torch.float32))
+    # struct, not torch.tensor: a tensor made while tracing is a graph constant.
+    return struct.unpack("f", struct.pack("f", x))[0]
 
 
 def _t1(a):
@@ -439,7 +444,7 @@ def _t1(a):
 
 def _t2(a):
     i, a1, a2 = _powers(a, 3)
-    return aten.add.Tensor(aten.add.Tensor(i, a1), aten.div.Tensor(a2, 2.0))
+    return aten.add.Tensor(aten.add.Tensor(i, a1), aten.div.Scalar(a2, 2.0))
 
 
 def _t4(a):
@@ -484,11 +489,11 @@ def _t18_scale_square(a, norm):
     """``compute_T18_scale_square``: s = max(0, ceil(log2(norm / theta18)))
     counted exactly as the number of powers of two below norm / theta18,
     A / 2^s through T18, then s squarings (each kept only where due)."""
-    x = aten.div.Tensor(norm, _f32(_THETAS[5]))
+    x = aten.div.Scalar(norm, _f32(_THETAS[5]))
     x_ = aten.unsqueeze.default(aten.unsqueeze.default(x, -1), -1)
     scale = torch.ones((), dtype=a.dtype, device=a.device)
     for j in range(_MAX_SQUARINGS):
-        scale = aten.where.self(aten.gt.Scalar(x_, 2.0 ** j), aten.mul.Tensor(scale, 2.0), scale)
+        scale = aten.where.self(aten.gt.Scalar(x_, 2.0 ** j), aten.mul.Scalar(scale, 2.0), scale)
     out = _t18(aten.div.Tensor(a, scale))
     for j in range(_MAX_SQUARINGS):
         out = aten.where.self(aten.gt.Scalar(x_, 2.0 ** j), aten.matmul.default(out, out), out)
@@ -501,7 +506,8 @@ def linalg_matrix_exp(a):
     """``linalg_matrix_exp`` as ATen's CPU ``mexp`` (float32): one matrix
     takes the degree its 1-norm selects; a batch of more than one always
     takes T18 with scaling and squaring, as ATen does. A NaN or infinite
-    norm gives NaN (eager's result)."""
+    norm gives NaN (eager's result). Not registered for capture (see the
+    table at the end): IREE cannot load its compiled graph yet."""
     if a.dtype != torch.float32 or a.dim() < 2 or a.shape[-1] != a.shape[-2]:
         return NotImplemented
     n = a.shape[-1]
@@ -541,5 +547,8 @@ LINALG_LU_DECOMPOSITIONS: dict = {
     aten.triangular_solve.default: triangular_solve,
     aten._linalg_solve_ex.default: _linalg_solve_ex,
     aten.linalg_inv_ex.default: linalg_inv_ex,
-    aten.linalg_matrix_exp.default: linalg_matrix_exp,
+    # Not registered: linalg_matrix_exp above matches eager (unit tests), but
+    # its compiled graph has a dispatch binding more than 32 buffers, which
+    # IREE cannot load, so the whole graph would run eagerly after a failed
+    # compile: worse than the op's own fallback.
 }

@@ -185,7 +185,3 @@ def test_matrix_exp_special_and_degenerate():
         same(D.linalg_matrix_exp(a), torch.linalg.matrix_exp(a))
     assert D.linalg_matrix_exp(randn(3, 3, dtype=torch.float64)) is NotImplemented
 
-
-def test_matrix_exp_plan_captures_everything():
-    gm = plan(aten.linalg_matrix_exp.default, value(4, 4))
-    assert isinstance(gm, fx.GraphModule), gm
