@@ -164,19 +164,15 @@ def test_householder_product_and_ormqr():
     _no_fallback(c, "linalg_householder_product", "ormqr")
 
 
-def test_qr_empty_noncontiguous_and_too_big():
-    a = torch.randn(5, 3, generator=_gen(13))
+def test_qr_empty_and_too_big():
     c = Counters()
     for x, mode in ((torch.zeros(0, 4, 3), "reduced"), (torch.zeros(2, 0, 3), "complete"),
-                    (torch.zeros(3, 0), "complete"), (a.mT, "reduced")):  # a.mT: a view
+                    (torch.zeros(3, 0), "complete")):
         q, r = torch.linalg.qr(lazy(x), mode=mode)
         eq, er = torch.linalg.qr(x, mode=mode)
-        if x.numel():
-            assert_lazy_close(q, eq, **TOL)
-            assert_lazy_close(r, er, **TOL)
-        else:  # folded at capture from shapes alone (not ours): values, not strides
-            torch.testing.assert_close(q.cpu(), eq, **TOL)
-            torch.testing.assert_close(r.cpu(), er, **TOL)
+        # Folded at capture from shapes alone (not ours): values, not strides.
+        torch.testing.assert_close(q.cpu(), eq, **TOL)
+        torch.testing.assert_close(r.cpu(), er, **TOL)
     big = torch.randn(65, 3, generator=_gen(14))
     torch.testing.assert_close(torch.geqrf(lazy(big))[1].cpu(), torch.geqrf(big)[1], **TOL)
     assert c.delta("aten::geqrf") == 1  # only the 65-row one fell back
