@@ -53,20 +53,24 @@ def _host_weights(op, in_hw, out_hw, align_corners, scales) -> tuple | None:
     return a, b
 
 
+def _matrices(op, like, in_hw, out_hw, align_corners, scales):
+    """(A, B) in ``like``'s dtype and device, or None when not covered."""
+    if not like.is_floating_point() or like.dtype == torch.float64:
+        return None
+    if max(*in_hw, *out_hw) > _MAX_SIDE or 0 in (*in_hw, *out_hw):
+        return None
+    ab = _weights(op, tuple(in_hw), tuple(out_hw), align_corners, scales)
+    return None if ab is None else [t.to(dtype=like.dtype, device=like.device) for t in ab]
+
+
 def _resize(op):
     def resize(x, output_size, align_corners, scales_h=None, scales_w=None):
-        if x.dim() != 4 or not x.is_floating_point() or x.dtype == torch.float64:
-            return NotImplemented
-        h, w = x.shape[-2:]
-        oh, ow = output_size
-        if max(h, w, oh, ow) > _MAX_SIDE or 0 in (h, w, oh, ow):
-            return NotImplemented
-        ab = _weights(op, (h, w), (oh, ow), align_corners, (scales_h, scales_w))
+        ab = _matrices(op, x, x.shape[-2:], output_size, align_corners, (scales_h, scales_w)) \
+            if x.dim() == 4 else None
         if ab is None:
             return NotImplemented
-        a, b = (t.to(dtype=x.dtype, device=x.device) for t in ab)
-        out = aten.matmul.default(x, aten.t.default(b))             # (N, C, H, OW)
-        return aten.matmul.default(a, out)                           # (N, C, OH, OW)
+        out = aten.matmul.default(x, aten.t.default(ab[1]))         # (N, C, H, OW)
+        return aten.matmul.default(ab[0], out)                       # (N, C, OH, OW)
     resize.__name__ = op.__name__.split(".")[0]
     return resize
 
@@ -87,18 +91,12 @@ def _resize_vec(default):
 def _resize_backward(op):
     def resize_backward(grad, output_size, input_size, align_corners, scales_h=None,
                         scales_w=None):
-        if len(input_size) != 4 or not grad.is_floating_point() or grad.dtype == torch.float64:
-            return NotImplemented
-        h, w = input_size[-2:]
-        oh, ow = output_size
-        if max(h, w, oh, ow) > _MAX_SIDE or 0 in (h, w, oh, ow):
-            return NotImplemented
-        ab = _weights(op, (h, w), (oh, ow), align_corners, (scales_h, scales_w))
+        ab = _matrices(op, grad, input_size[-2:], output_size, align_corners,
+                       (scales_h, scales_w)) if len(input_size) == 4 else None
         if ab is None:
             return NotImplemented
-        a, b = (t.to(dtype=grad.dtype, device=grad.device) for t in ab)
-        out = aten.matmul.default(grad, b)                           # (N, C, OH, W)
-        return aten.matmul.default(aten.t.default(a), out)           # (N, C, H, W)
+        out = aten.matmul.default(grad, ab[1])                       # (N, C, OH, W)
+        return aten.matmul.default(aten.t.default(ab[0]), out)       # (N, C, H, W)
     return resize_backward
 
 
