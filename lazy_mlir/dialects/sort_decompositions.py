@@ -200,8 +200,22 @@ def nanmedian(x):
 
 
 # Replaced before import (``sort.default`` is in the torch dialect).
+def topk(x, k, dim=-1, largest=True, sorted=True):
+    """Floating ``topk`` as the first ``k`` of the stable sort: NaN counts as
+    the largest value, as in eager (torch-mlir's topk drops NaN); ties come
+    in index order, one of the orders eager may give."""
+    if not x.dtype.is_floating_point or x.dim() == 0:
+        return NotImplemented
+    out = stable_sort(x, dim, descending=largest)
+    if out is NotImplemented:
+        return out
+    values, indices = out
+    return (aten.slice.Tensor(values, dim, 0, k), aten.slice.Tensor(indices, dim, 0, k))
+
+
 SORT_IMPORT_DECOMPOSITIONS = {
     aten.sort.default: stable_sort,
+    aten.topk.default: topk,
 }
 
 # Recorded at capture in terms of ``sort.default``.

@@ -289,27 +289,18 @@ SPECIAL_VALUES = {
     "maximum_both_nan": lambda x: torch.maximum(x, x.flip(0)),
     "clamp": lambda x: x.clamp(-1, 1),
     "sort": lambda x: x.sort(1)[0],  # NaN last (sort_decompositions.py)
+    "topk": lambda x: x.topk(2, 1)[0],  # NaN the largest, as the sort
+    "topk_smallest": lambda x: x.topk(3, 1, largest=False)[0],
     "clamp_min": lambda x: x.clamp(min=0.5),
     "clamp_tensor": lambda x: x.clamp(torch.zeros_like(x), torch.ones_like(x)),
     "hardtanh": lambda x: F.hardtanh(x),
     "relu6": lambda x: F.relu6(x),
-}
-# Known wrong answers with NaN (a bug to fix; strict, so a fix is noticed):
-# the compiled kernels do not propagate NaN as eager does.
-NAN_WRONG = {
-    "topk": lambda x: x.topk(2, 1)[0],
 }
 
 
 @pytest.mark.parametrize("name", list(SPECIAL_VALUES))
 def test_nan_and_inf(name):
     _same_as_eager(SPECIAL_VALUES[name], _special())
-
-
-@pytest.mark.xfail(strict=True, reason="NaN not propagated like eager")
-@pytest.mark.parametrize("name", list(NAN_WRONG))
-def test_nan_wrong_answer(name):
-    _same_as_eager(NAN_WRONG[name], _special())
 
 
 # ----------------------------------------------------------------- integers
