@@ -58,6 +58,20 @@ def _on_1d(op):
 _cumprod_on_0d = _on_1d(aten.cumprod.default)
 
 
+def flip(x, dims):
+    """A 0-d tensor flipped is itself (torch-mlir's rank-0 flip fails to
+    compile, and a failed compile stops ``flip`` compiling in the process)."""
+    return aten.clone.default(x) if x.dim() == 0 else NotImplemented
+
+
+def gather(x, dim, index, *, sparse_grad=False):
+    """``gather`` of a 0-d tensor by a 0-d index (necessarily 0) is the tensor
+    (torch-mlir's rank-0 gather fails to compile; see ``flip``)."""
+    if x.dim() == 0 and index.dim() == 0:
+        return aten.clone.default(x)
+    return NotImplemented
+
+
 def cumprod(x, dim, dtype=None):
     """torch-mlir lowers ``cumprod`` only without ``dtype``: convert first."""
     if dtype is not None:
@@ -309,6 +323,8 @@ LOWERING_DECOMPOSITIONS = {
     **get_decompositions(_FROM_TORCH),
     **{op: _on_1d(op) for op in _RANK0_OPS},
     aten.cumprod.default: cumprod,
+    aten.flip.default: flip,
+    aten.gather.default: gather,
     aten.max_pool2d.default: _max_pool(aten.max_pool2d.default, 2),
     aten.max_pool2d_with_indices.default: _max_pool(aten.max_pool2d_with_indices.default, 2),
     aten.max_pool3d_with_indices.default: _max_pool(aten.max_pool3d_with_indices.default, 3),
