@@ -48,3 +48,22 @@ class Counters:
 
     def delta(self, name: str) -> int:
         return lm.metrics.counter_value(name) - self.start.get(name, 0)
+
+
+def same_as_eager(fn, *inputs, exact: bool = False, no_fallback: bool = False) -> None:
+    """``fn`` on lazy copies of ``inputs`` gives what it gives eagerly (NaN
+    where eager has NaN); ``exact``: bit for bit; ``no_fallback``: and no
+    aten op ran eagerly."""
+    before = {n: lm.metrics.counter_value(n) for n in lm.metrics.counter_names()}
+    expected = fn(*[t.clone() for t in inputs])
+    actual = fn(*[lazy(t) for t in inputs])
+    if isinstance(expected, torch.Tensor):
+        expected, actual = [expected], [actual]
+    tol = dict(rtol=0, atol=0) if exact else {}
+    for a, e in zip(actual, expected):
+        assert a.device.type == "lazy" and a.shape == e.shape and a.dtype == e.dtype
+        torch.testing.assert_close(a.cpu(), e, equal_nan=True, check_stride=False, **tol)
+    if no_fallback:
+        fell_back = {n: lm.metrics.counter_value(n) - before.get(n, 0)
+                     for n in lm.metrics.counter_names() if n.startswith("aten::")}
+        assert not any(fell_back.values()), fell_back

@@ -14,21 +14,14 @@ import torch
 import torch.nn.functional as F
 
 import lazy_mlir as lm
-from e2e_helpers import lazy
+from e2e_helpers import lazy, same_as_eager
 
 NAN, INF = float("nan"), float("inf")
 _no_warning = contextlib.nullcontext
 
 
 def _same_as_eager(fn, *inputs):
-    """``fn`` on lazy copies of ``inputs`` gives what it gives eagerly."""
-    expected = fn(*[t.clone() for t in inputs])
-    actual = fn(*[lazy(t) for t in inputs])
-    if isinstance(expected, torch.Tensor):
-        expected, actual = [expected], [actual]
-    for a, e in zip(actual, expected):
-        assert a.device.type == "lazy" and a.shape == e.shape and a.dtype == e.dtype
-        torch.testing.assert_close(a.cpu(), e, equal_nan=True, check_stride=False)
+    same_as_eager(fn, *inputs)
 
 
 def _randn(*shape, seed=0):

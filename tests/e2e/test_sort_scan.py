@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import lazy_mlir as lm
-from e2e_helpers import lazy
+from e2e_helpers import lazy, same_as_eager
 
 NAN, INF = float("nan"), float("inf")
 
@@ -27,19 +27,8 @@ SPECIAL = torch.tensor([[3., NAN, 1., -INF, NAN, 2., INF, 1., -0.0, 0.0, -0.0, I
 
 
 def _compiled_as_eager(fn, *inputs):
-    """``fn`` on lazy copies equals eager exactly (NaN where eager has NaN)
-    and no aten op fell back to eager."""
-    before = {n: lm.metrics.counter_value(n) for n in lm.metrics.counter_names()}
-    expected = fn(*[t.clone() for t in inputs])
-    actual = fn(*[lazy(t) for t in inputs])
-    if isinstance(expected, torch.Tensor):
-        expected, actual = [expected], [actual]
-    for a, e in zip(actual, expected):
-        assert a.device.type == "lazy" and a.shape == e.shape and a.dtype == e.dtype
-        torch.testing.assert_close(a.cpu(), e, equal_nan=True, rtol=0, atol=0)
-    fell_back = {n: lm.metrics.counter_value(n) - before.get(n, 0)
-                 for n in lm.metrics.counter_names() if n.startswith("aten::")}
-    assert not any(fell_back.values()), fell_back
+    """Bit for bit as eager, and nothing fell back."""
+    same_as_eager(fn, *inputs, exact=True, no_fallback=True)
 
 
 # Stable sorts: indices are compared too (eager's stable order is defined).
