@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-import lazy_mlir as lm
 from e2e_helpers import lazy, same_as_eager
 
 NAN, INF = float("nan"), float("inf")
