@@ -133,6 +133,7 @@ from .linalg_det_decompositions import DET_DECOMPOSITIONS  # noqa: E402
 from .pool_decompositions import POOL_DECOMPOSITIONS  # noqa: E402
 from .linalg_cholesky_decompositions import CHOLESKY_DECOMPOSITIONS  # noqa: E402
 from .linalg_qr_decompositions import QR_DECOMPOSITIONS  # noqa: E402
+from .distance_decompositions import DISTANCE_DECOMPOSITIONS  # noqa: E402
 
 CAPTURE_DECOMPOSITIONS: dict = {
     **BESSEL_DECOMPOSITIONS,
@@ -149,6 +150,7 @@ CAPTURE_DECOMPOSITIONS: dict = {
     **POOL_DECOMPOSITIONS,
     **CHOLESKY_DECOMPOSITIONS,
     **QR_DECOMPOSITIONS,
+    **DISTANCE_DECOMPOSITIONS,
     aten.normal.Tensor_Tensor: normal_tensor_tensor,
     aten.normal.Tensor_float: normal_tensor_float,
     aten.normal.float_Tensor: normal_float_tensor,

@@ -177,6 +177,9 @@ EXPECTED: dict[tuple[str, str], str] = {
     ('cummax', 'float32'): 'compiled',
     ('searchsorted', 'float32'): 'compiled',
     ('_upsample_bilinear2d_aa', 'float32'): 'compiled',
+    # pairwise distances: cdist's direct and matmul routes, pdist
+    ('cdist', 'float32'): 'compiled',
+    ('nn.functional.pdist', 'float32'): 'compiled',
 }
 
 
