@@ -59,6 +59,7 @@ def _copy_optimizer(optimizer, by_id: dict):
 def capture_train_step(model, loss_fn, optimizer, example_batch: tuple, config,
                        batch_names=None) -> tuple[Captured, list[str]]:
     """The step as a ``Captured`` and the names of its state, in order."""
+    from ..lazy import bounds
     from ..lazy.capture import emit, value_of
     from ..lazy.graph import Graph
     from ..lazy.sync import execute, host_of
@@ -115,13 +116,16 @@ def capture_train_step(model, loss_fn, optimizer, example_batch: tuple, config,
     before_state = _state_snapshot(opt)
     before = host_reads()
     opt.zero_grad(set_to_none=True)
-    loss = loss_fn(lazy_model(*inputs[:-1]), inputs[-1])
+    with bounds.unchecked():  # exported: indices clamped, not checked (bounds.py)
+        loss = loss_fn(lazy_model(*inputs[:-1]), inputs[-1])
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
         raise ExportError("lazy-mlir: loss_fn must return a one-element tensor")
-    loss.backward()
+    with bounds.unchecked():
+        loss.backward()
     refuse_host_reads(before, "the forward or backward pass")
     before = host_reads()
-    opt.step()
+    with bounds.unchecked():
+        opt.step()
     # torch.optim's Adam family reads its step count with .item() unless
     # capturable=True, which it allows only on CUDA-like devices.
     refuse_host_reads(before, f"{type(optimizer).__name__}.step()")

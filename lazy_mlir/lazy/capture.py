@@ -14,7 +14,7 @@ import time
 import torch
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
-from . import argtree, debug, empty_inputs, metrics, shapes
+from . import argtree, bounds, debug, empty_inputs, metrics, shapes
 from .coverage import _active as _dry_run
 from .ir import DeviceData, TensorSpec, Value, make_node, node_prefix
 from .resize import SPECIAL as RESIZE
@@ -138,11 +138,12 @@ class OpInfo:
     looking them up costs an attribute read, where a dict keyed by the op
     calls OpOverload's Python ``__hash__``."""
 
-    __slots__ = ("kind", "host_index", "counter", "__weakref__")
+    __slots__ = ("kind", "host_index", "counter", "bounds", "__weakref__")
 
     def __init__(self, func):
         self.kind = _kind(func)
         self.host_index = func in _HOST_INDEX_OPS
+        self.bounds = bounds.checked(func)  # takes index tensors: see bounds.py
         self.counter = "lazy::" + func.__name__.split(".")[0]
 
 
@@ -216,6 +217,14 @@ def _run_plan(plan: _Plan, info: OpInfo, func, vals, tree):
     return tree_unflatten(result, plan.out_tree)
 
 
+def _guarded(func, vals: list, tree) -> list:
+    """``vals`` with ``func``'s index arguments clamped into range and checked
+    (``bounds.guard``), flattened again."""
+    args, kwargs = argtree.unflatten(vals, tree)
+    args, kwargs = bounds.guard(func, args, kwargs, emit)
+    return argtree.flatten(args, kwargs)[0]
+
+
 def _to_value(a, host_ok=False):
     if isinstance(a, LazyTensor):
         return value_of(a)
@@ -265,6 +274,8 @@ def record(func, args, kwargs):
     key = _plan_key(info, vals, tree)
     plan = _plans.get(key) if key is not None else None
     if plan is not None and _dry_run[0] is None and _support.op_is_supported(func):
+        if info.bounds:
+            vals = _guarded(func, vals, tree)
         return _run_plan(plan, info, func, vals, tree)
     from .fallback import UNSUPPORTED_DTYPES, dtypes_supported, run_eagerly
     from ..dialects.support import decomposed_before_import, op_is_supported
@@ -282,7 +293,11 @@ def record(func, args, kwargs):
         from . import decompose
         how = decompose.plan(func, vals, tree)
         if type(how) is not str:
-            return decompose.run(func, how, args, kwargs)
+            if not info.bounds:
+                return decompose.run(func, how, args, kwargs)
+            args, kwargs = bounds.guard(func, args, kwargs, emit, value_of)
+            with bounds.within(func):
+                return decompose.run(func, how, args, kwargs)
         return run_eagerly(func, args, kwargs)
     if decomposed_before_import(func):
         from . import decompose
@@ -298,6 +313,9 @@ def record(func, args, kwargs):
         if type(o) is TensorSpec and o.dtype in UNSUPPORTED_DTYPES:  # .cdouble(), ...
             return run_eagerly(func, args, kwargs, why=f"unsupported dtype {o.dtype}")
     _store_plan(_plans, key, func, vals, tree, out_flat, out_tree)
+    if info.bounds:
+        vals = _guarded(func, vals, tree)
+        inputs = [v for v in vals if type(v) is Value]
     outs = _node(func, vals, tree, inputs, out_flat)
     metrics.counter_inc(info.counter)
     if len(out_flat) == 1 and out_tree is None:

@@ -22,9 +22,12 @@ class Graph:
     key: str
 
     @staticmethod
-    def build(roots: list[Value], leading: list[DeviceData] = ()) -> "Graph":
+    def build(roots: list[Value], leading: list[DeviceData] = (), extra=None) -> "Graph":
         """``leading``: data that become the first inputs, in this order
-        (a jitted function's arguments), whether or not the graph reads them."""
+        (a jitted function's arguments), whether or not the graph reads them.
+        ``extra(order)``: given the nodes walked from ``roots`` (id -> position),
+        returns more Values to compute, appended to the outputs (the index
+        checks this graph can compute, ``bounds.take_flag``)."""
         order: dict[int, int] = {}
         nodes: list[Node] = []
         inputs: dict[int, int] = {id(d): i for i, d in enumerate(leading)}
@@ -42,25 +45,33 @@ class Graph:
                 return b"i%d%s;" % (i, v.spec.signature().encode())
             return b"n%d.%d;" % (order[id(v.node)], v.index)
 
-        for root in roots:
-            if root.node is None or id(root.node) in order:
-                continue
-            stack = [(root.node, False)]
-            while stack:
-                node, expanded = stack.pop()
-                if id(node) in order:
+        def walk(roots):
+            for root in roots:
+                if root.node is None or id(root.node) in order:
                     continue
-                if expanded:
-                    h.update(node.key)
-                    for v in node.inputs:
-                        h.update(ref(v))
-                    order[id(node)] = len(nodes)
-                    nodes.append(node)
-                    continue
-                stack.append((node, True))
-                for v in reversed(node.inputs):
-                    if v.data is None and id(v.node) not in order:
-                        stack.append((v.node, False))
+                stack = [(root.node, False)]
+                while stack:
+                    node, expanded = stack.pop()
+                    if id(node) in order:
+                        continue
+                    if expanded:
+                        h.update(node.key)
+                        for v in node.inputs:
+                            h.update(ref(v))
+                        order[id(node)] = len(nodes)
+                        nodes.append(node)
+                        continue
+                    stack.append((node, True))
+                    for v in reversed(node.inputs):
+                        if v.data is None and id(v.node) not in order:
+                            stack.append((v.node, False))
+
+        walk(roots)
+        if extra is not None:
+            more = [v for v in extra(order) if v is not None]
+            if more:
+                walk(more)
+                roots = list(roots) + more
         h.update(b"|out:")
         for root in roots:
             h.update(ref(root))

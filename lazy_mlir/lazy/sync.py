@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from . import metrics
+from . import bounds, metrics
 from .capture import dispatch_depth, trace_seconds
 from .coverage import _active as _dry_run
 from .fallback import note_fallback
@@ -41,8 +41,9 @@ def set_target(name: str) -> None:
     _state["target"] = get_target(name)
 
 
-def execute(values: list[Value]) -> None:
-    """Launch every pending value in ``values`` as one graph."""
+def execute(values: list[Value], everything: bool = False) -> None:
+    """Launch every pending value in ``values`` as one graph (with the index
+    checks it can compute; all pending ones with ``everything``)."""
     if _dry_run[0] is not None:  # lm.check_coverage compiles nothing
         return
     seen = set()
@@ -51,29 +52,38 @@ def execute(values: list[Value]) -> None:
         if v.pending and id(v) not in seen:
             seen.add(id(v))
             roots.append(v)
-    if not roots:
+    if not roots and not (everything and bounds.pending()):
         return
     started = time.perf_counter()
     try:
-        _execute(roots)
+        _execute(roots, everything)
     finally:
         if dispatch_depth[0]:  # a sync inside an op: not capture time
             trace_seconds[0] -= time.perf_counter() - started
 
 
-def _execute(roots: list[Value]) -> None:
-    graph = Graph.build(roots)
+def _execute(roots: list[Value], everything: bool = False) -> None:
+    checks = []
+
+    def flags(order):
+        flag, taken = bounds.take_flag(order, everything)
+        checks.extend(taken)
+        return [flag]
+
+    graph = Graph.build(roots, extra=flags)
     target = current_target()
     entry = module_for(graph, target, current_config())
-    datas = [DeviceData(v.spec) for v in roots]
-    for v, d in zip(roots, datas):
+    outputs = graph.outputs
+    datas = [DeviceData(v.spec) for v in outputs]
+    for v, d in zip(outputs, datas):
         v.materialize(d)
-    future = worker.submit(_run, entry, graph.inputs, datas, target)
+    future = worker.submit(_run, entry, graph.inputs, datas, target, checks)
     for d in datas:
         d.future = future
 
 
-def _run(entry, inputs: list[DeviceData], outputs: list[DeviceData], target) -> None:
+def _run(entry, inputs: list[DeviceData], outputs: list[DeviceData], target,
+         checks=()) -> None:
     """In the worker: run one graph and fill its output data."""
     from ..runtime.session import session_for
     t0 = time.perf_counter()
@@ -95,12 +105,22 @@ def _run(entry, inputs: list[DeviceData], outputs: list[DeviceData], target) -> 
         for d, o in zip(outputs, outs):
             d.device = o
     metrics.add_sample("ExecuteTime", time.perf_counter() - t0)
+    if checks:  # the last output: the graph's index-check flags (one small read)
+        flag = outputs[-1]
+        if flag.host is None:
+            flag.host = session.to_host(flag.device, flag.spec)
+        bounds.raise_if_flagged(flag.host, checks)
 
 
 def host_of(d: DeviceData) -> torch.Tensor:
     """The host copy of device data, waiting for the graph computing it."""
     if d.host is None:
-        d.wait()
+        future = d.future
+        try:
+            d.wait()
+        except BaseException:
+            worker.reported(future)  # raised here: the next sync point does not repeat it
+            raise
     if d.host is None:
         from ..runtime.session import session_for
         d.host = session_for(current_target()).to_host(d.device, d.spec)
@@ -121,7 +141,9 @@ def to_host(t: torch.Tensor) -> torch.Tensor:
     v = value_of(t)
     if v.pending:
         execute([v])
-    return host_of(v.data)
+    host = host_of(v.data)
+    worker.raise_pending_error()  # a graph launched before failed (an index check): say so now
+    return host
 
 
 def mark_step() -> None:
@@ -134,7 +156,7 @@ def mark_step() -> None:
     metrics.add_sample("TraceTime", trace_seconds[0])
     trace_seconds[0] = 0.0
     storages = list(live_storages)
-    execute([s.value for s in storages])
+    execute([s.value for s in storages], everything=True)
     for s in storages:
         if not s.value.pending:
             live_storages.discard(s)

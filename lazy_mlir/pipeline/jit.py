@@ -29,6 +29,7 @@ class Jitted:
 
     def lower(self, *args, config: PipelineConfig | None = None) -> "Lowered":
         """Trace ``fn`` on lazy copies of ``args`` and lower it to linalg."""
+        from ..lazy import bounds
         from ..lazy.capture import data_value, emit, value_of
         from ..lazy.graph import Graph
         from ..lazy.sync import execute
@@ -43,7 +44,8 @@ class Jitted:
             else:
                 lazy_args.append(wrap_value(data_value(a.detach().clone())))
         leading = [value_of(t).data for t in lazy_args]
-        out = self.fn(*lazy_args)
+        with bounds.unchecked():  # the graph runs at later calls: clamped, not checked
+            out = self.fn(*lazy_args)
         leaves, tree = tree_flatten(out)
         if not leaves or not all(isinstance(t, LazyTensor) for t in leaves):
             raise TypeError("lm.jit: fn must return tensors computed from its arguments")

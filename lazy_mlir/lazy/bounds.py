@@ -1,0 +1,358 @@
+"""Index bounds checks: an out-of-range index raises, never reads or writes
+outside a tensor.
+
+Eager PyTorch checks every index of ``x[i]``, ``gather``, ``scatter``,
+``embedding``, ... and raises. A compiled kernel does not: torch-mlir's
+lowerings use index values as offsets, so an out-of-range index read garbage
+or wrote over other memory. For each recorded op that takes index tensors
+(``CHECKS`` below) capture does two things:
+
+- **memory safety**: the op is recorded with its indices clamped into the
+  range the op accepts (``[-n, n)`` where negatives count from the end,
+  ``[0, n)`` where they are invalid), so the compiled kernel never leaves the
+  tensor whatever the values are;
+- **the error**: an index whose values are on the host (a CPU index tensor,
+  data uploaded with ``.to('lazy')``, a value already read back) is checked at
+  once and raises what eager raises, at the line that called the op. Any
+  other index gets a bool flag computed in the same graph
+  (``any((i < lo) | (i >= n))``, one fused reduction). Pending flags wait
+  here; the next graph that computes their index (or reads it as data) also
+  computes them, stacked into one extra output, and the worker reads that
+  one small vector after the run (``raise_if_flagged``): a set flag makes
+  the graph fail with the op's eager exception type (IndexError or
+  RuntimeError), naming the op, the valid range and the line that captured
+  it. Every tensor that graph computed then raises it when read, and the
+  next sync point (``mark_step``, ``.cpu()``, ``.item()``) raises it once.
+
+Not checked: bool masks (they select, they do not index), ``_unsafe_index``
+(made by decompositions with indices in range by construction), and graphs
+traced by ``lm.jit`` or exported (``unchecked``): their indices are clamped,
+so they stay memory-safe, but an out-of-range index gives a clamped result.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+
+from . import debug
+from .coverage import _active as _dry_run
+from .ir import Value
+
+aten = torch.ops.aten
+
+
+class Check:
+    """One pending in-graph check: ``flag`` (0-d bool, true when some index
+    is out of range) is computed from ``index``."""
+
+    __slots__ = ("flag", "index", "exc", "message")
+
+    def __init__(self, flag: Value, index: Value, exc: type, message: str):
+        self.flag = flag
+        self.index = index
+        self.exc = exc
+        self.message = message
+
+
+_pending: list[Check] = []
+_state = {"unchecked": 0, "outer": None}
+
+
+@contextlib.contextmanager
+def unchecked():
+    """Record indexing ops clamped but without flags (``lm.jit``, export:
+    their graphs are compiled for later calls, not run at the next sync)."""
+    _state["unchecked"] += 1
+    try:
+        yield
+    finally:
+        _state["unchecked"] -= 1
+
+
+# ------------------------------------------------------------- the op table
+# Each entry: op -> (where its indices are, exception type eager raises, the
+# eager message format). ``where(args)`` gets the op's bound arguments
+# (name -> Value / spec-carrying object / constant) and yields
+# (argument name, position in a list or None, size n, negatives allowed,
+# ignored value or None, dimension).
+def _spec(a):
+    return a.spec if isinstance(a, Value) else a
+
+
+def _shape(a) -> tuple:
+    return tuple(a.spec.shape) if isinstance(a, Value) else tuple(a.shape)
+
+
+def _dim_size(self, dim) -> tuple[int, int]:
+    shape = _shape(self)
+    if not shape:
+        return 0, 1
+    d = dim % len(shape)
+    return d, shape[d]
+
+
+def _is_int_index(i) -> bool:
+    if i is None:
+        return False
+    dtype = i.spec.dtype if isinstance(i, Value) else getattr(i, "dtype", None)
+    return dtype in (torch.int64, torch.int32, torch.int16, torch.int8)
+
+
+def _advanced(b):
+    """``x[i, j]``, ``index_put``: each index takes the next dim; a bool
+    mask takes as many dims as it has and is not checked."""
+    shape = _shape(b["self"])
+    d = 0
+    for k, i in enumerate(b["indices"]):
+        if i is None:
+            d += 1
+        elif _is_int_index(i):
+            if d < len(shape):
+                yield "indices", k, shape[d], True, None, d
+            d += 1
+        else:
+            d += len(_shape(i))
+
+
+def _along_dim(negatives: bool):
+    def where(b):
+        d, n = _dim_size(b["self"], b["dim"])
+        yield "index", None, n, negatives, None, d
+    return where
+
+
+def _flat(b):
+    yield "index", None, math.prod(_shape(b["self"])), True, None, 0
+
+
+def _embedding(b):
+    yield "indices", None, _shape(b["weight"])[0], False, None, 0
+
+
+def _embedding_backward(b):
+    yield "indices", None, b["num_weights"], False, None, 0
+
+
+def _nll(b):
+    shape = _shape(b["self"])
+    d = 1 if len(shape) >= 2 else 0
+    yield "target", None, shape[d], False, b["ignore_index"], d
+
+
+def _unpool(b):
+    yield "indices", None, math.prod(b["output_size"]), False, None, 0
+
+
+_EAGER_INDEX = "index {v} is out of bounds for dimension {d} with size {n}"
+_IN_SELF = "index out of range in self"
+_TAKE = "out of range: tried to access index {v} on a tensor of {n} elements."
+_TARGET = "Target {v} is out of bounds."
+_UNPOOL = "Found an invalid max index: {v} (output volumes are of size {n})"
+
+CHECKS: dict = {}
+
+
+def _add(ops, where, exc, fmt):
+    for name in ops:
+        packet, _, overload = name.partition(".")
+        p = getattr(aten, packet, None)
+        if p is not None and (overload or "default") in p.overloads():
+            CHECKS[getattr(p, overload or "default")] = (where, exc, fmt)
+
+
+_add(["index.Tensor", "index.Tensor_hacked_twin", "index_put.default",
+      "index_put.hacked_twin", "_index_put_impl.default"], _advanced, IndexError, _EAGER_INDEX)
+_add(["index_select.default", "index_add.default", "index_reduce.default"],
+     _along_dim(False), IndexError, _IN_SELF)
+_add(["index_copy.default"], _along_dim(False), IndexError, "index_copy_(): " + _EAGER_INDEX)
+_add(["index_fill.int_Scalar", "index_fill.int_Tensor"], _along_dim(True), IndexError,
+     _EAGER_INDEX)
+_add(["gather.default", "scatter.src", "scatter.value", "scatter.reduce", "scatter.value_reduce",
+      "scatter_add.default", "scatter_reduce.two"], _along_dim(False), RuntimeError,
+     _EAGER_INDEX)
+_add(["take.default", "put.default"], _flat, IndexError, _TAKE)
+_add(["embedding.default"], _embedding, IndexError, _IN_SELF)
+# Eager's CPU kernel does not check (its forward did); we raise rather than
+# compute a gradient from clamped rows.
+_add(["embedding_dense_backward.default"], _embedding_backward, IndexError, _IN_SELF)
+_add(["nll_loss_forward.default", "nll_loss2d_forward.default", "nll_loss_backward.default",
+      "nll_loss2d_backward.default"], _nll, IndexError, _TARGET)
+_add(["max_unpool2d.default", "max_unpool3d.default"], _unpool, RuntimeError, _UNPOOL)
+
+
+def checked(func) -> bool:
+    return func in CHECKS
+
+
+# ------------------------------------------------------------------- guard
+def _bind(func, args, kwargs) -> dict:
+    names = [a.name for a in func._schema.arguments]
+    bound = dict(zip(names, args))
+    bound.update(kwargs)
+    for a in func._schema.arguments:
+        if a.name not in bound and a.has_default_value():
+            bound[a.name] = a.default_value
+    return bound
+
+
+def _host_of(i):
+    """The index's values when they are on the host already, else None."""
+    if isinstance(i, torch.Tensor):
+        return i
+    d = i.data
+    if d is not None and d.host is not None and d.future is None:
+        return d.host
+    return None
+
+
+def _describe(func, n, lo, d) -> str:
+    name = str(func).replace(".default", "")
+    return f"{name}: an index is outside [{lo}, {n}) (dimension {d} with size {n})"
+
+
+def _host_check(func, host, n, lo, ignore, d, exc, fmt, where) -> None:
+    h = host if ignore is None else host[host != ignore]
+    if h.numel() == 0:
+        return
+    lo_v, hi_v = torch.aminmax(h)
+    if lo_v.item() >= lo and hi_v.item() < n:
+        return
+    bad = h[(h < lo) | (h >= n)].flatten()[0].item()
+    name = str(func).replace(".default", "")
+    raise exc(f"{fmt.format(v=bad, d=d, n=n)} (lazy-mlir: {name}, valid range [{lo}, {n}), "
+              f"captured at {where})")
+
+
+def guard(func, args: tuple, kwargs: dict, emit, value_of=None):
+    """``(args, kwargs)`` of ``func`` with every index argument clamped into
+    range (Values in, Values out; with ``value_of``, lazy tensors in and out),
+    after checking host indices now and registering a flag for the others.
+    Raises the op's eager exception for an out-of-range host index."""
+    where_fn, exc, fmt = CHECKS[func]
+    outer = _state["outer"]
+    if outer is not None and outer is not func:
+        return args, kwargs  # inside a checked op's decomposition: checked already
+    bound = _bind(func, args, kwargs)
+    replaced: dict = {}
+    location = None
+    for name, pos, n, negatives, ignore, d in list(where_fn(bound)):
+        i = bound[name] if pos is None else bound[name][pos]
+        if isinstance(i, torch.Tensor) and value_of is not None and i.device.type == "lazy":
+            iv = value_of(i)
+        else:
+            iv = i
+        if not isinstance(iv, (Value, torch.Tensor)) or 0 in _shape(iv):
+            continue
+        lo = -n if negatives else 0
+        if location is None:
+            location = debug.user_location() or "a line outside this thread (autograd)"
+        if n == 0:  # nothing is in range: no values needed
+            raise exc(f"lazy-mlir: index out of range in {_describe(func, n, lo, d)}, "
+                      f"captured at {location}")
+        host = _host_of(iv)
+        if host is not None:
+            _host_check(func, host, n, lo, ignore, d, exc, fmt, location)
+            continue
+        if not isinstance(iv, Value):
+            continue
+        safe = _clamped(emit, iv, lo, n, ignore)
+        if _state["unchecked"] == 0 and _dry_run[0] is None:  # a dry run runs no graph
+            _pending.append(Check(_flag(emit, iv, lo, n, ignore), iv, exc,
+                                  f"{_describe(func, n, lo, d)}, captured at {location}"))
+        replaced[(name, pos)] = safe
+    if not replaced:
+        return args, kwargs
+    return _rebuild(func, args, kwargs, replaced, value_of)
+
+
+def _clamped(emit, i: Value, lo: int, n: int, ignore) -> Value:
+    safe = emit(aten.clamp.default, (i, lo, n - 1), {})[0]
+    if ignore is not None and not lo <= ignore < n:  # keep the ignored value as it was
+        keep = emit(aten.eq.Scalar, (i, ignore), {})[0]
+        safe = emit(aten.where.self, (keep, i, safe), {})[0]
+    return safe
+
+
+def _flag(emit, i: Value, lo: int, n: int, ignore) -> Value:
+    bad = emit(aten.logical_or.default, (emit(aten.lt.Scalar, (i, lo), {})[0],
+                                         emit(aten.ge.Scalar, (i, n), {})[0]), {})[0]
+    if ignore is not None:
+        bad = emit(aten.logical_and.default, (bad, emit(aten.ne.Scalar, (i, ignore), {})[0]),
+                   {})[0]
+    return emit(aten.any.default, (bad,), {})[0]
+
+
+def _rebuild(func, args, kwargs, replaced, value_of):
+    from .tensor import wrap_value
+    names = [a.name for a in func._schema.arguments]
+    args = list(args)
+    kwargs = dict(kwargs)
+    for (name, pos), safe in replaced.items():
+        new = wrap_value(safe) if value_of is not None else safe
+        if name in kwargs:
+            container, key = kwargs, name
+        else:
+            container, key = args, names.index(name)
+        if pos is None:
+            container[key] = new
+        else:
+            lst = list(container[key])
+            lst[pos] = new
+            container[key] = type(container[key])(lst) if isinstance(container[key], tuple) \
+                else lst
+    return tuple(args), kwargs
+
+
+@contextlib.contextmanager
+def within(func):
+    """While ``func``'s decomposition runs (its indices guarded already), the
+    ops it records are not checked again."""
+    was = _state["outer"]
+    _state["outer"] = func
+    try:
+        yield
+    finally:
+        _state["outer"] = was
+
+
+# ------------------------------------------------------------ at a sync point
+def pending() -> bool:
+    return bool(_pending)
+
+
+def take_flag(order: dict, everything: bool):
+    """The pending checks a graph over the nodes ``order`` (id -> position)
+    can compute (their index is in it or is data; all of them with
+    ``everything``, as mark_step does), removed from the pending list, and
+    one Value holding their flags (or (None, []))."""
+    if not _pending:
+        return None, []
+    from .capture import emit
+    taken, kept = [], []
+    for c in _pending:
+        i = c.index
+        if everything or i.data is not None or id(i.node) in order:
+            taken.append(c)
+        else:
+            kept.append(c)
+    _pending[:] = kept
+    if not taken:
+        return None, []
+    flags = [c.flag for c in taken]
+    combined = flags[0] if len(flags) == 1 else emit(aten.stack.default, (flags,), {})[0]
+    return combined, [(c.exc, c.message) for c in taken]
+
+
+def raise_if_flagged(flags: torch.Tensor, checks: list) -> None:
+    """In the worker, after the run: raise for the first set flag."""
+    set_ = flags.reshape(-1).tolist()
+    bad = [c for c, f in zip(checks, set_) if f]
+    if not bad:
+        return
+    exc = bad[0][0]
+    more = "".join(f"\n  also {m}" for _, m in bad[1:4])
+    raise exc(f"lazy-mlir: index out of range in {bad[0][1]}{more}\n(checked when the graph "
+              "ran: mark_step runs graphs in the background, so the error surfaces at the next "
+              "sync point; every tensor that graph computed raises it when read)")
