@@ -180,6 +180,7 @@ EXPECTED: dict[tuple[str, str], str] = {
     # pairwise distances: cdist's direct and matmul routes, pdist
     ('cdist', 'float32'): 'compiled',
     ('nn.functional.pdist', 'float32'): 'compiled',
+    ('histc', 'float32'): 'compiled',
 }
 
 
