@@ -197,14 +197,33 @@ def _bind(func, args, kwargs) -> dict:
     return bound
 
 
-def _host_of(i):
-    """The index's values when they are on the host already, else None."""
+# Ops that only move or convert values: an index made by them from host data
+# (``i.view(-1)``, ``i.long()``) is computed on the host, as cheap as a copy.
+_MOVES = {getattr(aten, p).default for p in (
+    "view", "_unsafe_view", "reshape", "expand", "clone", "alias", "permute", "t", "_to_copy",
+    "unsqueeze")} | {aten.slice.Tensor, aten.select.int, aten.squeeze.dim, aten.transpose.int,
+                     aten.flatten.using_ints}
+
+
+def _host_of(i, depth: int = 4):
+    """The index's values when they are on the host already (or a few
+    moves of host data away), else None."""
     if isinstance(i, torch.Tensor):
         return i
     d = i.data
-    if d is not None and d.host is not None and d.future is None:
-        return d.host
-    return None
+    if d is not None:
+        return d.host if d.host is not None and d.future is None else None
+    node = i.node
+    if not depth or node.op not in _MOVES or len(node.inputs) != 1:
+        return None
+    h = _host_of(node.inputs[0], depth - 1)
+    if h is None:
+        return None
+    from . import argtree
+    args, kwargs = argtree.unflatten([h if type(a) is Value else a for a in node.flat],
+                                     node.tree)
+    out = node.op(*args, **kwargs)
+    return out[i.index] if isinstance(out, (list, tuple)) else out
 
 
 def _describe(func, n, lo, d) -> str:
@@ -305,10 +324,19 @@ def _rebuild(func, args, kwargs, replaced, value_of):
     return tuple(args), kwargs
 
 
+def takes_integer_tensors(vals: list) -> bool:
+    """Whether an op's flat arguments hold an integer tensor (possibly user
+    indices). The decomposition of an op without one (sort, pooling,
+    grid_sample, ...) makes its indices itself, in range by construction:
+    its index ops are recorded as they are, unchecked (``within``)."""
+    return any(isinstance(v, Value) and not v.spec.dtype.is_floating_point
+               and not v.spec.dtype.is_complex and v.spec.dtype is not torch.bool for v in vals)
+
+
 @contextlib.contextmanager
 def within(func):
-    """While ``func``'s decomposition runs (its indices guarded already), the
-    ops it records are not checked again."""
+    """While ``func``'s decomposition runs (its indices guarded already, or
+    made by the decomposition itself), the ops it records are not checked."""
     was = _state["outer"]
     _state["outer"] = func
     try:

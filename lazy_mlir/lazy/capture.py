@@ -293,10 +293,11 @@ def record(func, args, kwargs):
         from . import decompose
         how = decompose.plan(func, vals, tree)
         if type(how) is not str:
-            if not info.bounds:
+            if info.bounds:
+                args, kwargs = bounds.guard(func, args, kwargs, emit, value_of)
+            elif bounds.takes_integer_tensors(vals):
                 return decompose.run(func, how, args, kwargs)
-            args, kwargs = bounds.guard(func, args, kwargs, emit, value_of)
-            with bounds.within(func):
+            with bounds.within(func):  # its own index ops: checked above, or made in range
                 return decompose.run(func, how, args, kwargs)
         return run_eagerly(func, args, kwargs)
     if decomposed_before_import(func):

@@ -107,9 +107,13 @@ def _run(entry, inputs: list[DeviceData], outputs: list[DeviceData], target,
     metrics.add_sample("ExecuteTime", time.perf_counter() - t0)
     if checks:  # the last output: the graph's index-check flags (one small read)
         flag = outputs[-1]
-        if flag.host is None:
-            flag.host = session.to_host(flag.device, flag.spec)
-        bounds.raise_if_flagged(flag.host, checks)
+        flags = flag.host if flag.host is not None else session.to_host(flag.device, flag.spec)
+        try:
+            bounds.raise_if_flagged(flags, checks)
+        except (IndexError, RuntimeError):
+            for d in outputs:  # nothing a failed graph computed can be read: it raises
+                d.host = d.device = None
+            raise
 
 
 def host_of(d: DeviceData) -> torch.Tensor:
