@@ -15,7 +15,7 @@ or wrote over other memory. For each recorded op that takes index tensors
   data uploaded with ``.to('lazy')``, a value already read back) is checked at
   once and raises what eager raises, at the line that called the op. Any
   other index gets a bool flag computed in the same graph
-  (``any((i < lo) | (i >= n))``, one fused reduction). Pending flags wait
+  (``any(clamped != i)``, one fused reduction). Pending flags wait
   here; the next graph that computes their index (or reads it as data) also
   computes them, stacked into one extra output, and the worker reads that
   one small vector after the run (``raise_if_flagged``): a set flag makes
@@ -187,13 +187,24 @@ def checked(func) -> bool:
 
 
 # ------------------------------------------------------------------- guard
+_schemas: dict = {}  # op -> (argument names, defaults): reading _schema builds new objects
+
+
+def _names(func):
+    got = _schemas.get(func)
+    if got is None:
+        arguments = func._schema.arguments
+        got = _schemas[func] = ([a.name for a in arguments],
+                                {a.name: a.default_value for a in arguments
+                                 if a.has_default_value()})
+    return got
+
+
 def _bind(func, args, kwargs) -> dict:
-    names = [a.name for a in func._schema.arguments]
-    bound = dict(zip(names, args))
+    names, defaults = _names(func)
+    bound = dict(defaults)
+    bound.update(zip(names, args))
     bound.update(kwargs)
-    for a in func._schema.arguments:
-        if a.name not in bound and a.has_default_value():
-            bound[a.name] = a.default_value
     return bound
 
 
@@ -278,7 +289,9 @@ def guard(func, args: tuple, kwargs: dict, emit, value_of=None):
             continue
         safe = _clamped(emit, iv, lo, n, ignore)
         if _state["unchecked"] == 0 and _dry_run[0] is None:  # a dry run runs no graph
-            _pending.append(Check(_flag(emit, iv, lo, n, ignore), iv, exc,
+            # Clamping changed an index exactly where it was out of range.
+            flag = emit(aten.any.default, (emit(aten.ne.Tensor, (safe, iv), {})[0],), {})[0]
+            _pending.append(Check(flag, iv, exc,
                                   f"{_describe(func, n, lo, d)}, captured at {location}"))
         replaced[(name, pos)] = safe
     if not replaced:
@@ -294,18 +307,9 @@ def _clamped(emit, i: Value, lo: int, n: int, ignore) -> Value:
     return safe
 
 
-def _flag(emit, i: Value, lo: int, n: int, ignore) -> Value:
-    bad = emit(aten.logical_or.default, (emit(aten.lt.Scalar, (i, lo), {})[0],
-                                         emit(aten.ge.Scalar, (i, n), {})[0]), {})[0]
-    if ignore is not None:
-        bad = emit(aten.logical_and.default, (bad, emit(aten.ne.Scalar, (i, ignore), {})[0]),
-                   {})[0]
-    return emit(aten.any.default, (bad,), {})[0]
-
-
 def _rebuild(func, args, kwargs, replaced, value_of):
     from .tensor import wrap_value
-    names = [a.name for a in func._schema.arguments]
+    names = _names(func)[0]
     args = list(args)
     kwargs = dict(kwargs)
     for (name, pos), safe in replaced.items():
