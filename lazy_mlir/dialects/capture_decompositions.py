@@ -135,6 +135,7 @@ from .linalg_cholesky_decompositions import CHOLESKY_DECOMPOSITIONS  # noqa: E40
 from .linalg_qr_decompositions import QR_DECOMPOSITIONS  # noqa: E402
 from .distance_decompositions import DISTANCE_DECOMPOSITIONS  # noqa: E402
 from .histogram_decompositions import HISTOGRAM_DECOMPOSITIONS  # noqa: E402
+from .mode_decompositions import MODE_DECOMPOSITIONS  # noqa: E402
 
 CAPTURE_DECOMPOSITIONS: dict = {
     **BESSEL_DECOMPOSITIONS,
@@ -153,6 +154,7 @@ CAPTURE_DECOMPOSITIONS: dict = {
     **QR_DECOMPOSITIONS,
     **DISTANCE_DECOMPOSITIONS,
     **HISTOGRAM_DECOMPOSITIONS,
+    **MODE_DECOMPOSITIONS,
     aten.normal.Tensor_Tensor: normal_tensor_tensor,
     aten.normal.Tensor_float: normal_tensor_float,
     aten.normal.float_Tensor: normal_float_tensor,

@@ -181,6 +181,7 @@ EXPECTED: dict[tuple[str, str], str] = {
     ('cdist', 'float32'): 'compiled',
     ('nn.functional.pdist', 'float32'): 'compiled',
     ('histc', 'float32'): 'compiled',
+    ('mode', 'float32'): 'compiled',
 }
 
 
