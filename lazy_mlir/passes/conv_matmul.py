@@ -5,13 +5,19 @@ microkernels (~200 GFLOP/s on this class of machine) but convolutions, and
 above all the weight gradient of a 3x3 convolution, through generic loops
 that reach a few GFLOP/s. Its own ``--iree-global-opt-use-im2col-for-convs``
 leaves a 4-d ``matmul_like`` contraction that misses the microkernels (and is
-wrong on Vulkan from batch 4 on). Here each 2-d convolution becomes strided
-slices (im2col, a copy), one 2-d ``aten.mm`` and transposes:
+wrong on Vulkan from batch 4 on). Here each 2-d convolution becomes a
+channels-last im2col (a copy), one 2-d ``aten.mm`` and permutes, with
+L = OH*OW and K*C = KH*KW*C:
 
-- forward: ``out[O, N*L] = W[O, C*K] @ cols[C*K, N*L]``
-- weight gradient: ``dW[O, C*K] = dY[O, N*L] @ cols[C*K, N*L]^T``
-- input gradient (stride 1): the forward form on the padded ``dY`` with the
-  flipped, transposed weight; other strides keep the convolution.
+- forward: ``out[N*L, O] = cols[N*L, K*C] @ W[O, K*C]^T``
+- weight gradient: ``dW[O, K*C] = dY[N*L, O]^T @ cols[N*L, K*C]``
+- input gradient (stride 1): ``Z = dY' @ W[O, K*C]`` on the padded input grid,
+  then a sum of KH*KW row-shifted blocks of ``Z`` (``_input_grad``); other
+  strides keep the convolution.
+
+All matrices are channels last (rows of C or K*C floats): the channels-first
+forms had rows N*L floats apart, a multiple of 4 KiB for the CNN (36864), and
+IREE's packs and transposes over them ran at ~1 GB/s (4K aliasing).
 
 Only ungrouped, non-transposed 2-d float convolutions are rewritten; the rest
 stay ``aten.convolution`` / ``aten.convolution_backward`` (torch-mlir lowers
@@ -25,10 +31,12 @@ import torch
 aten = torch.ops.aten
 
 
-MIN_DEPTH = 64
+MIN_DEPTH = 9
 """Smallest contraction depth (C*KH*KW; O*KH*KW for the input gradient) worth
-a matmul: below it (e.g. a first layer with one input channel) the native
-convolution was faster than the copy plus a thin matmul."""
+a matmul: a 3x3 window of one channel. The CNN's first layer (1 -> 32
+channels) ran as IREE's direct convolution at ~3 GFLOP/s (9.5 ms of one core
+for 25 MFLOP); as im2col + matmul its output also stays channels last for the
+next layer. Shallower windows stay convolutions."""
 
 
 def _rewritable(x: torch.Tensor, weight: torch.Tensor, transposed: bool, groups: int) -> bool:
@@ -56,40 +64,92 @@ def _out_size(size: int, k: int, s: int, p: int, d: int) -> int:
 
 
 def _cols(x, kh, kw, stride, padding, dilation):
-    """im2col of ``x`` [N, C, H, W] as [C*KH*KW, N*OH*OW] (row c*KH*KW + k).
-    Unpadded: ``aten.unfold`` windows, which lower to one gather-like
-    ``linalg.generic`` that IREE fuses with the transpose into one copy.
+    """im2col of ``x`` [N, C, H, W] as a row-major [N*OH*OW, KH*KW*C] matrix
+    (row n*OH*OW + oh*OW + ow, column (i*KW + j)*C + c): channels last.
+
+    Why this layout: IREE's data tiling packs a matmul operand [R, K] into
+    16-row panels. A [C*K, N*L] matrix (the channels-first im2col) has rows
+    N*L floats apart, 147456 bytes for the CNN (36 pages): every 16-row panel
+    maps to one L1 set and the packs and the transposes around them ran at
+    ~1 GB/s. Rows of K*C floats (1152 bytes) do not alias, and the windows are
+    copies of C contiguous channels.
+    Unpadded: ``aten.unfold`` windows (one gather-like ``linalg.generic``).
     Padded: strided slices of the padded input (IREE code-generates the
-    unfold gather with the pad fused in poorly: several times slower)."""
+    unfold gather with the pad fused in poorly)."""
     n, c, h, w = x.shape
     oh = _out_size(h, kh, stride[0], padding[0], dilation[0])
     ow = _out_size(w, kw, stride[1], padding[1], dilation[1])
-    xt = aten.permute(x, [1, 0, 2, 3])                       # [C, N, H, W]
+    xt = aten.permute(x, [0, 2, 3, 1])                       # [N, H, W, C]
     if padding[0] or padding[1]:
-        xt = aten.constant_pad_nd(xt, [padding[1], padding[1], padding[0], padding[0]], 0.0)
+        xt = aten.constant_pad_nd(xt, [0, 0, padding[1], padding[1], padding[0], padding[0]], 0.0)
         pieces = []
         for i in range(kh):
             for j in range(kw):
                 h0, w0 = i * dilation[0], j * dilation[1]
-                piece = aten.slice(xt, 2, h0, h0 + (oh - 1) * stride[0] + 1, stride[0])
-                pieces.append(aten.slice(piece, 3, w0, w0 + (ow - 1) * stride[1] + 1, stride[1]))
-        cols = aten.stack(pieces, 1)                         # [C, K, N, OH, OW]
+                piece = aten.slice(xt, 1, h0, h0 + (oh - 1) * stride[0] + 1, stride[0])
+                pieces.append(aten.slice(piece, 2, w0, w0 + (ow - 1) * stride[1] + 1, stride[1]))
+        cols = aten.stack(pieces, 3)                         # [N, OH, OW, K, C]
     else:
-        win = aten.unfold(xt, 2, (kh - 1) * dilation[0] + 1, stride[0])   # [C, N, OH, W, span]
-        win = aten.unfold(win, 3, (kw - 1) * dilation[1] + 1, stride[1])  # [C, N, OH, OW, sh, sw]
+        win = aten.unfold(xt, 1, (kh - 1) * dilation[0] + 1, stride[0])   # [N, OH, W, C, span]
+        win = aten.unfold(win, 2, (kw - 1) * dilation[1] + 1, stride[1])  # [N, OH, OW, C, sh, sw]
         if dilation[0] != 1 or dilation[1] != 1:
             win = aten.slice(aten.slice(win, 4, 0, None, dilation[0]), 5, 0, None, dilation[1])
-        cols = aten.permute(win, [0, 4, 5, 1, 2, 3])         # [C, KH, KW, N, OH, OW]
-    return aten.reshape(cols, [c * kh * kw, n * oh * ow]), oh, ow
+        cols = aten.permute(win, [0, 1, 2, 4, 5, 3])         # [N, OH, OW, KH, KW, C]
+    return aten.reshape(cols, [n * oh * ow, kh * kw * c]), oh, ow
+
+
+def _weight_matrix(weight):
+    """``weight`` [O, C, KH, KW] as [O, KH*KW*C], the column order of ``_cols``."""
+    o = weight.shape[0]
+    return aten.reshape(aten.permute(weight, [0, 2, 3, 1]), [o, -1])
+
+
+def _rows(t):
+    """[N, O, OH, OW] as the channels-last matrix [N*OH*OW, O]."""
+    n, o, oh, ow = t.shape
+    return aten.reshape(aten.permute(t, [0, 2, 3, 1]), [n * oh * ow, o])
 
 
 def _forward(x, weight, stride, padding, dilation):
-    """conv2d(x, weight) without bias, as [N, O, OH, OW]."""
-    o, _, kh, kw = weight.shape
-    cols, oh, ow = _cols(x, kh, kw, stride, padding, dilation)
-    out = aten.mm(aten.reshape(weight, [o, -1]), cols)      # [O, N*OH*OW]
-    out = aten.reshape(out, [o, x.shape[0], oh, ow])
-    return aten.permute(out, [1, 0, 2, 3])
+    """conv2d(x, weight) without bias, as [N, O, OH, OW] (a permuted view).
+    ``out[N*L, O] = cols[N*L, K*C] @ W[O, K*C]^T``."""
+    o = weight.shape[0]
+    cols, oh, ow = _cols(x, weight.shape[2], weight.shape[3], stride, padding, dilation)
+    out = aten.mm(cols, aten.t(_weight_matrix(weight)))     # [N*OH*OW, O]
+    return aten.permute(aten.reshape(out, [x.shape[0], oh, ow, o]), [0, 3, 1, 2])
+
+
+def _input_grad(grad_out, weight, h, w, padding, dilation):
+    """The input gradient of a stride-1 convolution, [N, C, H, W], from one
+    matmul ``Z = dY' @ W[O, K*C]`` and a sum of KH*KW row-shifted column blocks
+    of ``Z`` (col2im without scatter, pads or im2col of the padded dY).
+
+    ``dY'`` is dY placed on the padded input grid [N, Hp, Wp] (zero past
+    OH, OW), flattened to rows q = (n*Hp + y)*Wp + x, with ``s_max`` zero rows
+    in front. Window element (i, j) reaches input row q from dY' row
+    q - s_ij, s_ij = i*dh*Wp + j*dw: where y - i*dh or x - j*dw is negative
+    that row wraps into the zero border (stride 1: Hp - OH = (KH-1)*dh), or into
+    the leading zero rows, so no masks are needed. The cost: (Hp*Wp)/(OH*OW)
+    more matmul rows (1.17x for the CNN's 24x24 -> 26x26)."""
+    n, o, oh, ow = grad_out.shape
+    _, c, kh, kw = weight.shape
+    hp, wp = h + 2 * padding[0], w + 2 * padding[1]
+    dy = aten.permute(grad_out, [0, 2, 3, 1])                          # [N, OH, OW, O]
+    dy = aten.constant_pad_nd(dy, [0, 0, 0, wp - ow, 0, hp - oh], 0.0)  # [N, Hp, Wp, O]
+    g = n * hp * wp
+    s_max = (kh - 1) * dilation[0] * wp + (kw - 1) * dilation[1]
+    rows = aten.constant_pad_nd(aten.reshape(dy, [g, o]), [0, 0, s_max, 0], 0.0)
+    z = aten.mm(rows, _weight_matrix(weight))                          # [s_max + G, K*C]
+    total = None
+    for i in range(kh):
+        for j in range(kw):
+            start = s_max - (i * dilation[0] * wp + j * dilation[1])
+            k = (i * kw + j) * c
+            block = aten.slice(aten.slice(z, 0, start, start + g), 1, k, k + c)
+            total = block if total is None else aten.add(total, block)
+    dx = aten.reshape(total, [n, hp, wp, c])
+    dx = aten.slice(aten.slice(dx, 1, padding[0], padding[0] + h), 2, padding[1], padding[1] + w)
+    return aten.permute(dx, [0, 3, 1, 2])
 
 
 def convolution(x, weight, bias, stride, padding, dilation, transposed, output_padding,
@@ -105,28 +165,30 @@ def convolution(x, weight, bias, stride, padding, dilation, transposed, output_p
 
 def convolution_backward(grad_out, x, weight, bias_sizes, stride, padding, dilation,
                          transposed, output_padding, groups, output_mask):
+    """Weight gradient ``dW[O, K*C] = dY[N*L, O]^T @ cols[N*L, K*C]``; input
+    gradient (stride 1) by ``_input_grad``; the other strides keep the op."""
     if (not _rewritable(x, weight, transposed, groups) or grad_out.dtype != x.dtype
             or not _wide(x, weight, stride, padding, dilation)):
         return NotImplemented
     if ((output_mask[0] and not _deep(weight.shape[0], weight))
             or (output_mask[1] and not _deep(x.shape[1], weight))):
         return NotImplemented
+    if output_mask[0] and tuple(stride) != (1, 1):
+        return NotImplemented
     o, c, kh, kw = weight.shape
+    h, w = x.shape[2], x.shape[3]
     grad_input = grad_weight = grad_bias = None
+    dy = _rows(grad_out)                                     # [N*OH*OW, O]
     if output_mask[0]:
-        pad_h = (kh - 1) * dilation[0] - padding[0]
-        pad_w = (kw - 1) * dilation[1] - padding[1]
-        if tuple(stride) != (1, 1) or pad_h < 0 or pad_w < 0:
-            return NotImplemented
-        flipped = aten.permute(aten.flip(weight, [2, 3]), [1, 0, 2, 3])  # [C, O, KH, KW]
-        grad_input = aten.clone(_forward(grad_out, flipped, [1, 1], [pad_h, pad_w], dilation),
+        grad_input = aten.clone(_input_grad(grad_out, weight, h, w, padding, dilation),
                                 memory_format=torch.contiguous_format)
     if output_mask[1]:
         cols, _, _ = _cols(x, kh, kw, stride, padding, dilation)
-        dy = aten.reshape(aten.permute(grad_out, [1, 0, 2, 3]), [o, -1])  # [O, N*OH*OW]
-        grad_weight = aten.reshape(aten.mm(dy, aten.t(cols)), [o, c, kh, kw])
+        dw = aten.mm(aten.t(dy), cols)                       # [O, K*C]
+        grad_weight = aten.clone(aten.permute(aten.reshape(dw, [o, kh, kw, c]), [0, 3, 1, 2]),
+                                 memory_format=torch.contiguous_format)
     if output_mask[2]:
-        grad_bias = aten.sum(grad_out, [0, 2, 3])
+        grad_bias = aten.sum(dy, [0])  # from the rows: no second (channels-first) copy of dY
     return grad_input, grad_weight, grad_bias
 
 
