@@ -11,7 +11,8 @@ A TOML file (``--pipeline-config FILE`` or ``LAZY_MLIR_PIPELINE=FILE``)::
     linalg_after = ["canonicalize"]    # passes run on linalg-on-tensors
     input = "linalg"                   # or "torch": IREE's own torch input
     mixed_precision = "none"           # or "bf16": matmul/conv in bf16, f32 accumulate
-    conv_lowering = "auto"             # "im2col": convs as im2col + matmul (passes/conv_matmul.py);
+    conv_lowering = "auto"             # "im2col": convs as im2col + matmul (passes/conv_matmul.py)
+                                       # and max pooling as elementwise ops (passes/pool_elementwise.py);
                                        # "native": aten.convolution; "auto": im2col on cpu only
 
     [iree_flags]

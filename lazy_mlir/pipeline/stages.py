@@ -71,13 +71,15 @@ def lower(gm: fx.GraphModule, config: PipelineConfig,
     made_by = ["lazy capture"]
     extra = {}
     if config.conv_as_matmul(target):
-        from ..passes.conv_matmul import DECOMPOSITIONS as extra
+        from ..passes.conv_matmul import DECOMPOSITIONS as conv
+        from ..passes.pool_elementwise import DECOMPOSITIONS as pool
+        extra = {**conv, **pool}
     if config.decompositions or extra:
         gm = decompose(gm, extra, base=config.decompositions)
         if config.decompositions:
             made_by.append("torch-mlir decomposition table")
         if extra:
-            made_by.append("conv_matmul")
+            made_by.append("conv_matmul + pool_elementwise")
     gm = float_eq_as_not_ne(normalize_dims(gm))
     if config.mixed_precision == "bf16":
         from ..passes.mixed_precision import bf16_mixed_precision

@@ -1,0 +1,119 @@
+"""Non-overlapping max pooling and its gradient as elementwise ops (an fx pass).
+
+torch-mlir lowers ``max_pool2d_with_indices`` to a pooling op for the values
+plus a separate windowed reduction for the indices, and its backward to a
+scatter; on IREE's CPU backend the three took ~12 ms of one core in the MNIST
+CNN step (64x64x24x24 input), and the scatter's channels-first result forced
+a transposing copy before the channels-last matmuls of ``conv_matmul``.
+When the windows do not overlap (stride == kernel, no padding, no dilation)
+every input element belongs to one window, so:
+
+- forward: the KH*KW candidates of each window are strided views of the input;
+  a running ``(val > max) | isnan(val)`` scan in ATen's order gives the same
+  value and index as ATen's CPU kernel (first maximum, last NaN, the first
+  element of an all ``-inf`` window);
+- backward: ``grad_input = where(indices == position, grad_output, 0)`` with
+  ``grad_output`` and ``indices`` broadcast over each window: one elementwise
+  op that fuses with its neighbours (the ReLU mask), no scatter.
+
+Anything else (overlapping windows, padding, dilation, ceil_mode with a
+partial window, non-float inputs) returns ``NotImplemented`` and stays the
+aten op. Applied with ``conv_matmul`` (``PipelineConfig.conv_as_matmul``).
+"""
+from __future__ import annotations
+
+import torch
+
+aten = torch.ops.aten
+
+
+def _pair(v, default=None):
+    if v is None or (isinstance(v, (list, tuple)) and len(v) == 0):
+        return default
+    if isinstance(v, int):
+        return (v, v)
+    return tuple(v) * 2 if len(v) == 1 else tuple(v)
+
+
+def _windows(x, kernel_size, stride, padding, dilation, ceil_mode):
+    """(KH, KW, OH, OW) when the pooling has non-overlapping, unpadded windows
+    this pass handles; else None."""
+    if x.dim() != 4 or not x.dtype.is_floating_point:
+        return None
+    kh, kw = _pair(kernel_size)
+    sh, sw = _pair(stride, (kh, kw))
+    if (sh, sw) != (kh, kw) or _pair(padding, (0, 0)) != (0, 0) or _pair(dilation, (1, 1)) != (1, 1):
+        return None
+    h, w = x.shape[2], x.shape[3]
+    if ceil_mode and (h % kh or w % kw):  # a partial last window
+        return None
+    oh, ow = h // kh, w // kw
+    if oh == 0 or ow == 0 or x.numel() == 0:
+        return None
+    return kh, kw, oh, ow
+
+
+def _positions(kh, kw, oh, ow, width, device):
+    """[OH, KH, OW, KW] int64: the flat index h*W + w of each window element."""
+    rows = aten.arange(oh * kh, dtype=torch.int64, device=device)
+    cols = aten.arange(ow * kw, dtype=torch.int64, device=device)
+    flat = aten.add(aten.mul(aten.reshape(rows, [oh * kh, 1]), width),
+                    aten.reshape(cols, [1, ow * kw]))
+    return aten.reshape(flat, [oh, kh, ow, kw])
+
+
+def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    win = _windows(x, kernel_size, stride, padding, dilation, ceil_mode)
+    if win is None:
+        return NotImplemented
+    kh, kw, oh, ow = win
+    n, c, _, w = x.shape
+    # Channels last inside: the convolutions of conv_matmul produce and take
+    # channels-last matrices, so IREE cancels these permutes against theirs
+    # and the layout change happens on the pooled (KH*KW times smaller) values.
+    xt = aten.permute(x, [0, 2, 3, 1])                              # [N, H, W, C]
+    x6 = aten.reshape(aten.slice(aten.slice(xt, 1, 0, oh * kh), 2, 0, ow * kw),
+                      [n, oh, kh, ow, kw, c])
+    pos = aten.unsqueeze(_positions(kh, kw, oh, ow, w, x.device), 4)  # [OH, KH, OW, KW, 1]
+    best = idx = None
+    for i in range(kh):  # ATen's scan order: window rows, then columns
+        for j in range(kw):
+            val = aten.select(aten.select(x6, 4, j), 2, i)          # [N, OH, OW, C]
+            at = aten.select(aten.select(pos, 3, j), 1, i)          # [OH, OW, 1]
+            if best is None:
+                best, idx = val, aten.expand(at, [n, oh, ow, c])
+                continue
+            take = aten.logical_or(aten.gt(val, best), aten.isnan(val))
+            best = aten.where(take, val, best)
+            idx = aten.where(take, at, idx)
+    return (aten.clone(aten.permute(best, [0, 3, 1, 2]), memory_format=torch.contiguous_format),
+            aten.clone(aten.permute(idx, [0, 3, 1, 2]), memory_format=torch.contiguous_format))
+
+
+def max_pool2d_with_indices_backward(grad_output, x, kernel_size, stride, padding, dilation,
+                                     ceil_mode, indices):
+    win = _windows(x, kernel_size, stride, padding, dilation, ceil_mode)
+    if win is None or grad_output.dtype != x.dtype or indices.dtype != torch.int64:
+        return NotImplemented
+    kh, kw, oh, ow = win
+    n, c, h, w = x.shape
+    if tuple(grad_output.shape) != (n, c, oh, ow) or tuple(indices.shape) != (n, c, oh, ow):
+        return NotImplemented
+    shape6 = [n, oh, kh, ow, kw, c]                                  # channels last, as above
+    g = aten.expand(aten.reshape(aten.permute(grad_output, [0, 2, 3, 1]),
+                                 [n, oh, 1, ow, 1, c]), shape6)
+    i = aten.expand(aten.reshape(aten.permute(indices, [0, 2, 3, 1]),
+                                 [n, oh, 1, ow, 1, c]), shape6)
+    pos = aten.unsqueeze(_positions(kh, kw, oh, ow, w, x.device), 4)
+    zero = aten.scalar_tensor(0.0, dtype=x.dtype, device=x.device)
+    grad = aten.reshape(aten.where(aten.eq(i, pos), g, zero), [n, oh * kh, ow * kw, c])
+    if oh * kh != h or ow * kw != w:  # rows/columns no window covers get no gradient
+        grad = aten.constant_pad_nd(grad, [0, 0, 0, w - ow * kw, 0, h - oh * kh], 0.0)
+    return aten.clone(aten.permute(grad, [0, 3, 1, 2]), memory_format=torch.contiguous_format)
+
+
+DECOMPOSITIONS = {
+    aten.max_pool2d_with_indices.default: max_pool2d_with_indices,
+    aten.max_pool2d_with_indices_backward.default: max_pool2d_with_indices_backward,
+}
+"""For ``make_fx``: a function returning ``NotImplemented`` keeps the op."""

@@ -1,0 +1,77 @@
+"""The pool_elementwise fx pass: non-overlapping max pooling and its gradient as
+elementwise ops, checked against aten on real tensors (no compiler), including
+ties, NaN and -inf, where the chosen index matters for the gradient."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from lazy_mlir.passes import pool_elementwise as pe
+
+aten = torch.ops.aten
+
+
+def _input(shape, seed, special):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=g)
+    if special:
+        x = torch.relu(x)                     # many all-zero windows: ties
+        flat = x.view(-1)
+        flat[::7] = float("nan")
+        flat[3::11] = float("-inf")
+        flat[5::13] = float("inf")
+        x[0, 0] = float("-inf")               # whole windows of -inf
+        x[-1, -1, :2] = float("nan")          # whole windows of NaN
+    return x
+
+
+# (shape, kernel, stride, ceil_mode)
+CASES = [
+    ((2, 3, 8, 8), [2, 2], [2, 2], False),
+    ((2, 3, 9, 7), [2, 2], [], False),        # odd sizes: last row/column in no window
+    ((1, 2, 9, 9), [3, 3], [3, 3], True),
+    ((2, 2, 6, 8), [2, 4], [2, 4], False),
+    ((1, 1, 4, 4), [1, 1], [1, 1], False),
+]
+
+
+@pytest.mark.parametrize("special", [False, True], ids=["plain", "special"])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[0])) + f"k{c[1]}")
+def test_forward_and_backward_match_aten(case, special):
+    shape, k, s, ceil = case
+    x = _input(shape, 0, special)
+    args = (k, s, [0, 0], [1, 1], ceil)
+    want_v, want_i = aten.max_pool2d_with_indices(x, *args)
+    got_v, got_i = pe.max_pool2d_with_indices(x, *args)
+    torch.testing.assert_close(got_v, want_v, equal_nan=True, rtol=0, atol=0)
+    assert torch.equal(got_i, want_i)
+    grad = torch.randn(want_v.shape, generator=torch.Generator().manual_seed(1))
+    want = aten.max_pool2d_with_indices_backward(grad, x, *args, want_i)
+    got = pe.max_pool2d_with_indices_backward(grad, x, *args, want_i)
+    assert got.is_contiguous()
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_left_alone_when_windows_overlap_or_are_padded():
+    x = torch.randn(1, 2, 8, 8)
+    assert pe.max_pool2d_with_indices(x, [3, 3], [2, 2]) is NotImplemented       # overlap
+    assert pe.max_pool2d_with_indices(x, [2, 2], [2, 2], [1, 1]) is NotImplemented  # padding
+    assert pe.max_pool2d_with_indices(x, [2, 2], [2, 2], 0, [2, 2]) is NotImplemented
+    assert pe.max_pool2d_with_indices(torch.randn(1, 2, 9, 9), [2, 2], [2, 2], 0, 1,
+                                      True) is NotImplemented                   # partial window
+    assert pe.max_pool2d_with_indices(x.long(), [2, 2]) is NotImplemented
+    assert pe.max_pool2d_with_indices(torch.randn(2, 8, 8), [2, 2]) is NotImplemented  # 3-d
+
+
+def test_traced_pool_step_has_no_pooling_ops():
+    def step(x):
+        out = torch.nn.functional.max_pool2d(x, 2)
+        return torch.autograd.grad(out.square().sum(), x)
+
+    x = _input((2, 3, 8, 8), 2, True).nan_to_num(0.0, 1.0, -1.0).requires_grad_()
+    gm = make_fx(step, decomposition_table=pe.DECOMPOSITIONS)(x)
+    targets = {n.target for n in gm.graph.nodes if n.op == "call_function"}
+    assert aten.max_pool2d_with_indices.default not in targets
+    assert aten.max_pool2d_with_indices_backward.default not in targets
+    torch.testing.assert_close(gm(x)[0], step(x)[0], rtol=0, atol=0)
