@@ -414,24 +414,75 @@ def _written_args(func) -> tuple[str, ...]:
     return tuple(a.name for a in func._schema.arguments if a.alias_info and a.alias_info.is_write)
 
 
+_OTHER_WRITES = object()
+
+
+def _self_update(func):
+    """For an op that writes only its first positional argument (``add_``,
+    ``lerp_``): its functional form (None when it has none); for any other
+    mutating op ``_OTHER_WRITES``. Kept on the op: ``func._schema.arguments``
+    builds new Python objects on every read."""
+    try:
+        return func._lazy_mlir_self_update
+    except AttributeError:
+        pass
+    if _written_args(func) == ("self",) and not func._schema.arguments[0].kwarg_only:
+        how = _functional_of(func)
+    else:
+        how = _OTHER_WRITES
+    try:
+        func._lazy_mlir_self_update = how
+    except (AttributeError, TypeError):
+        pass
+    return how
+
+
+# In-place calls whose shape and dtype check passed, keyed as ``_checked_key``
+# says. A float argument enters by its type only: the check compares shapes
+# and dtypes, and Adam's step size, a new float every step, would otherwise
+# run the meta kernel on every step. A value the op itself refuses is still
+# refused, by the functional op's own shape inference or by the compile.
+_inplace_checked: set = set()
+
+
+def _checked_key(info, flat, tree):
+    parts = []
+    for a in flat:
+        t = type(a)
+        if t is LazyTensor:
+            parts.append(a.spec)
+        elif t is float:
+            parts.append(float)
+        elif t in _EXACT_CONSTS:
+            parts.append((t, a))
+        else:
+            return None
+    return (info, tree, tuple(parts))
+
+
 def _mutating(func, args, kwargs):
-    schema = func._schema
-    written = _written_args(func)
-    if written == ("self",) and not schema.arguments[0].kwarg_only:
+    fn = _self_update(func)
+    if fn is not _OTHER_WRITES:
         self = args[0]
-        fn = _functional_of(func)
         if fn is None:
             from .fallback import run_eagerly
             return run_eagerly(func, args, kwargs)
         # Check shapes and dtypes the way the in-place kernel would.
         flat, tree = argtree.flatten(args, kwargs)
-        shapes.infer(func, [shapes.Placeholder(a.spec) if isinstance(a, LazyTensor)
-                            else a for a in flat], tree)
+        key = _checked_key(op_info(func), flat, tree)
+        if key is None or key not in _inplace_checked:
+            shapes.infer(func, [shapes.Placeholder(a.spec) if isinstance(a, LazyTensor)
+                                else a for a in flat], tree)
+            if key is not None:
+                if len(_inplace_checked) >= _PLANS_MAX:
+                    _inplace_checked.clear()
+                _inplace_checked.add(key)
         out = record(fn, args, kwargs)
         if out.dtype != self.dtype:
             out = aten._to_copy.default(out, dtype=self.dtype)
         assign(self, value_of(out))
         return self
+    written = _written_args(func)
     if not all(n.startswith("out") for n in written):
         return _mutating_args(func, written, args, kwargs)
     # out= variants: compute functionally, then copy into the outputs.

@@ -59,8 +59,13 @@ def infer(func, flat: list, treedef) -> list:
             require_strided(o)
     result = ([TensorSpec.of(o) if isinstance(o, torch.Tensor) else o for o in leaves], out_tree)
     if key is not None:
+        if len(_memo) >= _MEMO_MAX:  # a float constant that changes every step: bound it
+            _memo.clear()
         _memo[key] = result
     return result
+
+
+_MEMO_MAX = 1 << 16
 
 
 # Constants keyed by type and value: these types' equality is exact.
