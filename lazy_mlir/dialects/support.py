@@ -72,7 +72,15 @@ def decomposed_before_import(func) -> bool:
 
 
 def op_is_supported(func) -> bool:
-    return _static_support(func) and mlir_name(func) not in DENIED
+    try:  # kept on the op: the lru_caches hash an OpOverload in Python, per captured op
+        static, name = func._lazy_mlir_support
+    except AttributeError:
+        static, name = _static_support(func), mlir_name(func)
+        try:
+            func._lazy_mlir_support = (static, name)
+        except (AttributeError, TypeError):
+            pass
+    return static and name not in DENIED
 
 
 def deny(func_name: str, why: str) -> None:

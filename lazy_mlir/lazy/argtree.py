@@ -9,25 +9,20 @@ from __future__ import annotations
 
 
 def flatten(args: tuple, kwargs: dict) -> tuple[list, tuple]:
+    """(leaves, tree): each argument is a leaf (None in the tree's shape), a
+    list (its length) or a tuple (-1 - length) whose items are leaves."""
     leaves: list = []
     shape: list = []
-    for a in args:
-        _put(a, leaves, shape)
-    names = tuple(kwargs)
-    for k in names:
-        _put(kwargs[k], leaves, shape)
-    return leaves, (len(args), tuple(shape), names)
-
-
-def _put(a, leaves: list, shape: list) -> None:
-    """One argument: a leaf (None), a list (its length) or a tuple (-1 - length)."""
-    t = type(a)
-    if t is list or t is tuple:
-        shape.append(len(a) if t is list else -1 - len(a))
-        leaves.extend(a)
-    else:
-        shape.append(None)
-        leaves.append(a)
+    # One loop, no helper: a call per argument of every captured op adds up.
+    for a in (*args, *kwargs.values()) if kwargs else args:
+        t = type(a)
+        if t is list or t is tuple:
+            shape.append(len(a) if t is list else -1 - len(a))
+            leaves.extend(a)
+        else:
+            shape.append(None)
+            leaves.append(a)
+    return leaves, (len(args), tuple(shape), tuple(kwargs))
 
 
 def unflatten(leaves: list, tree: tuple) -> tuple[tuple, dict]:

@@ -138,10 +138,11 @@ class OpInfo:
     looking them up costs an attribute read, where a dict keyed by the op
     calls OpOverload's Python ``__hash__``."""
 
-    __slots__ = ("kind", "host_index", "counter", "bounds", "__weakref__")
+    __slots__ = ("kind", "host_index", "counter", "bounds", "identity", "__weakref__")
 
     def __init__(self, func):
         self.kind = _kind(func)
+        self.identity = func in IDENTITY  # a view op that records no step
         self.host_index = func in _HOST_INDEX_OPS
         self.bounds = bounds.checked(func)  # takes index tensors: see bounds.py
         self.counter = "lazy::" + func.__name__.split(".")[0]
@@ -226,6 +227,8 @@ def _guarded(func, vals: list, tree) -> list:
 
 
 def _to_value(a, host_ok=False):
+    if type(a) is LazyTensor:  # the common case first, inlining value_of's
+        return value_of(a) if a._view else a._storage.value
     if isinstance(a, LazyTensor):
         return value_of(a)
     if isinstance(a, torch.Tensor):
@@ -252,21 +255,23 @@ _scalar_data: dict = {}
 
 
 def _make_scalar(x, dtype):
-    """A 0-dim lazy tensor holding a lifted scalar. The device data of recent
-    (value, dtype) pairs is reused, so a constant like Adam's beta is uploaded
-    once, not every step."""
+    """A 0-dim lazy tensor holding a lifted scalar. The tensors of recent
+    (value, dtype) pairs are reused, so a constant like Adam's beta is uploaded
+    once, not every step, and costs no new wrapper tensor. Sharing one is
+    safe: only capture sees it (as an argument of the op it was lifted
+    from), and nothing writes into a lifted scalar."""
     key = (x, type(x), dtype)
-    data = _scalar_data.get(key)
-    if data is None:
+    t = _scalar_data.get(key)
+    if t is None:
         if len(_scalar_data) > 4096:
             _scalar_data.clear()
-        data = _scalar_data[key] = data_value(torch.tensor(x, dtype=dtype)).data
-    return wrap_value(Value.of_data(data))
+        t = _scalar_data[key] = wrap_value(data_value(torch.tensor(x, dtype=dtype)))
+    return t
 
 
 def record(func, args, kwargs):
     """Record a functional op on lazy tensors; returns lazy tensors."""
-    func, args, kwargs = lift_scalars(func, args, kwargs, LazyTensor, _make_scalar)
+    func, args, kwargs = lift_scalars(func, args, kwargs, LazyTensor, _make_scalar, record)
     info = op_info(func)
     flat, tree = argtree.flatten(args, kwargs)
     host_ok = info.host_index
@@ -365,17 +370,22 @@ def dispatch(func, args, kwargs):
         trace_seconds[0] += time.perf_counter() - t0
 
 
+from . import tensor as _tensor  # noqa: E402
+_tensor._dispatch = dispatch  # LazyTensor.__torch_dispatch__ calls it
+
+
 def _view(func, args, kwargs):
     base = args[0]
-    if func in IDENTITY:
+    info = op_info(func)
+    if info.identity:
         return LazyTensor(base.spec, base._storage, base._view)
     placeholders, tree = argtree.flatten((shapes.Placeholder(base.spec), *args[1:]), kwargs)
     out_flat, out_tree = shapes.infer(func, placeholders, tree)
-    metrics.counter_inc("lazy::" + func.__name__.split(".")[0])
+    metrics.counter_inc(info.counter)
     result = []
+    rest, kw = tuple(args[1:]), dict(kwargs)  # shared by the outputs' steps: never written
     for i, spec in enumerate(out_flat):
-        step = (func, tuple(args[1:]), dict(kwargs), i)
-        result.append(LazyTensor(spec, base._storage, base._view + (step,)))
+        result.append(LazyTensor(spec, base._storage, base._view + ((func, rest, kw, i),)))
     if out_tree is None:
         return result[0]
     return tree_unflatten(result, out_tree)

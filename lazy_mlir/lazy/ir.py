@@ -102,7 +102,8 @@ class Value:
         self.index = index
         self.data = data
         if node is not None:
-            self.key = node.key + index.to_bytes(2, "little")
+            self.key = node.key + (_INDEX_BYTES[index] if index < 16
+                                   else index.to_bytes(2, "little"))
         else:
             self.key = b"D" + spec.signature().encode()
 
@@ -119,6 +120,9 @@ class Value:
     @staticmethod
     def of_data(data: DeviceData) -> "Value":
         return Value(data.spec, data=data)
+
+
+_INDEX_BYTES = [i.to_bytes(2, "little") for i in range(16)]
 
 
 class Node:
@@ -176,8 +180,12 @@ def make_node(op, flat: list, tree: tuple, inputs: list[Value], specs: list,
     for v in inputs:
         h.update(v.key)
     node = Node(op, flat, tree, inputs, specs, h.digest(), location)
-    outs = [Value(s, node, i) for i, s in enumerate(specs) if s is not None]
-    node._outs = [weakref.ref(v) for v in outs]
+    if len(specs) == 1 and specs[0] is not None:  # the common case, without comprehensions
+        outs = [Value(specs[0], node, 0)]
+        node._outs = [weakref.ref(outs[0])]
+    else:
+        outs = [Value(s, node, i) for i, s in enumerate(specs) if s is not None]
+        node._outs = [weakref.ref(v) for v in outs]
     for v in outs:
         if 0 in v.spec.shape:
             # Nothing to compute, and torch-mlir's lowerings of some ops

@@ -54,11 +54,13 @@ def _tensor_sibling(func):
     return sib
 
 
-def lift_scalars(func, args, kwargs, tensor_cls, make_scalar):
+def lift_scalars(func, args, kwargs, tensor_cls, make_scalar, record=None):
     """Rewrite a call so that liftable scalars are 0-dim lazy tensors.
 
     ``make_scalar(value, dtype)`` makes the graph input. Returns the call to
-    record as (func, args, kwargs); may record helper ops itself.
+    record as (func, args, kwargs); may record helper ops itself, with
+    ``record(func, args, kwargs)`` (the capture's, called directly: calling
+    the op would go through PyTorch's dispatcher back into capture).
     """
     for a in args:
         if type(a) in _NUMBER_TYPES:
@@ -69,6 +71,16 @@ def lift_scalars(func, args, kwargs, tensor_cls, make_scalar):
                 break
         else:
             return func, args, kwargs  # the common case: nothing to lift
+    lift_at = _lift_positions(func)
+    if lift_at is not None:  # (dims, sizes, ...: numbers no tensor can stand for)
+        for i, a in enumerate(args):
+            if i in lift_at and type(a) in _NUMBER_TYPES and a not in _SPECIAL:
+                break
+        else:
+            return func, args, kwargs
+    if record is None:
+        def record(f, a, k):
+            return f(*a, **k)
     ref = next((a for a in args if isinstance(a, tensor_cls)), None)
     if ref is None:
         return func, args, kwargs
@@ -81,11 +93,13 @@ def lift_scalars(func, args, kwargs, tensor_cls, make_scalar):
     name = func.__name__
     if name in ("add.Tensor", "sub.Tensor") and _liftable(kwargs.get("alpha")):
         other = args[1] if isinstance(args[1], tensor_cls) else lift(args[1])
-        other = aten.mul.Tensor(other, lift(kwargs["alpha"]))
+        other = record(aten.mul.Tensor, (other, lift(kwargs["alpha"])), {})
         return func, (args[0], other), {}
     if name in ("addcmul.default", "addcdiv.default") and _liftable(kwargs.get("value")):
-        inner = (aten.mul.Tensor if "addcmul" in name else aten.div.Tensor)(args[1], args[2])
-        return aten.add.Tensor, (args[0], aten.mul.Tensor(inner, lift(kwargs["value"]))), {}
+        inner = record(aten.mul.Tensor if "addcmul" in name else aten.div.Tensor,
+                       (args[1], args[2]), {})
+        return aten.add.Tensor, (args[0], record(aten.mul.Tensor,
+                                                 (inner, lift(kwargs["value"])), {})), {}
     if name == "clamp.default" and any(_liftable(a) for a in (*args[1:], *kwargs.values())):
         # clamp.Tensor takes no numbers: a 0 or 1 bound is lifted too.
         bounds = [lift(a) if type(a) in _NUMBER_TYPES else a for a in args[1:]]
@@ -107,6 +121,34 @@ def lift_scalars(func, args, kwargs, tensor_cls, make_scalar):
                                    for i in range(len(args))):
         func = sibling
     return func, tuple(new_args), kwargs
+
+
+# Ops whose numbers ``lift_scalars`` rewrites by name (an alpha, a value, a bound).
+_REWRITTEN = frozenset({"add.Tensor", "sub.Tensor", "addcmul.default", "addcdiv.default",
+                        "clamp.default"})
+
+
+def _lift_positions(func):
+    """The positional arguments where ``lift_scalars``' general rule lifts a
+    number (a Tensor argument, or a Number one of an op with a ``.Tensor``
+    sibling); None for the ops it rewrites by name. Kept on the op: most ops
+    given a number (a dim, ``_log_softmax``'s flag) lift nothing, and this
+    says so without reading the schema."""
+    try:
+        return func._lazy_mlir_lift_at
+    except AttributeError:
+        pass
+    if func.__name__ in _REWRITTEN:
+        at = None
+    else:
+        sibling = _sibling(func)
+        at = frozenset(i for i, (is_tensor, is_number) in enumerate(_arg_kinds(func))
+                       if is_tensor or (sibling is not None and is_number))
+    try:
+        func._lazy_mlir_lift_at = at
+    except (AttributeError, TypeError):
+        pass
+    return at
 
 
 def _arg_kinds(func) -> tuple[tuple[bool, bool], ...]:

@@ -15,6 +15,7 @@ import torch
 from .ir import TensorSpec, Value
 
 LAZY = torch.device("lazy", 0)
+_dispatch = None  # capture.dispatch, set when capture.py is imported
 
 
 class Storage:
@@ -74,8 +75,10 @@ class LazyTensor(torch.Tensor):
     """A tensor on the ``lazy`` device whose value is a graph until needed."""
 
     _storage: Storage
-    _view: tuple  # view steps (op, args, kwargs, output index) from the storage
-    _cache: tuple | None  # (storage version, Value) of this view
+    # Class-level defaults: most tensors are no view, and each attribute set
+    # on a tensor costs a dict write per captured op.
+    _view: tuple = ()  # view steps (op, args, kwargs, output index) from the storage
+    _cache: tuple | None = None  # (storage version, Value) of this view
 
     @staticmethod
     def __new__(cls, spec: TensorSpec, storage: Storage, view: tuple = (),
@@ -84,14 +87,17 @@ class LazyTensor(torch.Tensor):
             cls, spec.shape, strides=spec.stride, storage_offset=spec.offset,
             dtype=spec.dtype, device=LAZY, requires_grad=requires_grad)
         t._storage = storage
-        t._view = view
-        t._cache = None
+        if view:
+            t._view = view
         t.spec = spec
         return t
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        from .capture import dispatch
+        # Not an import statement here: it costs a module lookup on every op.
+        dispatch = _dispatch
+        if dispatch is None:
+            from .capture import dispatch
         return dispatch(func, args, kwargs or {})
 
     def __repr__(self, *, tensor_contents=None):
@@ -117,6 +123,6 @@ class LazyTensor(torch.Tensor):
 def wrap_value(value: Value) -> LazyTensor:
     """A new lazy tensor owning ``value`` as its own storage."""
     storage = Storage(value)
-    if value.pending:
+    if value.data is None:  # pending (the property costs a call per op)
         live_storages.add(storage)
     return LazyTensor(value.spec, storage)
