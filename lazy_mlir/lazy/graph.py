@@ -55,9 +55,15 @@ class Graph:
                     if id(node) in order:
                         continue
                     if expanded:
-                        h.update(node.key)
+                        # One update per node (the same bytes as one per
+                        # part), node inputs without a call to ``ref``.
+                        parts = [node.key]
                         for v in node.inputs:
-                            h.update(ref(v))
+                            if v.data is None:
+                                parts.append(b"n%d.%d;" % (order[id(v.node)], v.index))
+                            else:
+                                parts.append(ref(v))
+                        h.update(b"".join(parts))
                         order[id(node)] = len(nodes)
                         nodes.append(node)
                         continue
