@@ -136,6 +136,7 @@ from .linalg_qr_decompositions import QR_DECOMPOSITIONS  # noqa: E402
 from .distance_decompositions import DISTANCE_DECOMPOSITIONS  # noqa: E402
 from .histogram_decompositions import HISTOGRAM_DECOMPOSITIONS  # noqa: E402
 from .mode_decompositions import MODE_DECOMPOSITIONS  # noqa: E402
+from .embedding_bag_decompositions import EMBEDDING_BAG_DECOMPOSITIONS  # noqa: E402
 
 CAPTURE_DECOMPOSITIONS: dict = {
     **BESSEL_DECOMPOSITIONS,
@@ -155,6 +156,7 @@ CAPTURE_DECOMPOSITIONS: dict = {
     **DISTANCE_DECOMPOSITIONS,
     **HISTOGRAM_DECOMPOSITIONS,
     **MODE_DECOMPOSITIONS,
+    **EMBEDDING_BAG_DECOMPOSITIONS,
     aten.normal.Tensor_Tensor: normal_tensor_tensor,
     aten.normal.Tensor_float: normal_tensor_float,
     aten.normal.float_Tensor: normal_float_tensor,

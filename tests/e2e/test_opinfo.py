@@ -182,6 +182,7 @@ EXPECTED: dict[tuple[str, str], str] = {
     ('nn.functional.pdist', 'float32'): 'compiled',
     ('histc', 'float32'): 'compiled',
     ('mode', 'float32'): 'compiled',
+    ('nn.functional.embedding_bag', 'float32'): 'compiled',
 }
 
 
