@@ -1,0 +1,122 @@
+"""Host overhead of a cache-hit training step, split by phase, per captured op.
+
+    python benchmarks/host_overhead.py [--models lenet,mlp] [--steps N] [--batch B]
+        [--profile N]
+
+Runs whole training steps (zero_grad, forward, loss, backward, optimizer
+step) on the lazy device until every graph is cached, then times ``--steps``
+more: capture (the step's Python, every aten op recorded), ``mark_step``
+(graph build, key, cache lookup, launch) and ``loss.item()`` (waits for the
+run and reads the loss back). Reports medians and minima of wall time, and
+the capturing thread's CPU time for capture + mark_step (``time.thread_time``,
+which a loaded machine inflates less than wall time), each also per captured
+op (``lazy::`` counters). ``--profile N`` prints cProfile's N most expensive
+functions (by own time) over the timed steps instead.
+
+Models: ``lenet`` (LeNet-5, SGD, batch 1 by default) and ``mlp`` (784-1024-
+1024-10, Adam, batch 8 by default: host costs do not depend on the batch).
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+import lazy_mlir as lm
+from lazy_mlir.tools.seed_models import MLP, LeNet5
+
+
+def build(name: str, batch: int | None):
+    torch.manual_seed(0)
+    if name == "lenet":
+        model, batch = LeNet5(), batch or 1
+        make_opt = lambda p: torch.optim.SGD(p, lr=0.001)  # noqa: E731
+        loss_fn = lambda out, y: F.nll_loss(F.log_softmax(out, dim=1), y)  # noqa: E731
+        x = torch.randn(batch, 1, 28, 28)
+    elif name == "mlp":
+        model, batch = MLP((784, 1024, 1024, 10)), batch or 8
+        make_opt = lambda p: torch.optim.Adam(p, lr=1e-3)  # noqa: E731
+        loss_fn = F.cross_entropy
+        x = torch.randn(batch, 784)
+    else:
+        raise SystemExit(f"unknown model {name!r}: lenet or mlp")
+    model = model.to("lazy")
+    opt = make_opt(model.parameters())
+    x, y = x.to("lazy"), torch.randint(0, 10, (batch,)).to("lazy")
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+    return step, batch
+
+
+def _ops() -> int:
+    return sum(lm.metrics.counter_value(n) for n in lm.metrics.counter_names()
+               if n.startswith("lazy::"))
+
+
+def measure(name: str, steps: int, batch: int | None, profile: int) -> str:
+    step, batch = build(name, batch)
+    for _ in range(5):  # compile, then settle
+        loss = step()
+        lm.mark_step()
+        loss.item()
+    lm.metrics.reset()
+    compiles = lm.metrics.counter_value("UncachedCompile")
+    cap, sync, read, cpu = [], [], [], []
+    prof = cProfile.Profile() if profile else None
+    if prof:
+        prof.enable()
+    for _ in range(steps):
+        c0, t0 = time.thread_time(), time.perf_counter()
+        loss = step()
+        t1 = time.perf_counter()
+        lm.mark_step()
+        t2 = time.perf_counter()
+        cpu.append(time.thread_time() - c0)
+        loss.item()
+        read.append(time.perf_counter() - t2)
+        cap.append(t1 - t0)
+        sync.append(t2 - t1)
+    if prof:
+        prof.disable()
+        pstats.Stats(prof).sort_stats("tottime").print_stats(profile)
+    lm.wait_device_ops()
+    ops = _ops() / steps
+    recompiled = lm.metrics.counter_value("UncachedCompile") - compiles
+
+    def us(xs, f):
+        return f(xs) * 1e6
+
+    return (f"| {name} b{batch} | {ops:.0f} | "
+            f"{us(cap, statistics.median):.0f} / {us(cap, min):.0f} | "
+            f"{us(sync, statistics.median):.0f} / {us(sync, min):.0f} | "
+            f"{us(read, statistics.median):.0f} / {us(read, min):.0f} | "
+            f"{us(cpu, statistics.median) / ops:.1f} / {us(cpu, min) / ops:.1f} | "
+            f"{recompiled} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="lenet,mlp")
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--batch", type=int, default=None)
+    ap.add_argument("--profile", type=int, default=0, metavar="N")
+    a = ap.parse_args()
+    rows = [measure(m.strip(), a.steps, a.batch, a.profile) for m in a.models.split(",")]
+    print("| step | ops | capture us (median / min) | mark_step us | item us "
+          "| thread CPU us/op, capture+mark_step (median / min) | recompiles |")
+    print("|---|---|---|---|---|---|---|")
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()
