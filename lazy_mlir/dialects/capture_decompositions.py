@@ -137,6 +137,7 @@ from .distance_decompositions import DISTANCE_DECOMPOSITIONS  # noqa: E402
 from .histogram_decompositions import HISTOGRAM_DECOMPOSITIONS  # noqa: E402
 from .mode_decompositions import MODE_DECOMPOSITIONS  # noqa: E402
 from .embedding_bag_decompositions import EMBEDDING_BAG_DECOMPOSITIONS  # noqa: E402
+from .segment_decompositions import SEGMENT_DECOMPOSITIONS  # noqa: E402
 
 CAPTURE_DECOMPOSITIONS: dict = {
     **BESSEL_DECOMPOSITIONS,
@@ -157,6 +158,7 @@ CAPTURE_DECOMPOSITIONS: dict = {
     **HISTOGRAM_DECOMPOSITIONS,
     **MODE_DECOMPOSITIONS,
     **EMBEDDING_BAG_DECOMPOSITIONS,
+    **SEGMENT_DECOMPOSITIONS,
     aten.normal.Tensor_Tensor: normal_tensor_tensor,
     aten.normal.Tensor_float: normal_tensor_float,
     aten.normal.float_Tensor: normal_float_tensor,

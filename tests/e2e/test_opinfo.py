@@ -183,6 +183,7 @@ EXPECTED: dict[tuple[str, str], str] = {
     ('histc', 'float32'): 'compiled',
     ('mode', 'float32'): 'compiled',
     ('nn.functional.embedding_bag', 'float32'): 'compiled',
+    ('_segment_reduce.offsets', 'float32'): 'compiled',
 }
 
 
