@@ -36,9 +36,10 @@ import math
 
 import torch
 
-from . import debug
+from . import argtree, debug
 from .coverage import _active as _dry_run
 from .ir import Value
+from .tensor import wrap_value
 
 aten = torch.ops.aten
 
@@ -230,7 +231,6 @@ def _host_of(i, depth: int = 4):
     h = _host_of(node.inputs[0], depth - 1)
     if h is None:
         return None
-    from . import argtree
     args, kwargs = argtree.unflatten([h if type(a) is Value else a for a in node.flat],
                                      node.tree)
     out = node.op(*args, **kwargs)
@@ -308,7 +308,6 @@ def _clamped(emit, i: Value, lo: int, n: int, ignore) -> Value:
 
 
 def _rebuild(func, args, kwargs, replaced, value_of):
-    from .tensor import wrap_value
     names = _names(func)[0]
     args = list(args)
     kwargs = dict(kwargs)
