@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -26,6 +26,19 @@ class TensorSpec:
     stride: tuple[int, ...]
     offset: int
     dtype: torch.dtype
+    # Kept once made: plan keys hash a spec per tensor argument of every
+    # captured op, and graph keys take the signature of every input.
+    _hash: int = field(init=False, repr=False, compare=False)
+    _sig: str | None = field(init=False, repr=False, compare=False, default=None)
+
+    def __post_init__(self):
+        object.__setattr__(self, "_hash", hash((self.shape, self.stride, self.offset, self.dtype)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self):  # a copy (another process) hashes anew
+        return TensorSpec, (self.shape, self.stride, self.offset, self.dtype)
 
     @staticmethod
     def of(t: torch.Tensor) -> "TensorSpec":
@@ -41,10 +54,13 @@ class TensorSpec:
 
     def signature(self) -> str:
         """``float32[2, 3]``: shape and dtype, the part of a spec keys use."""
-        key = (self.shape, self.dtype)
-        sig = _SIGNATURES.get(key)
+        sig = self._sig
         if sig is None:
-            sig = _SIGNATURES[key] = f"{str(self.dtype)[6:]}{list(self.shape)}"
+            key = (self.shape, self.dtype)
+            sig = _SIGNATURES.get(key)
+            if sig is None:
+                sig = _SIGNATURES[key] = f"{str(self.dtype)[6:]}{list(self.shape)}"
+            object.__setattr__(self, "_sig", sig)
         return sig
 
 
