@@ -88,6 +88,24 @@ def deny(func_name: str, why: str) -> None:
     DENIED[func_name] = why
 
 
+# op name -> {argument signature: why}: compiles that failed for one kind of
+# arguments (a 0-d flip) stop only that kind, not every later use of the op.
+DENIED_SIGNATURES: dict[str, dict[tuple, str]] = {}
+
+
+def deny_signature(func_name: str, signature: tuple, why: str) -> None:
+    """Stop compiling an op for arguments of this ``signature``
+    (``lazy.ir.arg_signature``) for the rest of the process."""
+    DENIED_SIGNATURES.setdefault(func_name, {})[signature] = why
+
+
+def denied_signature(func, signature_of) -> str | None:
+    """Why ``func`` is not compiled for these arguments (``signature_of()``
+    computes their signature, only when the op has denied signatures)."""
+    sigs = DENIED_SIGNATURES.get(mlir_name(func))
+    return sigs.get(signature_of()) if sigs else None
+
+
 @functools.lru_cache(maxsize=1)
 def capture_decompositions() -> dict:
     """Decompositions capture may use for an op the compiler cannot take

@@ -16,7 +16,7 @@ from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from . import argtree, bounds, debug, empty_inputs, metrics, shapes
 from .coverage import _active as _dry_run
-from .ir import DeviceData, TensorSpec, Value, make_node, node_prefix
+from .ir import DeviceData, TensorSpec, Value, arg_signature, make_node, node_prefix
 from .resize import SPECIAL as RESIZE
 from .scalars import lift_scalars
 from .tensor import LazyTensor, Storage, live_storages, wrap_value
@@ -278,7 +278,10 @@ def record(func, args, kwargs):
     vals = [_to_value(a, host_ok) for a in flat]
     key = _plan_key(info, vals, tree)
     plan = _plans.get(key) if key is not None else None
-    if plan is not None and _dry_run[0] is None and _support.op_is_supported(func):
+    denied = (_support.denied_signature(func, lambda: arg_signature(vals))
+              if _support.DENIED_SIGNATURES else None)
+    if (plan is not None and _dry_run[0] is None and _support.op_is_supported(func)
+            and denied is None):
         if info.bounds:
             vals = _guarded(func, vals, tree)
         return _run_plan(plan, info, func, vals, tree)
@@ -294,6 +297,8 @@ def record(func, args, kwargs):
         return run_eagerly(func, args, kwargs, why="a non-empty result of an empty input")
     if not dtypes_supported(vals):
         return run_eagerly(func, args, kwargs, why="unsupported dtype")
+    if denied is not None:
+        return run_eagerly(func, args, kwargs, why=denied.split("\n")[0])
     if not op_is_supported(func):
         from . import decompose
         how = decompose.plan(func, vals, tree)

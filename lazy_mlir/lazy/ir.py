@@ -211,6 +211,14 @@ def make_node(op, flat: list, tree: tuple, inputs: list[Value], specs: list,
     return outs
 
 
+def arg_signature(flat: list) -> tuple:
+    """What decides whether an op's lowering compiles: the dtype and rank of
+    each tensor argument (``flat`` as a Node holds it) and the constants;
+    sizes do not enter, so one failed shape does not retry every size."""
+    return tuple((v.spec.dtype, len(v.spec.shape)) if type(v) is Value else repr(v)
+                 for v in flat)
+
+
 def node_prefix(op, const_repr: str, specs: list):
     """The part of a node's key that does not depend on its inputs: a sha256
     over the op, its constant arguments and its output signatures (the

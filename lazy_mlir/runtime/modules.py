@@ -84,7 +84,6 @@ def _unloadable(graph, error) -> EagerEntry:
 
 
 def _compile(graph, target, config):
-    from ..dialects.support import deny
     from ..passes.runner import PipelineError
     from ..pipeline.fx_graph import to_fx
     from ..pipeline.stages import compile_stages, lower
@@ -105,13 +104,29 @@ def _compile(graph, target, config):
         return compiled
     except PipelineError as e:
         ops = list(e.unlowered)
-        for op in ops:
-            deny(op, f"compile failed: {e}")
+        _deny(graph, ops, f"compile failed: {e}")
         log.warning("%s\n  the graph runs eagerly on the CPU%s", e,
-                    f"; ops no longer compiled: {', '.join(ops)}" if ops else "")
-        return EagerEntry(gm, ops or [n.op.__name__.split(".")[0] for n in graph.nodes])
+                    f"; not compiled again for these argument dtypes and ranks: {', '.join(ops)}"
+                    if ops else "")
+        return EagerEntry(gm, sorted({o.split(".")[0] for o in ops})
+                          or [n.op.__name__.split(".")[0] for n in graph.nodes])
     finally:
         metrics.add_sample("CompileTime", time.perf_counter() - t0)
+
+
+def _deny(graph, ops: list[str], why: str) -> None:
+    """Stop compiling the blamed ops for the argument signatures they had in
+    ``graph``; an op no node of the graph is (one an import decomposition
+    made) is stopped for every signature."""
+    from ..dialects.support import deny, deny_signature, mlir_name
+    from ..lazy.ir import arg_signature
+    for op in ops:
+        nodes = [n for n in graph.nodes if getattr(n.op, "_overloadname", None) is not None
+                 and mlir_name(n.op) == op]
+        for n in nodes:
+            deny_signature(op, arg_signature(n.flat), why)
+        if not nodes:
+            deny(op, why)
 
 
 def clobbered_args(text: str) -> tuple[int, ...]:

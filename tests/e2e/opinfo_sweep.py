@@ -41,6 +41,7 @@ import math
 import multiprocessing
 import os
 import re
+import signal
 import sys
 import time
 import traceback
@@ -482,6 +483,7 @@ class Probe:
             _INITIAL_DENIED = dict(support.DENIED)
         support.DENIED.clear()
         support.DENIED.update(_INITIAL_DENIED)
+        support.DENIED_SIGNATURES.clear()  # each op starts with no failed compiles
         logger = logging.getLogger("lazy_mlir")
         logger.addHandler(self.handler)
         self._real = getattr(fallback, "run_eagerly", None)
@@ -501,6 +503,8 @@ class Probe:
         if self._real is not None:
             self.fallback.run_eagerly = self._real
         self.denied = {k: v for k, v in self.support.DENIED.items() if k not in (_INITIAL_DENIED or {})}
+        for k, sigs in self.support.DENIED_SIGNATURES.items():
+            self.denied.setdefault(k, next(iter(sigs.values())))
         for k, v in self.denied.items():
             _COMPILE_FAILURES[k.split(".")[0]] = v
         return False
@@ -842,6 +846,7 @@ def _prestart_runtime_thread() -> None:
 
 def _worker_main(conn) -> None:
     """Loop of a worker process: ("run", kwargs) -> ("result", dict)."""
+    os.setpgrp()  # its own process group: a kill takes its iree-compile children too
     logging.getLogger("lazy_mlir").propagate = False
     logging.getLogger("lazy_mlir").addHandler(logging.NullHandler())
     warnings.simplefilter("ignore")
@@ -929,7 +934,10 @@ class Worker:
     def _kill(self):
         if self.proc is not None:
             if self.proc.is_alive():
-                self.proc.kill()
+                try:  # the worker and the iree-compile it waits for (else orphaned, still compiling)
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    self.proc.kill()
             self.proc.join(10)
         if self.conn is not None:
             self.conn.close()
