@@ -66,7 +66,7 @@ def test_random_op_written_with_eagers_own_fills_is_decomposed():
 
 
 def test_op_without_decomposition():
-    assert plan(aten.histc.default, value(8), 10, 0.0, 1.0) == "no decomposition"
+    assert plan(aten._pdist_backward.default, value(4, 3), value(6), 2.0, value(6)) == "no decomposition"
 
 
 def test_supported_op_is_not_decomposed():
