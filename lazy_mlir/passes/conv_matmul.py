@@ -152,8 +152,20 @@ def _input_grad(grad_out, weight, h, w, padding, dilation):
     return aten.permute(dx, [0, 3, 1, 2])
 
 
+def _pairs(*args):
+    """stride, padding, dilation as 2-lists (ATen repeats a 1-list over the
+    spatial dims: ``conv2d(padding='valid')`` records ``[0]``); None if any
+    has another length."""
+    out = [list(a) * 2 if len(a) == 1 else list(a) for a in args]
+    return out if all(len(a) == 2 for a in out) else None
+
+
 def convolution(x, weight, bias, stride, padding, dilation, transposed, output_padding,
                 groups):
+    pairs = _pairs(stride, padding, dilation)
+    if pairs is None:
+        return NotImplemented
+    stride, padding, dilation = pairs
     if (not _rewritable(x, weight, transposed, groups) or not _deep(x.shape[1], weight)
             or not _wide(x, weight, stride, padding, dilation)):
         return NotImplemented
@@ -167,6 +179,10 @@ def convolution_backward(grad_out, x, weight, bias_sizes, stride, padding, dilat
                          transposed, output_padding, groups, output_mask):
     """Weight gradient ``dW[O, K*C] = dY[N*L, O]^T @ cols[N*L, K*C]``; input
     gradient (stride 1) by ``_input_grad``; the other strides keep the op."""
+    pairs = _pairs(stride, padding, dilation)
+    if pairs is None:
+        return NotImplemented
+    stride, padding, dilation = pairs
     if (not _rewritable(x, weight, transposed, groups) or grad_out.dtype != x.dtype
             or not _wide(x, weight, stride, padding, dilation)):
         return NotImplemented

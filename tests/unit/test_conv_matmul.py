@@ -45,6 +45,22 @@ def test_forward_and_backward_match_aten(case, monkeypatch):
             torch.testing.assert_close(a, b)
 
 
+def test_one_element_lists_are_repeated(monkeypatch):
+    # conv2d(padding='valid') records padding [0]; ATen repeats it over both dims
+    monkeypatch.setattr(cm, "MIN_COLUMNS", 1)
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 4, 7, 6, generator=g, dtype=torch.float64)
+    w = torch.randn(3, 4, 2, 3, generator=g, dtype=torch.float64)
+    conv = ([2], [0], [1], False, [0], 1)
+    torch.testing.assert_close(cm.convolution(x, w, None, *conv),
+                               aten.convolution(x, w, None, *conv))
+    dy = torch.randn(aten.convolution(x, w, None, *conv).shape, generator=g, dtype=torch.float64)
+    for a, b in zip(cm.convolution_backward(dy, x, w, [3], *conv, [False, True, True]),
+                    aten.convolution_backward(dy, x, w, [3], *conv, [False, True, True])):
+        if b is not None:
+            torch.testing.assert_close(a, b)
+
+
 def test_left_alone_when_not_worth_it_or_not_covered(monkeypatch):
     wide = ([1, 1], [0, 0], [1, 1], False, [0, 0], 1)
     assert cm.convolution(torch.randn(1, 8, 12, 12), torch.randn(8, 8, 3, 3), None,
