@@ -1,0 +1,117 @@
+"""Index bounds checks at capture (``lazy/bounds.py``): what is clamped, what
+is checked now, which flags a graph takes. Nothing here compiles."""
+import pytest
+import torch
+
+from lazy_mlir.lazy import bounds
+from lazy_mlir.lazy.capture import emit
+from lazy_mlir.lazy.graph import Graph
+from lazy_mlir.lazy.ir import DeviceData, TensorSpec, Value
+
+aten = torch.ops.aten
+
+
+def device_value(*shape, dtype=torch.int64):
+    """Device data with no host copy: its values are unknown at capture."""
+    return Value.of_data(DeviceData(TensorSpec.of(torch.empty(shape, dtype=dtype))))
+
+
+def host_value(t):
+    return Value.of_data(DeviceData(TensorSpec.of(t), host=t))
+
+
+@pytest.fixture(autouse=True)
+def no_pending():
+    bounds._pending.clear()
+    yield
+    bounds._pending.clear()
+
+
+def test_host_index_raises_like_eager_at_capture():
+    x = device_value(6, dtype=torch.float32)
+    with pytest.raises(IndexError, match="index 7 is out of bounds for dimension 0 with size 6"):
+        bounds.guard(aten.index.Tensor, (x, [host_value(torch.tensor([0, 7]))]), {}, emit)
+    with pytest.raises(RuntimeError, match="index -1 is out of bounds"):
+        bounds.guard(aten.gather.default, (x, 0, host_value(torch.tensor([-1]))), {}, emit)
+    # In range (negatives where the op takes them): nothing recorded, nothing changed.
+    args = (x, [host_value(torch.tensor([0, -6, 5]))])
+    assert bounds.guard(aten.index.Tensor, args, {}, emit) == (args, {})
+    assert not bounds._pending
+
+
+def test_host_index_behind_a_view_is_checked_at_capture():
+    w = device_value(3, 4, dtype=torch.float32)
+    i = emit(aten.view.default, (host_value(torch.tensor([[0, 3]])), [-1]), {})[0]
+    with pytest.raises(IndexError, match="index out of range in self"):
+        bounds.guard(aten.embedding.default, (w, i), {}, emit)
+
+
+def test_device_index_is_clamped_and_flagged():
+    x, i = device_value(6, dtype=torch.float32), device_value(4)
+    (x2, _, i2), _ = bounds.guard(aten.index_select.default, (x, 0, i), {}, emit)
+    assert x2 is x and i2 is not i
+    assert i2.node.op is aten.clamp.default and i2.node.flat[1:] == [0, 5]
+    assert len(bounds._pending) == 1 and bounds._pending[0].exc is IndexError
+    assert "aten.index_select" in bounds._pending[0].message
+    assert "test_bounds.py" in bounds._pending[0].message
+
+
+def test_nll_loss_keeps_ignore_index_and_bool_masks_are_not_checked():
+    logits = device_value(2, 4, dtype=torch.float32)
+    (_, target, *_), _ = bounds.guard(
+        aten.nll_loss_forward.default, (logits, device_value(2), None, 1, -100), {}, emit)
+    assert target.node.op is aten.where.self  # -100 stays -100, the rest is clamped
+    bounds._pending.clear()
+    x = device_value(6, dtype=torch.float32)
+    args = (x, [device_value(6, dtype=torch.bool)], device_value(dtype=torch.float32))
+    assert bounds.guard(aten.index_put.default, args, {}, emit) == (args, {})
+    assert not bounds._pending
+
+
+def test_empty_index_and_unchecked_mode():
+    x = device_value(6, dtype=torch.float32)
+    args = (x, 0, device_value(0))
+    assert bounds.guard(aten.index_select.default, args, {}, emit) == (args, {})
+    with bounds.unchecked():
+        (_, _, i), _ = bounds.guard(aten.index_select.default, (x, 0, device_value(3)), {}, emit)
+    assert i.node.op is aten.clamp.default and not bounds._pending
+
+
+def test_a_graph_takes_the_flags_it_can_compute():
+    x = device_value(6, dtype=torch.float32)
+    inside = emit(aten.mul.Scalar, (device_value(2), 2), {})[0]
+    outside = emit(aten.mul.Scalar, (device_value(2), 3), {})[0]
+    (_, _, a), _ = bounds.guard(aten.index_select.default, (x, 0, inside), {}, emit)
+    (_, _, b), _ = bounds.guard(aten.index_select.default, (x, 0, outside), {}, emit)
+    out = emit(aten.index_select.default, (x, 0, a), {})[0]
+    taken = []
+
+    def extra(order):
+        flag, checks = bounds.take_flag(order, everything=False)
+        taken.extend(checks)
+        return [flag]
+
+    graph = Graph.build([out], extra=extra)
+    assert len(taken) == 1 and len(graph.outputs) == 2  # the result and its flag
+    assert graph.outputs[1].spec.shape == ()
+    assert len(bounds._pending) == 1  # ``outside`` waits for a graph that computes it
+    flag, checks = bounds.take_flag({}, everything=True)  # mark_step takes every flag
+    assert len(checks) == 1 and not bounds._pending
+
+
+def test_graph_key_unchanged_without_pending_checks():
+    v = emit(aten.mul.Scalar, (device_value(2), 2), {})[0]
+    plain = Graph.build([v])
+    with_hook = Graph.build([v], extra=lambda order: bounds.take_flag(order, False)[:1])
+    assert plain.key == with_hook.key and len(with_hook.outputs) == 1
+
+
+def test_raise_if_flagged_names_every_failed_check():
+    checks = [(RuntimeError, "aten.gather: an index is outside [0, 6)"),
+              (IndexError, "aten.index_put: an index is outside [-6, 6)"),
+              (IndexError, "aten.embedding: fine")]
+    bounds.raise_if_flagged(torch.tensor([False, False, False]), checks)
+    with pytest.raises(RuntimeError) as info:
+        bounds.raise_if_flagged(torch.tensor([True, True, False]), checks)
+    assert "aten.gather" in str(info.value) and "also aten.index_put" in str(info.value)
+    assert "aten.embedding" not in str(info.value) and "next sync point" in str(info.value)
