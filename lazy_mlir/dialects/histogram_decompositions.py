@@ -1,5 +1,8 @@
-"""``histc`` as ATen's CPU kernel computes it (``ATen/native/Histogram.cpp``,
-``ATen/native/cpu/HistogramKernel.cpp``), with the bin count static.
+"""``histc`` and ``histogram`` as ATen's CPU kernel computes them
+(``ATen/native/Histogram.cpp``, ``ATen/native/cpu/HistogramKernel.cpp``),
+with the bin count static. ``histc`` below; ``histogram`` (edges from a bin
+count, or given as a tensor; weights, density) at ``histogram_bin_ct`` and
+``histogram_bins_tensor``.
 
 The outer edges: ``min``/``max`` rounded to the input dtype; when they are
 equal (the default 0, 0) and the input is not empty, the input's own min and
@@ -101,6 +104,157 @@ def histc(x, bins=100, min=0, max=0):
     return aten.where.self(ok, out, nan)
 
 
+def _host_linspace(lo: float, hi: float, steps: int, dtype) -> list:
+    """ATen's own ``linspace`` on the host, outside the trace: its rounding
+    (a fused multiply-add, vectorised chunks) is what the edges must be."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
+    with unset_fake_temporarily(), disable_proxy_modes_tracing():
+        return torch.linspace(lo, hi, steps, dtype=dtype).tolist()
+
+
+def _graph_linspace(lo, hi, steps: int):
+    """ATen's scalar ``linspace`` loop on 0-d tensors: ``lo + step * i`` for
+    the first half, ``hi - step * (steps - 1 - i)`` after, each a fused
+    multiply-add (as the CPU build contracts it; emulated in float64, which
+    rounds twice: it may differ from the fused result in the last bit in
+    rare ties). Only below 16 steps, where ATen does not vectorise."""
+    f64 = torch.float64
+    step = aten.div.Scalar(aten.sub.Tensor(hi, lo), float(steps - 1))  # in the dtype
+    half = steps // 2
+    k = torch.tensor([i if i < half else -(steps - 1 - i) for i in range(steps)], dtype=f64,
+                     device=lo.device)
+    base = aten.where.self(torch.tensor([i < half for i in range(steps)], device=lo.device),
+                           aten._to_copy.default(lo, dtype=f64),
+                           aten._to_copy.default(hi, dtype=f64))
+    out = aten.add.Tensor(base, aten.mul.Tensor(aten._to_copy.default(step, dtype=f64), k))
+    return aten._to_copy.default(out, dtype=lo.dtype)
+
+
+def _searched_bins(x, edges, linear: bool):
+    """Each element's bin against sorted ``edges`` (1-d, bins + 1) as the
+    kernel finds it, and whether it counts (inside [first, last] edge, not
+    NaN). ``linear``: the linear guess refined by ``upper_bound`` over the
+    3 edges around it (``LINEAR_INTERPOLATION_WITH_LOCAL_SEARCH``); else
+    ``upper_bound`` over all edges (``BINARY_SEARCH``)."""
+    nb = edges.shape[0] - 1
+    lo = aten.select.int(edges, 0, 0)
+    hi = aten.select.int(edges, 0, nb)
+    valid = aten.logical_and.default(aten.ge.Tensor(x, lo), aten.le.Tensor(x, hi))
+    le = aten.le.Tensor(aten.unsqueeze.default(edges, 0), aten.unsqueeze.default(x, 1))
+    ks = aten.arange.default(nb + 1, dtype=torch.int64, device=x.device)
+    if linear:
+        scaled = aten.div.Tensor(aten.mul.Scalar(aten.sub.Tensor(x, lo), float(nb)),
+                                 aten.sub.Tensor(hi, lo))
+        safe = aten.where.self(valid, scaled, torch.zeros((), dtype=x.dtype, device=x.device))
+        guess = aten._to_copy.default(safe, dtype=torch.int64)
+        first = aten.clamp_min.default(aten.sub.Scalar(guess, 1), 0)
+        last = aten.clamp_max.default(aten.add.Scalar(guess, 2), nb + 1)
+        window = aten.logical_and.default(
+            aten.ge.Tensor(aten.unsqueeze.default(ks, 0), aten.unsqueeze.default(first, 1)),
+            aten.lt.Tensor(aten.unsqueeze.default(ks, 0), aten.unsqueeze.default(last, 1)))
+        le = aten.logical_and.default(le, window)
+        base = aten.sub.Scalar(first, 1)
+    else:
+        base = torch.full((), -1, dtype=torch.int64, device=x.device)
+    pos = aten.add.Tensor(base, aten.sum.dim_IntList(aten._to_copy.default(le, dtype=torch.int64),
+                                                     [1]))
+    return aten.clamp_max.default(pos, nb - 1), valid
+
+
+def _histogram_counts(x, edges, linear, weight, density):
+    nb = edges.shape[0] - 1
+    pos, valid = _searched_bins(x, edges, linear)
+    ids = aten.arange.default(nb, dtype=torch.int64, device=x.device)
+    hot = aten.logical_and.default(aten.eq.Tensor(aten.unsqueeze.default(pos, 1), ids),
+                                   aten.unsqueeze.default(valid, 1))
+    zero = torch.zeros((), dtype=x.dtype, device=x.device)
+    if weight is None:
+        hist = aten._to_copy.default(aten.sum.dim_IntList(
+            aten._to_copy.default(hot, dtype=torch.int64), [0]), dtype=x.dtype)
+    else:
+        w = aten.reshape.default(weight, [-1, 1])
+        hist = aten.sum.dim_IntList(aten.where.self(hot, w, zero), [0])
+    if density:
+        hist = aten.div.Tensor(hist, aten.sum.default(hist))
+        widths = aten.sub.Tensor(aten.slice.Tensor(edges, 0, 1, nb + 1),
+                                 aten.slice.Tensor(edges, 0, 0, nb))
+        hist = aten.div.Tensor(hist, widths)
+    return hist
+
+
+def _histogram_ok(x, weight):
+    return x.dtype in _FLOATS and (weight is None or (weight.dtype == x.dtype
+                                                      and weight.numel() == x.numel()))
+
+
+def histogram_bin_ct(x, bins=100, *, range=None, weight=None, density=False):
+    """``torch.histogram(x, bins: int)``: ``bins + 1`` linspace edges over
+    ``range``, else the data's min and max (equal ends widened by 0.5), else
+    [0, 1] for no data; then the kernel's linear guess with a local search.
+    A given range takes ATen's own edges (computed on the host); the data's
+    range is computed in the graph, for fewer than 15 bins (ATen's scalar
+    linspace), with NaN everywhere where eager raises (NaN or infinite data)."""
+    if not _histogram_ok(x, weight) or not isinstance(bins, int) or bins <= 0 \
+            or x.numel() * (bins + 1) > _MAX_ONE_HOT:
+        return NotImplemented
+    flat = aten.reshape.default(x, [-1])
+    if range is not None or x.numel() == 0:
+        lo_d, hi_d = (float(range[0]), float(range[1])) if range is not None else (0.0, 1.0)
+        if not (math.isfinite(lo_d) and math.isfinite(hi_d)) or lo_d > hi_d:
+            return NotImplemented  # eager raises
+        if lo_d == hi_d:
+            lo_d, hi_d = lo_d - 0.5, hi_d + 0.5
+        edges = torch.tensor(_host_linspace(lo_d, hi_d, bins + 1, x.dtype), dtype=x.dtype,
+                             device=x.device)
+        if x.numel() == 0:
+            hist = torch.zeros([bins], dtype=x.dtype, device=x.device)
+            if density:  # 0 / 0
+                hist = aten.div.Tensor(hist, aten.sum.default(hist))
+            return hist, edges
+        return _histogram_counts(flat, edges, True, weight, density), edges
+    if bins + 1 >= 16:
+        return NotImplemented
+    any_nan = aten.any.default(aten.isnan.default(flat))
+    lo, hi = aten.amin.default(flat, [0]), aten.amax.default(flat, [0])
+    same = aten.eq.Tensor(lo, hi)
+    # +-0.5 in double, then rounded to the dtype by linspace
+    f64 = torch.float64
+    lo = aten._to_copy.default(aten.where.self(same, aten.sub.Scalar(
+        aten._to_copy.default(lo, dtype=f64), 0.5), aten._to_copy.default(lo, dtype=f64)),
+        dtype=x.dtype)
+    hi = aten._to_copy.default(aten.where.self(same, aten.add.Scalar(
+        aten._to_copy.default(hi, dtype=f64), 0.5), aten._to_copy.default(hi, dtype=f64)),
+        dtype=x.dtype)
+    edges = _graph_linspace(lo, hi, bins + 1)
+    hist = _histogram_counts(flat, edges, True, weight, density)
+    ok = aten.logical_and.default(aten.logical_and.default(
+        aten.isfinite.default(lo), aten.isfinite.default(hi)), aten.logical_not.default(any_nan))
+    nan = torch.full((), math.nan, dtype=x.dtype, device=x.device)
+    return aten.where.self(ok, hist, nan), aten.where.self(ok, edges, nan)
+
+
+def histogram_bins_tensor(x, bins, *, weight=None, density=False):
+    """``torch.histogram(x, bins: Tensor)``: the given edges (copied), each
+    element's bin by ``upper_bound`` over all of them (``BINARY_SEARCH``).
+    Eager checks the edges are sorted and raises; here unsorted edges give
+    some answer."""
+    if not _histogram_ok(x, weight) or bins.dtype != x.dtype or bins.dim() != 1 \
+            or bins.shape[0] < 2 or x.numel() * bins.shape[0] > _MAX_ONE_HOT:
+        return NotImplemented
+    edges = aten.clone.default(bins)
+    nb = bins.shape[0] - 1
+    if x.numel() == 0:
+        hist = torch.zeros([nb], dtype=x.dtype, device=x.device)
+        if density:
+            hist = aten.div.Tensor(hist, aten.sum.default(hist))
+        return hist, edges
+    flat = aten.reshape.default(x, [-1])
+    return _histogram_counts(flat, edges, False, weight, density), edges
+
+
 HISTOGRAM_DECOMPOSITIONS = {
     aten.histc.default: histc,
+    aten.histogram.bin_ct: histogram_bin_ct,
+    aten.histogram.bins_tensor: histogram_bins_tensor,
 }

@@ -44,3 +44,21 @@ def test_histc_nonfinite_data_range():
     with pytest.raises(RuntimeError):
         torch.histc(x, 4)
     assert torch.histc(lazy(x), 4).cpu().isnan().all()
+
+
+def test_histogram_bin_count_and_edges():
+    w = torch.linspace(-1.0, 2.0, EDGY.numel())
+    _compiled_as_eager(lambda x, w: [*torch.histogram(x, 4, range=(-2.0, 2.0)),
+                                     *torch.histogram(x, 3, range=(-0.3, 0.7), weight=w,
+                                                      density=True),
+                                     *torch.histogram(x, 5, range=(1.0, 1.0))], EDGY, w)
+
+
+def test_histogram_bin_tensor_and_data_range():
+    x = torch.randn(40, generator=torch.Generator().manual_seed(2))
+    edges = torch.tensor([-1.5, -0.5, 0.0, 0.0, 0.25, 2.0])  # an empty bin of width 0
+    xs = torch.cat([x, torch.tensor([NAN, INF, -1.5, 2.0, 0.0])])
+    _compiled_as_eager(lambda x, e: [*torch.histogram(x, e),
+                                     *torch.histogram(x, e, weight=x.abs(), density=True)],
+                       xs, edges)
+    _compiled_as_eager(lambda x: torch.histogram(x, 7), x)  # the data's min and max
