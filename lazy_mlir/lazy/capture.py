@@ -358,7 +358,10 @@ def dispatch(func, args, kwargs):
     t0 = time.perf_counter()
     dispatch_depth[0] += 1
     try:
-        kind = op_info(func).kind
+        try:  # op_info, inlined: a call less on every dispatch
+            kind = func._lazy_mlir.kind
+        except AttributeError:
+            kind = op_info(func).kind
         if kind == "functional":
             return record(func, args, kwargs)
         if kind == "view":
@@ -548,9 +551,9 @@ def _sync_op(func, args, kwargs):
     """Ops that return Python values (``item``, ``equal``, ...): run on host."""
     from .sync import to_host
     metrics.counter_inc("sync::" + func.__name__.split(".")[0])
-    flat, tree = tree_flatten((args, kwargs))
-    host = [to_host(a) if isinstance(a, LazyTensor) else a for a in flat]
-    hargs, hkwargs = tree_unflatten(host, tree)
+    flat, tree = argtree.flatten(args, kwargs)  # (not torch's pytree: a step's item() pays it)
+    hargs, hkwargs = argtree.unflatten(
+        [to_host(a) if isinstance(a, LazyTensor) else a for a in flat], tree)
     return func(*hargs, **hkwargs)
 
 
