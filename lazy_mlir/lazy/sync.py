@@ -119,12 +119,7 @@ def _run(entry, inputs: list[DeviceData], outputs: list[DeviceData], target,
 def host_of(d: DeviceData) -> torch.Tensor:
     """The host copy of device data, waiting for the graph computing it."""
     if d.host is None:
-        future = d.future
-        try:
-            d.wait()
-        except BaseException:
-            worker.reported(future)  # raised here: the next sync point does not repeat it
-            raise
+        d.wait()
     if d.host is None:
         from ..runtime.session import session_for
         d.host = session_for(current_target()).to_host(d.device, d.spec)

@@ -125,14 +125,6 @@ def wait_all() -> None:
     raise_pending_error()
 
 
-def reported(fut) -> None:
-    """``fut``'s error was raised to the user by a read of its output: the
-    next sync point need not raise it again."""
-    with _lock:
-        if fut in _unreported:
-            _unreported.remove(fut)
-
-
 def raise_pending_error() -> None:
     with _lock:
         failed = [f for f in _unreported if f.done() and f.exception() is not None]

@@ -101,7 +101,8 @@ def test_computed_index_raises_at_sync(which, counters):
         assert "index out of range in aten." in message and "test_index_bounds.py" in message
         with pytest.raises(type(info.value)):  # every output of that graph is poisoned
             outs[0].cpu()
-        lm.mark_step()  # raised once, by the read: not again
+        with pytest.raises(type(info.value)):  # and once by the next sync point
+            lm.mark_step()
     # The whole sweep compiled the program once, and nothing ran eagerly.
     assert counters.delta("UncachedCompile") <= 2
     assert not [n for n in lm.metrics.counter_names()
@@ -109,8 +110,9 @@ def test_computed_index_raises_at_sync(which, counters):
 
 
 def test_no_write_outside_the_tensor():
-    """An out-of-range scatter and index_put are clamped into their target:
-    tensors around it (made before, and a view's base) keep their values."""
+    """An out-of-range scatter and an index_put through a view are clamped
+    into their targets: tensors made before keep their values; the graph's
+    own results (the view's base too) raise when read."""
     neighbours = [lazy(torch.full((64,), float(k))) + 0 for k in range(4)]
     base = lazy(torch.zeros(10)) + 0
     lm.mark_step()
@@ -125,6 +127,8 @@ def test_no_write_outside_the_tensor():
     assert "aten.scatter.src" in str(info.value) and "also aten.index_put" in str(info.value)
     with pytest.raises(RuntimeError):
         target.cpu()  # read again: still raises
+    with pytest.raises(RuntimeError):  # and the next sync point reports it once
+        lm.wait_device_ops()
     for k, n in enumerate(neighbours):
         assert torch.equal(n.cpu(), torch.full((64,), float(k)))
     fresh = lazy(torch.arange(4.0)) * 2
