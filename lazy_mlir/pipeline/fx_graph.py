@@ -64,16 +64,26 @@ def decompose(gm: fx.GraphModule, extra: dict | None = None,
     """Re-trace ``gm`` through torch-mlir's recommended decomposition table
     (core aten decompositions minus those torch-mlir lowers better itself,
     the table ``torch_mlir.fx.export_and_import`` applies) and ours (unless
-    ``base`` is false), then ``extra`` (which wins)."""
+    ``base`` is false), then ``extra`` (which wins; where an ``extra`` entry
+    returns ``NotImplemented``, the base table's entry for the op applies)."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from ..dialects.support import decomposition_table
     table = dict(decomposition_table()) if base else {}
-    table.update(extra or {})
+    for op, fn in (extra or {}).items():
+        table[op] = _first_implemented(fn, table[op]) if op in table else fn
     fakes = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
     mode = fakes[0].fake_mode if fakes else FakeTensorMode()
     with mode:
         return make_fx(gm, decomposition_table=table)(*fakes)
+
+
+def _first_implemented(first, second):
+    """``first``, or ``second`` where ``first`` returns ``NotImplemented``."""
+    def run(*args, **kwargs):
+        out = first(*args, **kwargs)
+        return second(*args, **kwargs) if out is NotImplemented else out
+    return run
 
 
 def _returns_single_tensor(op) -> bool:

@@ -75,3 +75,16 @@ def test_traced_pool_step_has_no_pooling_ops():
     assert aten.max_pool2d_with_indices.default not in targets
     assert aten.max_pool2d_with_indices_backward.default not in targets
     torch.testing.assert_close(gm(x)[0], step(x)[0], rtol=0, atol=0)
+
+
+def test_pools_it_leaves_alone_keep_the_base_decomposition():
+    # pipeline.fx_graph.decompose: where this pass returns NotImplemented the
+    # base table's max_pool2d_with_indices decomposition must still apply
+    from lazy_mlir.pipeline.fx_graph import decompose
+
+    def pool(x):
+        return aten.max_pool2d_with_indices(x, [3, 3], [2, 2], [0, 0], [1, 2], True)
+
+    gm = make_fx(pool, tracing_mode="fake")(torch.randn(1, 2, 3, 6))
+    ops = lambda g: sorted(str(n.target) for n in g.graph.nodes if n.op == "call_function")
+    assert ops(decompose(gm, pe.DECOMPOSITIONS)) == ops(decompose(gm))
