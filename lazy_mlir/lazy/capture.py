@@ -15,6 +15,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from . import argtree, bounds, debug, empty_inputs, metrics, shapes
+from . import foreach as _foreach
 from .coverage import _active as _dry_run
 from .ir import DeviceData, TensorSpec, Value, arg_signature, make_node, node_prefix
 from .resize import SPECIAL as RESIZE
@@ -342,6 +343,8 @@ def _kind(func) -> str:
     schema = func._schema
     if func in _SPECIAL:
         return "special"
+    if schema.name.startswith("aten::_foreach_"):  # lists in, lists or nothing out
+        return "foreach"
     if not any(isinstance(r.type, torch.TensorType) or "Tensor" in str(r.type)
                for r in schema.returns):
         return "sync"
@@ -372,6 +375,8 @@ def dispatch(func, args, kwargs):
             return _SPECIAL[func](func, args, kwargs)
         if kind == "inplace_view":
             return _inplace_view(func, args, kwargs)
+        if kind == "foreach":
+            return _foreach.dispatch(func, args, kwargs)
         return _sync_op(func, args, kwargs)
     finally:
         dispatch_depth[0] -= 1
