@@ -29,6 +29,7 @@ import functools
 import torch
 
 from . import metrics
+from .tensor import LazyTensor
 
 aten = torch.ops.aten
 PREFIX = "_foreach_"
@@ -104,7 +105,6 @@ def dispatch(func, args, kwargs):
     bound.update(kwargs)
     n = _length(func, how, bound)
     for s in how.tensor_scalars:
-        from .tensor import LazyTensor
         if isinstance(bound[s], LazyTensor):  # its values are needed on the host
             return _run_eagerly(func, args, kwargs, "per-element scalars in a lazy tensor")
         bound[s] = _scalar_list(bound[s], n)
@@ -159,7 +159,7 @@ def _run_eagerly(func, args, kwargs, why: str):
     from .coverage import active
     from .fallback import note_fallback
     from .sync import to_host
-    from .tensor import LazyTensor, wrap_value
+    from .tensor import wrap_value
     from torch.utils._pytree import tree_flatten, tree_unflatten
     if active() is not None:  # lm.check_coverage: record it, run nothing
         return active().stand_in(func, args, kwargs, why)

@@ -110,3 +110,21 @@ def test_unmapped_foreach_op_falls_back_visibly():
     assert lm.metrics.counter_value("aten::_foreach_powsum") == before + 1
     for a, e in zip(got, torch._foreach_powsum(xs, 2)):
         assert_lazy_close(a, e)
+
+
+def test_lazy_per_element_scalars_fall_back_visibly():
+    """addcdiv_.Tensor reads one scalar per element from its ``scalars``
+    tensor; held on the lazy device, the op runs eagerly (counted) and its
+    in-place writes still reach the lazy tensors."""
+    g = torch.Generator().manual_seed(3)
+    xs = [torch.randn(3, generator=g), torch.randn(2, 2, generator=g)]
+    t1 = [torch.randn(3, generator=g), torch.randn(2, 2, generator=g)]
+    t2 = [torch.rand(3, generator=g) + 1, torch.rand(2, 2, generator=g) + 1]
+    scalars = torch.tensor([0.5, -2.0])
+    lx = [lazy(x) for x in xs]
+    before = lm.metrics.counter_value("aten::_foreach_addcdiv_")
+    torch._foreach_addcdiv_(lx, [lazy(t) for t in t1], [lazy(t) for t in t2], lazy(scalars))
+    assert lm.metrics.counter_value("aten::_foreach_addcdiv_") == before + 1
+    torch._foreach_addcdiv_(xs, t1, t2, scalars)
+    for a, e in zip(lx, xs):
+        assert_lazy_close(a, e)
