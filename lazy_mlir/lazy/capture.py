@@ -554,6 +554,9 @@ def _mutating_args(func, written, args, kwargs):
 
 def _sync_op(func, args, kwargs):
     """Ops that return Python values (``item``, ``equal``, ...): run on host."""
+    if func._schema.is_mutable:  # (_amp_foreach_*_, _fused_adam_): to_host gives the
+        # device data's own host tensor, which must not be written: copies, written back
+        return _foreach.run_eagerly(func, args, kwargs, "it writes arguments and returns nothing")
     from .sync import to_host
     metrics.counter_inc("sync::" + func.__name__.split(".")[0])
     flat, tree = argtree.flatten(args, kwargs)  # (not torch's pytree: a step's item() pays it)

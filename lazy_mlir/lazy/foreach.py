@@ -99,14 +99,14 @@ def dispatch(func, args, kwargs):
     how = plan(func)
     name = func.__name__.split(".")[0]
     if isinstance(how, str):
-        return _run_eagerly(func, args, kwargs, how)
+        return run_eagerly(func, args, kwargs, how)
     bound = dict(how.defaults)
     bound.update(zip(how.names, args))
     bound.update(kwargs)
     n = _length(func, how, bound)
     for s in how.tensor_scalars:
         if isinstance(bound[s], LazyTensor):  # its values are needed on the host
-            return _run_eagerly(func, args, kwargs, "per-element scalars in a lazy tensor")
+            return run_eagerly(func, args, kwargs, "per-element scalars in a lazy tensor")
         bound[s] = _scalar_list(bound[s], n)
     metrics.counter_inc("lazy::" + name)
     results = []
@@ -151,10 +151,13 @@ def _scalar_list(t: torch.Tensor, n: int) -> list:
     return t.tolist()
 
 
-def _run_eagerly(func, args, kwargs, why: str):
-    """A foreach op without a per-tensor mapping: run it on host copies, then
-    write each written list element back (``fallback.run_eagerly`` writes only
-    top-level tensor arguments)."""
+def run_eagerly(func, args, kwargs, why: str):
+    """Run ``func`` on host copies of its lazy arguments, then write every
+    argument it writes back into the lazy tensors, list elements included
+    (``fallback.run_eagerly`` writes only top-level tensor arguments). For
+    foreach ops without a per-tensor mapping, and for capture's other ops
+    that return nothing but write their arguments
+    (``_amp_foreach_non_finite_check_and_unscale_``, ``_fused_adam_``)."""
     from .capture import assign, data_value
     from .coverage import active
     from .fallback import note_fallback

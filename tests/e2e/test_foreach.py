@@ -128,3 +128,23 @@ def test_lazy_per_element_scalars_fall_back_visibly():
     torch._foreach_addcdiv_(xs, t1, t2, scalars)
     for a, e in zip(lx, xs):
         assert_lazy_close(a, e)
+
+
+def test_ops_writing_arguments_and_returning_nothing_write_back():
+    """GradScaler's ``_amp_foreach_non_finite_check_and_unscale_`` returns
+    nothing and writes a list and a tensor: it runs eagerly on copies
+    (counted), the lazy tensors get the new values, and the device data they
+    had before is left unchanged."""
+    grads = [torch.tensor([1.0, 2.0]), torch.tensor([[4.0, float("inf")]])]
+    lg = [lazy(g) for g in grads]
+    kept = lg[0] + 0  # a graph over the old data, computed after the write
+    found, inv = torch.zeros(()), torch.tensor(0.5)
+    lfound = lazy(found)
+    before = lm.metrics.counter_value("aten::_amp_foreach_non_finite_check_and_unscale_")
+    torch._amp_foreach_non_finite_check_and_unscale_(lg, lfound, lazy(inv))
+    assert lm.metrics.counter_value(
+        "aten::_amp_foreach_non_finite_check_and_unscale_") == before + 1
+    torch._amp_foreach_non_finite_check_and_unscale_(grads, found, inv)
+    for a, e in zip([*lg, lfound], [*grads, found]):
+        assert_lazy_close(a, e)
+    assert_lazy_close(kept, torch.tensor([1.0, 2.0]))
