@@ -1,5 +1,5 @@
 """Index bounds checks: an out-of-range index raises, never reads or writes
-outside a tensor.
+outside a tensor. (Integer division by zero is checked the same way: ``DIVISIONS``.)
 
 Eager PyTorch checks every index of ``x[i]``, ``gather``, ``scatter``,
 ``embedding``, ... and raises. A compiled kernel does not: torch-mlir's
@@ -183,8 +183,23 @@ _add(["nll_loss_forward.default", "nll_loss2d_forward.default", "nll_loss_backwa
 _add(["max_unpool2d.default", "max_unpool3d.default"], _unpool, RuntimeError, _UNPOOL)
 
 
+# Integer division by zero: eager raises RuntimeError("ZeroDivisionError")
+# for an integer div with a rounding mode, floor_divide, remainder or fmod by
+# zero; a compiled kernel gave some value. The divisor is checked as an index
+# is: on the host at once, else by a flag; the kernel divides by 1 instead.
+DIVISIONS: dict = {}  # op -> its rounding-mode argument (None: always integer division)
+for _name, _mode in [("div.Tensor_mode", "rounding_mode"), ("div.Scalar_mode", "rounding_mode"),
+                     ("floor_divide.default", None), ("floor_divide.Scalar", None),
+                     ("remainder.Tensor", None), ("remainder.Scalar", None),
+                     ("remainder.Scalar_Tensor", None), ("fmod.Tensor", None),
+                     ("fmod.Scalar", None)]:
+    _packet, _, _overload = _name.partition(".")
+    if _overload in getattr(aten, _packet).overloads():
+        DIVISIONS[getattr(getattr(aten, _packet), _overload)] = _mode
+
+
 def checked(func) -> bool:
-    return func in CHECKS
+    return func in CHECKS or func in DIVISIONS
 
 
 # ------------------------------------------------------------------- guard
@@ -260,10 +275,12 @@ def guard(func, args: tuple, kwargs: dict, emit, value_of=None):
     range (Values in, Values out; with ``value_of``, lazy tensors in and out),
     after checking host indices now and registering a flag for the others.
     Raises the op's eager exception for an out-of-range host index."""
-    where_fn, exc, fmt = CHECKS[func]
     outer = _state["outer"]
     if outer is not None and outer is not func:
         return args, kwargs  # inside a checked op's decomposition: checked already
+    if func in DIVISIONS:
+        return _guard_divisor(func, args, kwargs, emit, value_of)
+    where_fn, exc, fmt = CHECKS[func]
     bound = _bind(func, args, kwargs)
     replaced: dict = {}
     location = None
@@ -291,12 +308,52 @@ def guard(func, args: tuple, kwargs: dict, emit, value_of=None):
         if _state["unchecked"] == 0 and _dry_run[0] is None:  # a dry run runs no graph
             # Clamping changed an index exactly where it was out of range.
             flag = emit(aten.any.default, (emit(aten.ne.Tensor, (safe, iv), {})[0],), {})[0]
-            _pending.append(Check(flag, iv, exc,
+            _pending.append(Check(flag, iv, exc, f"index out of range in "
                                   f"{_describe(func, n, lo, d)}, captured at {location}"))
         replaced[(name, pos)] = safe
     if not replaced:
         return args, kwargs
     return _rebuild(func, args, kwargs, replaced, value_of)
+
+
+def _integral(a) -> bool:
+    if isinstance(a, (Value, torch.Tensor)):
+        dtype = a.spec.dtype if isinstance(a, Value) else a.dtype
+        return dtype in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+    return type(a) is int
+
+
+def _guard_divisor(func, args, kwargs, emit, value_of):
+    """An integer division's divisor: a host zero raises now, as eager does;
+    a computed one is flagged and replaced by 1 in the kernel."""
+    bound = _bind(func, args, kwargs)
+    mode = DIVISIONS[func]
+    d = bound["other"]
+    if (mode is not None and bound.get(mode) is None) or not _integral(bound["self"]) \
+            or not _integral(d):
+        return args, kwargs  # true division or a float result: no error in eager
+    if isinstance(d, torch.Tensor) and value_of is not None and d.device.type == "lazy":
+        d = value_of(d)
+    name = str(func).replace(".default", "")
+    if isinstance(d, int) or (not isinstance(d, Value) and isinstance(d, torch.Tensor)):
+        host = d
+    elif isinstance(d, Value) and 0 not in d.spec.shape:
+        host = _host_of(d)
+    else:
+        return args, kwargs
+    location = debug.user_location() or "a line outside this thread (autograd)"
+    if host is not None:
+        if (host == 0) if isinstance(host, int) else bool((host == 0).any()):
+            raise RuntimeError(f"ZeroDivisionError (lazy-mlir: {name} by an integer 0, "
+                               f"captured at {location})")
+        return args, kwargs
+    zero = emit(aten.eq.Scalar, (d, 0), {})[0]
+    if _state["unchecked"] == 0 and _dry_run[0] is None:
+        flag = emit(aten.any.default, (zero,), {})[0]
+        _pending.append(Check(flag, d, RuntimeError, f"ZeroDivisionError: {name} by an "
+                              f"integer 0, captured at {location}"))
+    safe = emit(aten.where.ScalarSelf, (zero, 1, d), {})[0]
+    return _rebuild(func, args, kwargs, {("other", None): safe}, value_of)
 
 
 def _clamped(emit, i: Value, lo: int, n: int, ignore) -> Value:
@@ -384,6 +441,6 @@ def raise_if_flagged(flags: torch.Tensor, checks: list) -> None:
         return
     exc = bad[0][0]
     more = "".join(f"\n  also {m}" for _, m in bad[1:4])
-    raise exc(f"lazy-mlir: index out of range in {bad[0][1]}{more}\n(checked when the graph "
+    raise exc(f"lazy-mlir: {bad[0][1]}{more}\n(checked when the graph "
               "ran: mark_step runs graphs in the background, so the error surfaces at the next "
               "sync point; every tensor that graph computed raises it when read)")
