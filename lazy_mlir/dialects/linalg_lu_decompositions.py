@@ -485,59 +485,6 @@ def _t18(a):
     return aten.add.Tensor(b[1], aten.matmul.default(aten.add.Tensor(b[2], b3), b3))
 
 
-def _t18_scale_square(a, norm):
-    """``compute_T18_scale_square``: s = max(0, ceil(log2(norm / theta18)))
-    counted exactly as the number of powers of two below norm / theta18,
-    A / 2^s through T18, then s squarings (each kept only where due)."""
-    x = aten.div.Scalar(norm, _f32(_THETAS[5]))
-    x_ = aten.unsqueeze.default(aten.unsqueeze.default(x, -1), -1)
-    scale = torch.ones((), dtype=a.dtype, device=a.device)
-    for j in range(_MAX_SQUARINGS):
-        scale = aten.where.self(aten.gt.Scalar(x_, 2.0 ** j), aten.mul.Scalar(scale, 2.0), scale)
-    out = _t18(aten.div.Tensor(a, scale))
-    for j in range(_MAX_SQUARINGS):
-        out = aten.where.self(aten.gt.Scalar(x_, 2.0 ** j), aten.matmul.default(out, out), out)
-    too_big = aten.gt.Scalar(x_, 2.0 ** _MAX_SQUARINGS)
-    return aten.where.self(too_big, torch.full((), float("nan"), dtype=a.dtype,
-                                               device=a.device), out)
-
-
-def linalg_matrix_exp(a):
-    """``linalg_matrix_exp`` as ATen's CPU ``mexp`` (float32): one matrix
-    takes the degree its 1-norm selects; a batch of more than one always
-    takes T18 with scaling and squaring, as ATen does. A NaN or infinite
-    norm gives NaN (eager's result). Not registered for capture (see the
-    table at the end): IREE cannot load its compiled graph yet."""
-    if a.dtype != torch.float32 or a.dim() < 2 or a.shape[-1] != a.shape[-2]:
-        return NotImplemented
-    n = a.shape[-1]
-    if n > MAX_N:
-        return NotImplemented
-    if n == 0 or a.numel() == 0:
-        return aten.clone.default(a)
-    if n == 1:
-        return aten.exp.default(a)
-    norm = aten.amax.default(aten.sum.dim_IntList(aten.abs.default(a), [-2]), [-1])
-    out = _t18_scale_square(a, norm)
-    if a.numel() == n * n:  # one matrix: the degree by norm, ATen's intervals
-        norm_ = aten.unsqueeze.default(aten.unsqueeze.default(norm, -1), -1)
-        large = aten.ge.Scalar(norm_, _f32(_THETAS[4]))
-        lower = -1.0
-        picked = out
-        for theta, t in zip(_THETAS[:5], (_t1, _t2, _t4, _t8, _t12)):
-            theta = _f32(theta)
-            inside = aten.logical_and.default(aten.gt.Scalar(norm_, lower),
-                                              aten.le.Scalar(norm_, theta))
-            picked = aten.where.self(aten.logical_and.default(inside, aten.logical_not.default(
-                large)), t(a), picked)
-            lower = theta
-        out = picked
-    bad = aten.logical_not.default(aten.isfinite.default(norm))
-    bad = aten.unsqueeze.default(aten.unsqueeze.default(bad, -1), -1)
-    return aten.where.self(bad, torch.full((), float("nan"), dtype=a.dtype, device=a.device),
-                           out)
-
-
 LINALG_LU_DECOMPOSITIONS: dict = {
     aten.linalg_lu_factor_ex.default: linalg_lu_factor_ex,
     aten.linalg_lu.default: linalg_lu,
@@ -547,8 +494,6 @@ LINALG_LU_DECOMPOSITIONS: dict = {
     aten.triangular_solve.default: triangular_solve,
     aten._linalg_solve_ex.default: _linalg_solve_ex,
     aten.linalg_inv_ex.default: linalg_inv_ex,
-    # Not registered: linalg_matrix_exp above matches eager (unit tests), but
-    # its compiled graph has a dispatch binding more than 32 buffers, which
-    # IREE cannot load, so the whole graph would run eagerly after a failed
-    # compile: worse than the op's own fallback.
+    # linalg_matrix_exp: matrix_exp_decompositions.py (its degree polynomials
+    # are the ones above), not registered yet (see there why).
 }

@@ -1,9 +1,8 @@
-"""``linalg_matrix_exp`` registered for capture: ATen's ``mexp`` as
-``linalg_lu_decompositions.linalg_matrix_exp`` writes it (its degree
-polynomials are reused from there), with the scaling and squaring counted
-without per-step Scalars.
+"""``linalg_matrix_exp`` for capture: ATen's ``mexp`` (its degree
+polynomials are in ``linalg_lu_decompositions.py``), with the scaling and
+squaring counted without per-step Scalars.
 
-That version compared the norm with 62 powers of two as Python floats;
+An earlier version compared the norm with 62 powers of two as Python floats;
 each Scalar other than 0 and 1 becomes a graph input, and the fused
 dispatch that reads them all binds more than 32 buffers, which IREE cannot
 load (the whole graph then ran eagerly). Here the powers of two are one
@@ -12,7 +11,7 @@ constant tensor: the number of squarings ``s`` (how many powers 2^j, j <
 rounded log) is a comparison summed over it, ``2^s`` is read from it, and
 squaring ``j`` applies where ``s > j`` (one boolean tensor, sliced). The
 degree thresholds are compared against one constant tensor for the same
-reason. Values are as ``linalg_lu_decompositions.linalg_matrix_exp`` (float32
+reason. Values are as ATen's (float32
 only, NaN for a non-finite norm or more than 62 squarings).
 
 Not registered yet (``MATRIX_EXP_DECOMPOSITIONS`` is not merged into
