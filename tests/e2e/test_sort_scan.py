@@ -106,25 +106,32 @@ SEARCHES = {
 }
 
 
-@pytest.mark.parametrize("name", list(SORTS))
+def _cases(table: dict, fast: int = 3) -> list:
+    """The first ``fast`` cases of a family run in CI; the others (one
+    compile each, 7-10 s) are marked slow (``--runslow``)."""
+    return [name if k < fast else pytest.param(name, marks=pytest.mark.slow)
+            for k, name in enumerate(table)]
+
+
+@pytest.mark.parametrize("name", _cases(SORTS, 4))
 def test_sort(name):
     fn, x = SORTS[name]
     _compiled_as_eager(fn, x)
 
 
-@pytest.mark.parametrize("name", list(MEDIANS))
+@pytest.mark.parametrize("name", _cases(MEDIANS))
 def test_median(name):
     fn, x = MEDIANS[name]
     _compiled_as_eager(fn, x)
 
 
-@pytest.mark.parametrize("name", list(SCANS))
+@pytest.mark.parametrize("name", _cases(SCANS))
 def test_cummax_cummin(name):
     fn, x = SCANS[name]
     _compiled_as_eager(fn, x)
 
 
-@pytest.mark.parametrize("name", list(SEARCHES))
+@pytest.mark.parametrize("name", _cases(SEARCHES))
 def test_searchsorted(name):
     fn, *inputs = SEARCHES[name]
     _compiled_as_eager(fn, *inputs)
