@@ -257,7 +257,12 @@ def _describe(func, n, lo, d) -> str:
     return f"{name}: an index is outside [{lo}, {n}) (dimension {d} with size {n})"
 
 
-def _host_check(func, host, n, lo, ignore, d, exc, fmt, where) -> None:
+def _location() -> str:
+    """Where the op was called: a stack walk, so only taken for a message."""
+    return debug.user_location() or "a line outside this thread (autograd)"
+
+
+def _host_check(func, host, n, lo, ignore, d, exc, fmt) -> None:
     h = host if ignore is None else host[host != ignore]
     if h.numel() == 0:
         return
@@ -267,7 +272,7 @@ def _host_check(func, host, n, lo, ignore, d, exc, fmt, where) -> None:
     bad = h[(h < lo) | (h >= n)].flatten()[0].item()
     name = str(func).replace(".default", "")
     raise exc(f"{fmt.format(v=bad, d=d, n=n)} (lazy-mlir: {name}, valid range [{lo}, {n}), "
-              f"captured at {where})")
+              f"captured at {_location()})")
 
 
 def guard(func, args: tuple, kwargs: dict, emit, value_of=None):
@@ -283,7 +288,6 @@ def guard(func, args: tuple, kwargs: dict, emit, value_of=None):
     where_fn, exc, fmt = CHECKS[func]
     bound = _bind(func, args, kwargs)
     replaced: dict = {}
-    location = None
     for name, pos, n, negatives, ignore, d in list(where_fn(bound)):
         i = bound[name] if pos is None else bound[name][pos]
         if isinstance(i, torch.Tensor) and value_of is not None and i.device.type == "lazy":
@@ -293,14 +297,12 @@ def guard(func, args: tuple, kwargs: dict, emit, value_of=None):
         if not isinstance(iv, (Value, torch.Tensor)) or 0 in _shape(iv):
             continue
         lo = -n if negatives else 0
-        if location is None:
-            location = debug.user_location() or "a line outside this thread (autograd)"
         if n == 0:  # nothing is in range: no values needed
             raise exc(f"lazy-mlir: index out of range in {_describe(func, n, lo, d)}, "
-                      f"captured at {location}")
+                      f"captured at {_location()}")
         host = _host_of(iv)
         if host is not None:
-            _host_check(func, host, n, lo, ignore, d, exc, fmt, location)
+            _host_check(func, host, n, lo, ignore, d, exc, fmt)
             continue
         if not isinstance(iv, Value):
             continue
@@ -309,7 +311,7 @@ def guard(func, args: tuple, kwargs: dict, emit, value_of=None):
             # Clamping changed an index exactly where it was out of range.
             flag = emit(aten.any.default, (emit(aten.ne.Tensor, (safe, iv), {})[0],), {})[0]
             _pending.append(Check(flag, iv, exc, f"index out of range in "
-                                  f"{_describe(func, n, lo, d)}, captured at {location}"))
+                                  f"{_describe(func, n, lo, d)}, captured at {_location()}"))
         replaced[(name, pos)] = safe
     if not replaced:
         return args, kwargs
@@ -326,6 +328,8 @@ def _integral(a) -> bool:
 def _guard_divisor(func, args, kwargs, emit, value_of):
     """An integer division's divisor: a host zero raises now, as eager does;
     a computed one is flagged and replaced by 1 in the kernel."""
+    if args and not _integral(args[0]):  # a float dividend (the common case): nothing to do
+        return args, kwargs
     bound = _bind(func, args, kwargs)
     mode = DIVISIONS[func]
     d = bound["other"]
@@ -341,17 +345,16 @@ def _guard_divisor(func, args, kwargs, emit, value_of):
         host = _host_of(d)
     else:
         return args, kwargs
-    location = debug.user_location() or "a line outside this thread (autograd)"
     if host is not None:
         if (host == 0) if isinstance(host, int) else bool((host == 0).any()):
             raise RuntimeError(f"ZeroDivisionError (lazy-mlir: {name} by an integer 0, "
-                               f"captured at {location})")
+                               f"captured at {_location()})")
         return args, kwargs
     zero = emit(aten.eq.Scalar, (d, 0), {})[0]
     if _state["unchecked"] == 0 and _dry_run[0] is None:
         flag = emit(aten.any.default, (zero,), {})[0]
         _pending.append(Check(flag, d, RuntimeError, f"ZeroDivisionError: {name} by an "
-                              f"integer 0, captured at {location}"))
+                              f"integer 0, captured at {_location()}"))
     safe = emit(aten.where.ScalarSelf, (zero, 1, d), {})[0]
     return _rebuild(func, args, kwargs, {("other", None): safe}, value_of)
 
