@@ -21,6 +21,9 @@ Guarantees:
 - The cpu target's worker threads: ``LAZY_MLIR_CPU_THREADS`` (default: the
   cores this process may run on), applied before the ``local-task`` driver is
   first created in the process (it starts its workers then).
+- Creating a host-memory device keeps freed memory in the heap
+  (``host_memory.keep_freed_memory``): IREE's per-call transient memory is
+  then not page-faulted in again on every call.
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ import torch
 
 from ..lazy import metrics
 from ..pipeline.targets import Target, driver_devices
+from .host_memory import keep_freed_memory
 
 log = logging.getLogger("lazy_mlir")
 
@@ -134,6 +138,8 @@ def _create_device(rt, target: Target):
             f"found: {', '.join(sorted(drivers)) or 'none'}{hint}")
     if target.driver == "local-task":
         configure_cpu_threads()
+    if target.driver in HOST_DRIVERS:
+        keep_freed_memory()
     try:
         driver = rt.get_driver(target.driver)
         return driver.create_default_device()

@@ -134,6 +134,10 @@ def _device_line(d: dict) -> str:
 def _threads_note() -> str:
     from ..runtime.session import cpu_threads
     try:
-        return f"cpu target: {cpu_threads()} worker threads (LAZY_MLIR_CPU_THREADS)"
+        from ..runtime.host_memory import requested
+        kept = requested()
+        return (f"cpu target: {cpu_threads()} worker threads (LAZY_MLIR_CPU_THREADS); freed "
+                f"memory {'kept in the heap' if kept else 'returned to the system'} "
+                "(LAZY_MLIR_KEEP_FREED_MEMORY)")
     except ValueError as e:
         return str(e)
