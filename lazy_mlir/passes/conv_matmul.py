@@ -73,28 +73,22 @@ def _cols(x, kh, kw, stride, padding, dilation):
     maps to one L1 set and the packs and the transposes around them ran at
     ~1 GB/s. Rows of K*C floats (1152 bytes) do not alias, and the windows are
     copies of C contiguous channels.
-    Unpadded: ``aten.unfold`` windows (one gather-like ``linalg.generic``).
-    Padded: strided slices of the padded input (IREE code-generates the
-    unfold gather with the pad fused in poorly)."""
+    The windows are ``aten.unfold`` of the (padded) input: one gather-like
+    ``linalg.generic``. Strided slices of the padded input, stacked, became
+    one copy dispatch per tap (25 for LeNet's 5x5 conv1, ~0.2 ms each); the
+    gather runs the LeNet batch-64 step 15% faster (iree-benchmark-module on
+    the dumped step, paired runs with farm-bench)."""
     n, c, h, w = x.shape
     oh = _out_size(h, kh, stride[0], padding[0], dilation[0])
     ow = _out_size(w, kw, stride[1], padding[1], dilation[1])
     xt = aten.permute(x, [0, 2, 3, 1])                       # [N, H, W, C]
     if padding[0] or padding[1]:
         xt = aten.constant_pad_nd(xt, [0, 0, padding[1], padding[1], padding[0], padding[0]], 0.0)
-        pieces = []
-        for i in range(kh):
-            for j in range(kw):
-                h0, w0 = i * dilation[0], j * dilation[1]
-                piece = aten.slice(xt, 1, h0, h0 + (oh - 1) * stride[0] + 1, stride[0])
-                pieces.append(aten.slice(piece, 2, w0, w0 + (ow - 1) * stride[1] + 1, stride[1]))
-        cols = aten.stack(pieces, 3)                         # [N, OH, OW, K, C]
-    else:
-        win = aten.unfold(xt, 1, (kh - 1) * dilation[0] + 1, stride[0])   # [N, OH, W, C, span]
-        win = aten.unfold(win, 2, (kw - 1) * dilation[1] + 1, stride[1])  # [N, OH, OW, C, sh, sw]
-        if dilation[0] != 1 or dilation[1] != 1:
-            win = aten.slice(aten.slice(win, 4, 0, None, dilation[0]), 5, 0, None, dilation[1])
-        cols = aten.permute(win, [0, 1, 2, 4, 5, 3])         # [N, OH, OW, KH, KW, C]
+    win = aten.unfold(xt, 1, (kh - 1) * dilation[0] + 1, stride[0])   # [N, OH, W, C, span]
+    win = aten.unfold(win, 2, (kw - 1) * dilation[1] + 1, stride[1])  # [N, OH, OW, C, sh, sw]
+    if dilation[0] != 1 or dilation[1] != 1:
+        win = aten.slice(aten.slice(win, 4, 0, None, dilation[0]), 5, 0, None, dilation[1])
+    cols = aten.permute(win, [0, 1, 2, 4, 5, 3])             # [N, OH, OW, KH, KW, C]
     return aten.reshape(cols, [n * oh * ow, kh * kw * c]), oh, ow
 
 
