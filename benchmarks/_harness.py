@@ -19,7 +19,9 @@ import traceback
 from dataclasses import dataclass, field
 
 RESULT_TAG = "@@RESULT@@"
-BACKENDS = ("eager", "compile", "ts_lazy", "lazy_mlir")
+BACKENDS = ("eager", "compile", "ts_lazy", "lazy_mlir", "lazy_mlir_step")
+"""``lazy_mlir_step``: the same step through ``lm.compile_train_step`` (replayed
+as one compiled graph once it repeats; plain lazy steps when it cannot)."""
 MODELS = ("cnn", "lenet", "mlp")
 REL_TOL = 1e-3          # every backend: step-1 loss vs eager, relative
 COMPILE_ABS_TOL = 1e-4  # torch.compile: step-1 loss vs eager, absolute
@@ -119,7 +121,7 @@ def _setup_backend(backend: str):
         import torch._lazy.ts_backend
         torch._lazy.ts_backend.init()
         return "lazy", torch._lazy.mark_step
-    if backend == "lazy_mlir":
+    if backend in ("lazy_mlir", "lazy_mlir_step"):
         import lazy_mlir as lm
         return "lazy", lm.mark_step
     raise ValueError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
@@ -134,10 +136,13 @@ def _fallback_note(fb: dict[str, int], show: int = 4) -> str:
 
 def _backend_notes(backend: str) -> list[str]:
     notes = []
-    if backend == "lazy_mlir":
+    if backend in ("lazy_mlir", "lazy_mlir_step"):
         import lazy_mlir as lm
         m = lm.metrics
         notes.append(f"compiles={m.counter_value('UncachedCompile')}")
+        if backend == "lazy_mlir_step":
+            notes.append(f"replayed={m.counter_value('TrainStepReplayed')}, "
+                         f"plain={m.counter_value('TrainStepPlain')}")
         fb = {n[6:]: m.counter_value(n) for n in m.counter_names() if n.startswith("aten::")}
         if fb:
             notes.append(_fallback_note(fb))
@@ -185,6 +190,9 @@ def run_worker(backend: str, model_name: str, batch: int, steps: int, warmup: in
             return loss
 
         fn = torch.compile(step) if backend == "compile" else step
+        if backend == "lazy_mlir_step":
+            import lazy_mlir as lm
+            fn = lm.compile_train_step(model, loss_fn, opt)
         times, losses = [], []
         for i in range(1 + warmup + steps):
             t0 = time.perf_counter()
@@ -195,7 +203,7 @@ def run_worker(backend: str, model_name: str, batch: int, steps: int, warmup: in
             losses.append(value)
             if i == 0:
                 res["first_ms"] = times[0] * 1e3
-        if backend == "lazy_mlir":
+        if backend in ("lazy_mlir", "lazy_mlir_step"):
             import lazy_mlir as lm
             lm.wait_device_ops()
         steady = [t * 1e3 for t in times[1 + warmup:]]

@@ -11,6 +11,7 @@ from .lazy import debug, metrics
 from .lazy.coverage import check_coverage
 from .lazy.device import lazy_device, register as _register
 from .lazy.sync import mark_step, set_target, wait_device_ops
+from .lazy.train_step import compile_train_step
 from .pipeline.config import PipelineConfig, set_config
 from .pipeline.jit import jit
 from .export import export_train_step
@@ -18,5 +19,6 @@ from .export import export_train_step
 _register()
 
 __all__ = ["lazy_device", "mark_step", "wait_device_ops", "metrics", "debug", "set_target",
-           "jit", "export", "check_coverage", "export_train_step", "PipelineConfig", "set_config"]
+           "jit", "export", "check_coverage", "export_train_step",
+           "compile_train_step", "PipelineConfig", "set_config"]
 __version__ = "0.1.0"

@@ -58,7 +58,7 @@ class Check:
 
 
 _pending: list[Check] = []
-_state = {"unchecked": 0, "outer": None}
+_state = {"unchecked": 0, "outer": None, "in_graph": 0}
 
 
 @contextlib.contextmanager
@@ -70,6 +70,18 @@ def unchecked():
         yield
     finally:
         _state["unchecked"] -= 1
+
+
+@contextlib.contextmanager
+def in_graph():
+    """Check lazy indices and divisors by in-graph flags even when their
+    values are on the host (``compile_train_step``: the graph is replayed on
+    other batches, whose targets nobody checks at capture)."""
+    _state["in_graph"] += 1
+    try:
+        yield
+    finally:
+        _state["in_graph"] -= 1
 
 
 # ------------------------------------------------------------- the op table
@@ -239,6 +251,8 @@ def _host_of(i, depth: int = 4):
         return i
     d = i.data
     if d is not None:
+        if _state["in_graph"]:
+            return None
         return d.host if d.host is not None and d.future is None else None
     node = i.node
     if not depth or node.op not in _MOVES or len(node.inputs) != 1:

@@ -31,10 +31,28 @@ def _op(emit, func, *args) -> Value:
     return emit(func, args, {})[0]
 
 
+_seed_logs: list[list] = []
+
+
 def new_seed() -> Value:
     from .capture import data_value
     seed = torch.randint(-(1 << 63), (1 << 63) - 1, (), dtype=torch.int64)
-    return data_value(seed)
+    v = data_value(seed)
+    for log in _seed_logs:
+        log.append(v.data)
+    return v
+
+
+def log_seeds() -> list:
+    """A list that collects the device data of every seed drawn until
+    ``stop_logging`` (``compile_train_step`` draws them anew per replay)."""
+    log: list = []
+    _seed_logs.append(log)
+    return log
+
+
+def stop_logging(log: list) -> None:
+    _seed_logs.remove(log)
 
 
 def _logical_shift(emit, z: Value, bits: int) -> Value:

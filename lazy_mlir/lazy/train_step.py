@@ -1,0 +1,331 @@
+"""``lm.compile_train_step``: a training step replayed as one compiled graph.
+
+On the lazy device every step runs the model's Python and records each op
+(about 30 µs an op, 12 of them PyTorch's own dispatch and autograd): at batch
+1 that is most of the step. ``compile_train_step(model, loss_fn, optimizer)``
+returns ``step``; ``step(*inputs, target)`` does what this does::
+
+    optimizer.zero_grad(set_to_none=True)
+    loss = loss_fn(model(*inputs), target)
+    loss.backward()
+    optimizer.step()
+    return loss.detach()
+
+The first calls run exactly that on the lazy device, each as one graph whose
+leading inputs are the state (parameters, buffers, optimizer state) and the
+batch. Once two consecutive calls record the same graph with the same
+constants, later calls skip the Python: they launch the compiled graph on the
+current state and batch and bind its outputs (the new state, the gradients,
+the loss) to the same tensor objects. ``model.parameters()``,
+``optimizer.state`` and ``p.grad`` are then what the plain step leaves.
+
+Guarantees:
+
+- A replay happens only under the conditions of its recording: the same
+  batch shapes and dtypes, the same state tensor objects, the same
+  hyperparameters and non-tensor optimizer state (a learning-rate scheduler's
+  change records again, once), the same ``train()``/``eval()`` modes (of
+  the modules the model had when the step was made), grad
+  mode, target and pipeline config. Anything else runs the plain step.
+- A step that reads a tensor on the host (``.item()``, ``if tensor:``), runs
+  an op eagerly, or computes on the host a value that changes from step to
+  step (two recordings disagree) is never replayed: it runs as the plain
+  lazy step, counted in ``TrainStepPlain``, with the reason logged once
+  (``TrainStepRefused``). Adam and AdamW with ``capturable=False`` read their
+  step count with ``.item()``: they run plain.
+- The optimizer's CPU scalar state (step counts) moves to the lazy device
+  when the step is recorded, as in ``export_train_step``; it moves back if
+  the recording is refused.
+- Python state outside the model, the optimizer and the batch is not seen:
+  a global flag the forward reads, changed after the recording, is not
+  replayed until ``step.reset()``.
+- Random ops (dropout) draw a new seed from PyTorch's CPU generator for every
+  replay, as the plain step does.
+- Index checks are kept: the recording checks indices (class targets, ...)
+  with in-graph flags, so an out-of-range one in a replayed batch raises at
+  the next sync, as in the plain step.
+
+Counters: ``TrainStepRecorded``, ``TrainStepReplayed``, ``TrainStepPlain``,
+``TrainStepRefused``.
+"""
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from . import bounds, metrics, random
+from .capture import emit, value_of
+from .graph import Graph
+from .ir import DeviceData, Value
+from .tensor import LazyTensor, wrap_value
+
+log = logging.getLogger("lazy_mlir")
+_HASHABLE = (int, float, bool, str, type(None), tuple, frozenset)
+_READS = ("sync::", "aten::")  # metrics counters of host reads and eager fallbacks
+
+
+def compile_train_step(model, loss_fn, optimizer) -> "CompiledTrainStep":
+    """``step(*inputs, target)``: one training step, replayed as one compiled
+    graph once it repeats (see the module docstring)."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError("lm.compile_train_step takes an nn.Module")
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError("lm.compile_train_step takes a torch.optim.Optimizer")
+    return CompiledTrainStep(model, loss_fn, optimizer)
+
+
+def _frozen(v):
+    return tuple(_frozen(x) for x in v) if isinstance(v, list) else v
+
+
+def _host_reads() -> dict:
+    return {n: metrics.counter_value(n) for n in metrics.counter_names() if n.startswith(_READS)}
+
+
+class _Plan:
+    """A recorded step: its compiled entry and where its outputs go. Holds
+    no node and no state data (only the constants the graph reads)."""
+
+    def __init__(self, graph, entry, checks, n_lead, slots, seeds):
+        self.key = graph.key
+        self.entry = entry
+        self.checks = checks  # (exception type, message) per index-check flag
+        self.slots = slots  # per output: ("state", i) | ("grad", i) | ("loss", None) | ("flag", None)
+        self.bound = graph.inputs[n_lead:]  # lifted scalars, seeds, other constants
+        self.seeds = seeds  # positions in ``bound`` of random seeds, drawn anew per call
+        self.specs = [v.spec for v in graph.outputs]
+        self.no_grad: tuple[int, ...] = ()  # state positions of parameters left without a grad
+
+    def same_as(self, other: "_Plan") -> bool:
+        """Two recordings of the same step: same graph, same constants."""
+        if self.key != other.key or self.seeds != other.seeds:
+            return False
+        for i, (a, b) in enumerate(zip(self.bound, other.bound)):
+            if a is b or i in self.seeds:
+                continue
+            if a.host is None or b.host is None or not torch.equal(a.host, b.host):
+                return False
+        return True
+
+
+class CompiledTrainStep:
+    def __init__(self, model, loss_fn, optimizer):
+        self.model = model
+        self.loss_fn = loss_fn
+        self.optimizer = optimizer
+        # Kept: the guard reads every module's train() flag per call, and
+        # walking model.modules() costs more than the rest of the guard.
+        self._modules = list(model.modules())
+        self._plans: dict = {}     # guard -> _Plan (replay) or str (why not)
+        self._recorded: dict = {}  # guard -> the last recording, until two agree
+
+    # -- what a recording depends on ----------------------------------------
+    def _params(self) -> list:
+        return list(self.model.parameters())
+
+    def _state(self) -> list[tuple[object, object, torch.Tensor]]:
+        """(container, key, tensor) of every state tensor, in a fixed order."""
+        out = [(None, None, p) for p in self._params()]
+        out += [(None, None, b) for b in self.model.buffers()]
+        opt = self.optimizer
+        for g in opt.param_groups:
+            for p in g["params"]:
+                st = opt.state.get(p)
+                if st:
+                    out += [(st, k, st[k]) for k in sorted(st) if isinstance(st[k], torch.Tensor)]
+        return out
+
+    def _guard(self, batch, state) -> tuple | None:
+        """The conditions a replay needs; None when they cannot be stated."""
+        from .sync import current_target
+        from ..pipeline.config import current_config
+        opt = self.optimizer
+        hyper = []
+        for g in opt.param_groups:
+            for k in sorted(g):
+                if k != "params":
+                    hyper.append((k, _frozen(g[k])))
+        for g in opt.param_groups:
+            for p in g["params"]:
+                st = opt.state.get(p)
+                if st:
+                    hyper += [(k, st[k]) for k in sorted(st) if not isinstance(st[k], torch.Tensor)]
+        if not all(isinstance(v, _HASHABLE) for _, v in hyper):
+            return None  # e.g. a tensor learning rate: its value is not guarded
+        return (tuple((tuple(b.shape), b.dtype) for b in batch),
+                tuple(id(t) for _, _, t in state),
+                tuple(hyper), tuple(m.training for m in self._modules),
+                torch.is_grad_enabled(), current_target().cache_key, current_config().key)
+
+    # -- a call --------------------------------------------------------------
+    def __call__(self, *batch):
+        if len(batch) < 2:
+            raise TypeError("step(*inputs, target): the loss is loss_fn(model(*inputs), target)")
+        batch = [b if isinstance(b, LazyTensor) else b.to("lazy") for b in batch]
+        state = self._state()
+        guard = self._guard(batch, state)
+        plan = self._plans.get(guard) if guard is not None else "a hyperparameter is a tensor"
+        if isinstance(plan, _Plan):
+            return self._replay(plan, batch, state)
+        if plan is not None:
+            metrics.counter_inc("TrainStepPlain")
+            return self._plain(batch)
+        return self._record(batch)
+
+    def reset(self) -> None:
+        """Forget the recordings: the next calls record again. For a change
+        the guard cannot see (a global flag the forward reads)."""
+        self._plans.clear()
+        self._recorded.clear()
+
+    def _plain(self, batch, launch: bool = True) -> torch.Tensor:
+        """The step on the lazy device; ``launch``: then ``mark_step()``, as the
+        plain training loop does (else the next step's graph would hold this one)."""
+        from .sync import mark_step
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.loss_fn(self.model(*batch[:-1]), batch[-1])
+        loss.backward()
+        self.optimizer.step()
+        if launch:
+            mark_step()
+        return loss.detach()
+
+    def _refuse(self, batch, moved, why: str) -> None:
+        """Plain steps from now on under these conditions (with the moved
+        CPU state back on the CPU, so the guard is the one later calls see)."""
+        for st, k, t in moved:
+            st[k] = t.cpu()
+        guard = self._guard(batch, self._state())
+        self._plans[guard] = why
+        self._recorded.pop(guard, None)
+        metrics.counter_inc("TrainStepRefused")
+        log.warning("lazy-mlir: compile_train_step runs the plain lazy step: %s", why)
+
+    def _record(self, batch) -> torch.Tensor:
+        from .sync import execute
+        moved = self._state_to_lazy()
+        state = self._state()
+        guard = self._guard(batch, state)  # moved state tensors are new objects
+        execute([value_of(t) for _, _, t in state] + [value_of(b) for b in batch])
+        lead = [value_of(t).data for _, _, t in state] + [value_of(b).data for b in batch]
+        if any(t._view for _, _, t in state):
+            self._refuse(batch, moved, "a state tensor is a view of another")
+            return self._plain(batch)
+        before = _host_reads()
+        drawn = random.log_seeds()
+        try:
+            with bounds.in_graph():
+                loss = self._plain(batch, launch=False)
+        finally:
+            random.stop_logging(drawn)
+        changed = sorted(n for n, v in _host_reads().items() if v != before.get(n, 0))
+        if changed:
+            self._refuse(batch, moved, "the step reads tensors on the host or runs ops "
+                         f"eagerly ({', '.join(n.split('::')[1] for n in changed)})")
+            from .sync import mark_step
+            mark_step()
+            return loss
+        plan = self._launch(state, batch, lead, loss, drawn)
+        last = self._recorded.get(guard)
+        if last is not None and plan.same_as(last):
+            self._plans[guard] = plan
+            self._recorded.pop(guard)
+        elif last is not None:
+            self._refuse(batch, [], "a value the step computes on the host changes from "
+                                    "step to step (two recordings differ)")
+        else:
+            self._recorded[guard] = plan
+        metrics.counter_inc("TrainStepRecorded")
+        return loss
+
+    def _state_to_lazy(self) -> list:
+        moved = []
+        for st, k, t in self._state():
+            if st is not None and not isinstance(t, LazyTensor):
+                st[k] = t.to("lazy")
+                moved.append((st, k, st[k]))
+        return moved
+
+    def _launch(self, state, batch, lead, loss, drawn) -> _Plan:
+        """Run the recorded step as one graph (leading inputs: state, batch)."""
+        from .sync import _run, current_target
+        from ..pipeline.config import current_config
+        from ..runtime import worker
+        from ..runtime.modules import module_for
+        roots, slots = [], []
+        for i, (_, _, t) in enumerate(state):
+            v = value_of(t)
+            if v.data is not lead[i]:
+                roots.append(v)
+                slots.append(("state", i))
+        for i, p in enumerate(self._params()):
+            if p.grad is not None:
+                roots.append(value_of(p.grad))
+                slots.append(("grad", i))
+        roots.append(value_of(loss))
+        slots.append(("loss", None))
+        roots = [v if v.pending else emit(torch.ops.aten.clone.default, (v,), {})[0]
+                 for v in roots]
+        checks = []
+
+        def flags(order):
+            flag, taken = bounds.take_flag(order, False)
+            checks.extend(taken)
+            return [flag]
+
+        graph = Graph.build(roots, lead, extra=flags)
+        if len(graph.outputs) > len(slots):
+            slots.append(("flag", None))
+        by_id = {id(d): i for i, d in enumerate(graph.inputs[len(lead):])}
+        seeds = tuple(sorted(by_id[id(d)] for d in drawn if id(d) in by_id))
+        target = current_target()
+        entry = module_for(graph, target, current_config())
+        datas = [DeviceData(v.spec) for v in graph.outputs]
+        for v, d in zip(graph.outputs, datas):
+            v.materialize(d)
+        future = worker.submit(_run, entry, graph.inputs, datas, target, checks)
+        for d in datas:
+            d.future = future
+        plan = _Plan(graph, entry, checks, len(lead), slots, seeds)
+        cleared = {id(p) for g in self.optimizer.param_groups for p in g["params"]}
+        given = {i for k, i in slots if k == "grad"}
+        plan.no_grad = tuple(i for i, (_, _, t) in enumerate(state)
+                             if id(t) in cleared and i not in given)
+        return plan
+
+    def _replay(self, plan: _Plan, batch, state) -> torch.Tensor:
+        from .sync import _run, current_target, execute
+        from ..runtime import worker
+        values = [value_of(t) for _, _, t in state] + [value_of(b) for b in batch]
+        pending = [v for v in values if v.pending]
+        if pending:  # the state was changed lazily since the last step
+            execute(pending)
+        bound = list(plan.bound)
+        for i in plan.seeds:
+            bound[i] = random.new_seed().data
+        datas = [DeviceData(s) for s in plan.specs]
+        future = worker.submit(_run, plan.entry, [v.data for v in values] + bound, datas,
+                               current_target(), plan.checks)
+        for i in plan.no_grad:  # zero_grad(set_to_none=True) for the grads the graph does not give
+            state[i][2].grad = None
+        loss = None
+        for (kind, i), d in zip(plan.slots, datas):
+            d.future = future
+            if kind == "state":
+                _rebind(state[i][2], Value.of_data(d))
+            elif kind == "grad":
+                state[i][2].grad = wrap_value(Value.of_data(d))
+            elif kind == "loss":
+                loss = wrap_value(Value.of_data(d))
+        metrics.counter_inc("TrainStepReplayed")
+        return loss
+
+
+def _rebind(t: LazyTensor, v: Value) -> None:
+    """``t`` (not a view) now holds ``v``, as an in-place write would leave it."""
+    storage = t._storage
+    storage.value = v
+    storage.version += 1
+    t._cache = None
+

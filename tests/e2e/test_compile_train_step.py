@@ -1,0 +1,174 @@
+"""lm.compile_train_step: recorded twice, then replayed as one compiled graph.
+
+Every test compares the replayed training with the same loop in eager
+PyTorch (or with the plain lazy step), step by step: losses, parameters,
+gradients and optimizer state.
+"""
+from __future__ import annotations
+
+import copy
+import logging
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import lazy_mlir as lm
+from lazy_mlir.tools.seed_models import digits
+
+X, Y = (t[:64] for t in digits()[:2])
+TOL = dict(rtol=1e-4, atol=1e-5)
+
+
+def _model(dropout: float = 0.0):
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, 32), nn.ReLU(), nn.Dropout(dropout),
+                         nn.Linear(32, 10))
+
+
+def _counters() -> dict:
+    return {n: lm.metrics.counter_value(n) for n in
+            ("TrainStepRecorded", "TrainStepReplayed", "TrainStepPlain", "TrainStepRefused")}
+
+
+def _delta(before: dict) -> dict:
+    return {k: v - before[k] for k, v in _counters().items()}
+
+
+def _batch(i, batch=16):
+    j = (i * batch) % (len(Y) - batch)
+    return X[j:j + batch], Y[j:j + batch]
+
+
+def _run(make_opt, steps, *, on_step=None, batch=16, smaller_last=True):
+    """(lazy model, lazy optimizer, eager model, eager optimizer) after
+    ``steps`` steps of each, checking every loss on the way."""
+    eager = _model()
+    lazy = copy.deepcopy(eager).to("lazy")
+    eopt, lopt = make_opt(eager.parameters()), make_opt(lazy.parameters())
+    step = lm.compile_train_step(lazy, F.cross_entropy, lopt)
+    for i in range(steps):
+        if on_step:
+            on_step(i, eopt, lopt)
+        last = smaller_last and i == steps - 1
+        x, y = _batch(i, batch // 2 if last else batch)  # a smaller last batch records again
+        eopt.zero_grad(set_to_none=True)
+        want = F.cross_entropy(eager(x), y)
+        want.backward()
+        eopt.step()
+        got = step(x.to("lazy"), y.to("lazy"))
+        torch.testing.assert_close(got.cpu(), want.detach(), **TOL)
+    return lazy, lopt, eager, eopt
+
+
+def _same_state(lazy, lopt, eager, eopt):
+    for (n, p), q in zip(lazy.named_parameters(), eager.parameters()):
+        torch.testing.assert_close(p.cpu(), q, **TOL, msg=n)
+        torch.testing.assert_close(p.grad.cpu(), q.grad, **TOL, msg=n)
+    for p, q in zip(lazy.parameters(), eager.parameters()):
+        for k, v in eopt.state[q].items():
+            got = lopt.state[p][k]
+            torch.testing.assert_close(got.cpu() if isinstance(got, torch.Tensor) else got, v,
+                                       **TOL, msg=k)
+
+
+def test_sgd_momentum_is_replayed_and_matches_eager():
+    before = _counters()
+    # step 1 creates the momentum buffers, 2 and 3 record the same graph, 4-7 replay;
+    # the smaller last batch records once more
+    state = _run(lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9), 8)
+    _same_state(*state)
+    assert _delta(before) == {"TrainStepRecorded": 4, "TrainStepReplayed": 4,
+                              "TrainStepPlain": 0, "TrainStepRefused": 0}
+
+
+def test_a_changed_learning_rate_records_again_and_is_used():
+    def schedule(i, eopt, lopt):
+        if i == 5:
+            for o in (eopt, lopt):
+                for g in o.param_groups:
+                    g["lr"] = 0.01
+    before = _counters()
+    state = _run(lambda p: torch.optim.Adadelta(p, lr=1.0), 9, on_step=schedule)
+    _same_state(*state)
+    d = _delta(before)
+    # 0-2 record (the first creates the state), 3-4 replay; at 5 the lr changes:
+    # 5-6 record, 7 replays; 8 (smaller batch) records
+    assert d["TrainStepReplayed"] == 3 and d["TrainStepRefused"] == 0, d
+    assert isinstance(state[1].state[next(state[0].parameters())]["step"], torch.Tensor)
+
+
+def test_adam_reads_its_step_count_on_the_host_and_runs_plain(caplog):
+    before = _counters()
+    with caplog.at_level(logging.WARNING, logger="lazy_mlir"):
+        lazy, lopt, eager, eopt = _run(lambda p: torch.optim.Adam(p, lr=1e-2), 4,
+                                       smaller_last=False)
+    _same_state(lazy, lopt, eager, eopt)
+    d = _delta(before)
+    # 1 records (and makes the state), 2 reads the lazy step count: refused, 3-4 plain
+    assert d == {"TrainStepRecorded": 1, "TrainStepReplayed": 0, "TrainStepPlain": 2,
+                 "TrainStepRefused": 1}, d
+    assert "_local_scalar_dense" in caplog.text
+    # the step counts went back to the CPU, where Adam reads them without a sync
+    assert next(iter(lopt.state.values()))["step"].device.type == "cpu"
+
+
+def test_dropout_draws_new_masks_like_the_plain_lazy_step():
+    """Replays draw seeds from the CPU generator as the plain step does: the
+    same losses as the plain lazy loop from the same seed, different masks
+    every step."""
+    def train(compiled):
+        model = _model(dropout=0.5).to("lazy")
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        step = lm.compile_train_step(model, F.cross_entropy, opt)
+        x, y = (t.to("lazy") for t in _batch(0))
+        torch.manual_seed(123)
+        losses = []
+        for _ in range(6):
+            if compiled:
+                losses.append(step(x, y).item())
+            else:
+                opt.zero_grad(set_to_none=True)
+                loss = F.cross_entropy(model(x), y)
+                loss.backward()
+                opt.step()
+                lm.mark_step()
+                losses.append(loss.item())
+        return losses
+    before = _counters()
+    replayed, plain = train(True), train(False)
+    assert _delta(before)["TrainStepReplayed"] == 4
+    torch.testing.assert_close(replayed, plain, **TOL)
+    assert len(set(round(v, 6) for v in replayed)) == 6
+
+
+def test_an_out_of_range_target_still_raises_in_a_replay():
+    model = _model().to("lazy")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    step = lm.compile_train_step(model, F.cross_entropy, opt)
+    x, y = (t.to("lazy") for t in _batch(0))
+    for _ in range(3):
+        step(x, y).item()
+    before = _counters()
+    bad = torch.full((16,), 12).to("lazy")
+    with pytest.raises(IndexError, match=r"nll_loss_forward.*\[0, 10\)"):
+        step(x, bad).item()
+    assert _delta(before)["TrainStepReplayed"] == 1
+    with pytest.raises(IndexError):  # the next sync point reports it once
+        lm.wait_device_ops()
+
+
+def test_a_host_read_in_the_loss_is_refused_and_the_step_still_trains():
+    def loss_fn(out, y):
+        loss = F.cross_entropy(out, y)
+        return loss * 2 if loss.item() > 100 else loss
+    model = _model().to("lazy")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    step = lm.compile_train_step(model, loss_fn, opt)
+    x, y = (t.to("lazy") for t in _batch(0))
+    before = _counters()
+    losses = [step(x, y).item() for _ in range(4)]
+    d = _delta(before)
+    assert d["TrainStepRefused"] == 1 and d["TrainStepPlain"] == 3 and d["TrainStepReplayed"] == 0
+    assert losses == sorted(losses, reverse=True)
