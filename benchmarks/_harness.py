@@ -93,7 +93,7 @@ def build(name: str):
                 lambda out, y: F.nll_loss(F.log_softmax(out, dim=1), y))
     if name == "mlp":
         return (MLP((784, 1024, 1024, 10)),
-                lambda p: torch.optim.Adam(p, lr=1e-3),
+                lambda p, **kw: torch.optim.Adam(p, lr=1e-3, **kw),
                 lambda out, y: F.cross_entropy(out, y))
     raise ValueError(name)
 
@@ -178,7 +178,10 @@ def run_worker(backend: str, model_name: str, batch: int, steps: int, warmup: in
         model.load_state_dict(data["state"])
         model = model.to(device)
         model.train()
-        opt = make_opt(model.parameters())
+        # Adam reads its step count on the host unless capturable: a replayed
+        # step needs it on the device (same algorithm, corrections as tensor ops)
+        kw = {"capturable": True} if backend == "lazy_mlir_step" and model_name == "mlp" else {}
+        opt = make_opt(model.parameters(), **kw)
         x, y = data["x"].to(device), data["y"].to(device)
         sync()  # the inputs are on the device before timing starts
 

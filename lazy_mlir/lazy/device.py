@@ -79,3 +79,5 @@ def register() -> None:
             base, _, overload = name.partition(".")
             op = getattr(getattr(aten, base), overload or "default")
             _lib.impl(name, _host_factory(op), "Lazy")
+    from .capturable import allow_lazy
+    allow_lazy()  # Adam(..., capturable=True) on lazy parameters

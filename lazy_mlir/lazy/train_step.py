@@ -31,8 +31,10 @@ Guarantees:
   an op eagerly, or computes on the host a value that changes from step to
   step (two recordings disagree) is never replayed: it runs as the plain
   lazy step, counted in ``TrainStepPlain``, with the reason logged once
-  (``TrainStepRefused``). Adam and AdamW with ``capturable=False`` read their
-  step count with ``.item()``: they run plain.
+  (``TrainStepRefused``). Adam, AdamW, NAdam, ... with ``capturable=False``
+  (the default) read their step count with ``.item()``: they run plain;
+  with ``capturable=True`` (allowed on the lazy device, ``capturable.py``)
+  they are replayed.
 - The optimizer's CPU scalar state (step counts) moves to the lazy device
   when the step is recorded, as in ``export_train_step``; it moves back if
   the recording is refused.
@@ -221,8 +223,11 @@ class CompiledTrainStep:
             random.stop_logging(drawn)
         changed = sorted(n for n, v in _host_reads().items() if v != before.get(n, 0))
         if changed:
+            hint = ("; create the optimizer with capturable=True to keep its step count "
+                    "on the device" if any(g.get("capturable") is False
+                                           for g in self.optimizer.param_groups) else "")
             self._refuse(batch, moved, "the step reads tensors on the host or runs ops "
-                         f"eagerly ({', '.join(n.split('::')[1] for n in changed)})")
+                         f"eagerly ({', '.join(n.split('::')[1] for n in changed)}){hint}")
             from .sync import mark_step
             mark_step()
             return loss
