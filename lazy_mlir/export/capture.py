@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..lazy import metrics
+
 _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -142,17 +144,9 @@ def _structure(tree) -> tuple[str, list[str]]:
     return "tuple", [f"output{i}" for i in range(tree.num_leaves)]
 
 
-def host_reads() -> dict:
-    """Counters of host reads and eager fallbacks, to diff around a capture."""
-    from ..lazy import metrics
-    return {n: metrics.counter_value(n) for n in metrics.counter_names()
-            if n.startswith(("sync::", "aten::"))}
-
-
 def refuse_host_reads(before: dict, what: str) -> None:
     """``ExportError`` if ops read values on the host or ran eagerly since ``before``."""
-    after = host_reads()
-    changed = sorted(n for n, v in after.items() if v != before.get(n, 0))
+    changed = metrics.changed_since(before)
     if changed:
         syncs = [n[6:] for n in changed if n.startswith("sync::")]
         eager = [n[6:] for n in changed if n.startswith("aten::")]
@@ -178,7 +172,7 @@ def capture_lazy(module_or_fn, example_args: tuple, config, names=None) -> Captu
     flat, named = _as_function(module_or_fn, state)
     names = input_names(named, len(example_args), names)
     t0 = time.perf_counter()
-    before = host_reads()
+    before = metrics.host_reads()
     lowered = jit(flat).lower(*[t for _, t in state], *example_args, config=config)
     refuse_host_reads(before, "the function")
     graph = lowered.graph

@@ -34,8 +34,8 @@ import time
 
 import torch
 
-from .capture import Captured, ExportError, TensorInfo, host_reads, input_names, \
-    refuse_host_reads
+from ..lazy.metrics import host_reads
+from .capture import Captured, ExportError, TensorInfo, input_names, refuse_host_reads
 
 
 def _state_snapshot(opt) -> dict:

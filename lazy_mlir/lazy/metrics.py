@@ -36,6 +36,18 @@ def counter_value(name: str) -> int:
         return _counters.get(name, 0)
 
 
+def host_reads() -> dict[str, int]:
+    """The ``sync::`` and ``aten::`` counters (host reads and eager
+    fallbacks), to diff around a capture that must have neither."""
+    with _lock:
+        return {k: v for k, v in _counters.items() if v and k.startswith(("sync::", "aten::"))}
+
+
+def changed_since(before: dict[str, int]) -> list[str]:
+    """The ``host_reads`` counters that moved since ``before``, sorted."""
+    return sorted(n for n, v in host_reads().items() if v != before.get(n, 0))
+
+
 def add_sample(name: str, seconds: float) -> None:
     with _lock:
         _samples[name].append(seconds)
