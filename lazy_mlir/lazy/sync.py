@@ -63,6 +63,14 @@ def execute(values: list[Value], everything: bool = False) -> None:
 
 
 def _execute(roots: list[Value], everything: bool = False) -> None:
+    launch(roots, everything=everything)
+
+
+def launch(roots: list[Value], leading=(), everything: bool = False):
+    """Cut the graph computing ``roots`` (``leading``: data that become its
+    first inputs, in this order), compile or reuse it and launch it; the
+    roots become device data filled in the background. Returns (graph, its
+    module entry, the index checks whose flags are its last output)."""
     checks = []
 
     def flags(order):
@@ -70,15 +78,20 @@ def _execute(roots: list[Value], everything: bool = False) -> None:
         checks.extend(taken)
         return [flag]
 
-    graph = Graph.build(roots, extra=flags)
-    target = current_target()
-    entry = module_for(graph, target, current_config())
-    outputs = graph.outputs
-    datas = [DeviceData(v.spec) for v in outputs]
-    for v, d in zip(outputs, datas):
+    graph = Graph.build(roots, leading, extra=flags)
+    entry = module_for(graph, current_target(), current_config())
+    datas = [DeviceData(v.spec) for v in graph.outputs]
+    for v, d in zip(graph.outputs, datas):
         v.materialize(d)
-    future = worker.submit(_run, entry, graph.inputs, datas, target, checks)
-    for d in datas:
+    run_entry(entry, graph.inputs, datas, checks)
+    return graph, entry, checks
+
+
+def run_entry(entry, inputs: list[DeviceData], outputs: list[DeviceData], checks=()) -> None:
+    """Run a module entry on the worker, in launch order; ``outputs`` are
+    filled when it has run (reading one waits for it)."""
+    future = worker.submit(_run, entry, inputs, outputs, current_target(), checks)
+    for d in outputs:
         d.future = future
 
 

@@ -58,13 +58,13 @@ import torch
 
 from . import bounds, metrics, random
 from .capture import emit, value_of
-from .graph import Graph
 from .ir import DeviceData, Value
+from .sync import current_target, execute, launch, mark_step, run_entry
 from .tensor import LazyTensor, wrap_value
+from ..pipeline.config import current_config
 
 log = logging.getLogger("lazy_mlir")
 _HASHABLE = (int, float, bool, str, type(None), tuple, frozenset)
-_READS = ("sync::", "aten::")  # metrics counters of host reads and eager fallbacks
 
 
 def compile_train_step(model, loss_fn, optimizer) -> "CompiledTrainStep":
@@ -79,10 +79,6 @@ def compile_train_step(model, loss_fn, optimizer) -> "CompiledTrainStep":
 
 def _frozen(v):
     return tuple(_frozen(x) for x in v) if isinstance(v, list) else v
-
-
-def _host_reads() -> dict:
-    return {n: metrics.counter_value(n) for n in metrics.counter_names() if n.startswith(_READS)}
 
 
 class _Plan:
@@ -140,8 +136,6 @@ class CompiledTrainStep:
 
     def _guard(self, batch, state) -> tuple | None:
         """The conditions a replay needs; None when they cannot be stated."""
-        from .sync import current_target
-        from ..pipeline.config import current_config
         opt = self.optimizer
         hyper = []
         for g in opt.param_groups:
@@ -184,7 +178,6 @@ class CompiledTrainStep:
     def _plain(self, batch, launch: bool = True) -> torch.Tensor:
         """The step on the lazy device; ``launch``: then ``mark_step()``, as the
         plain training loop does (else the next step's graph would hold this one)."""
-        from .sync import mark_step
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.loss_fn(self.model(*batch[:-1]), batch[-1])
         loss.backward()
@@ -205,7 +198,6 @@ class CompiledTrainStep:
         log.warning("lazy-mlir: compile_train_step runs the plain lazy step: %s", why)
 
     def _record(self, batch) -> torch.Tensor:
-        from .sync import execute
         moved = self._state_to_lazy()
         state = self._state()
         guard = self._guard(batch, state)  # moved state tensors are new objects
@@ -214,21 +206,20 @@ class CompiledTrainStep:
         if any(t._view for _, _, t in state):
             self._refuse(batch, moved, "a state tensor is a view of another")
             return self._plain(batch)
-        before = _host_reads()
+        before = metrics.host_reads()
         drawn = random.log_seeds()
         try:
             with bounds.in_graph():
                 loss = self._plain(batch, launch=False)
         finally:
             random.stop_logging(drawn)
-        changed = sorted(n for n, v in _host_reads().items() if v != before.get(n, 0))
+        changed = metrics.changed_since(before)
         if changed:
             hint = ("; create the optimizer with capturable=True to keep its step count "
                     "on the device" if any(g.get("capturable") is False
                                            for g in self.optimizer.param_groups) else "")
             self._refuse(batch, moved, "the step reads tensors on the host or runs ops "
                          f"eagerly ({', '.join(n.split('::')[1] for n in changed)}){hint}")
-            from .sync import mark_step
             mark_step()
             return loss
         plan = self._launch(state, batch, lead, loss, drawn)
@@ -254,10 +245,6 @@ class CompiledTrainStep:
 
     def _launch(self, state, batch, lead, loss, drawn) -> _Plan:
         """Run the recorded step as one graph (leading inputs: state, batch)."""
-        from .sync import _run, current_target
-        from ..pipeline.config import current_config
-        from ..runtime import worker
-        from ..runtime.modules import module_for
         roots, slots = [], []
         for i, (_, _, t) in enumerate(state):
             v = value_of(t)
@@ -272,26 +259,11 @@ class CompiledTrainStep:
         slots.append(("loss", None))
         roots = [v if v.pending else emit(torch.ops.aten.clone.default, (v,), {})[0]
                  for v in roots]
-        checks = []
-
-        def flags(order):
-            flag, taken = bounds.take_flag(order, False)
-            checks.extend(taken)
-            return [flag]
-
-        graph = Graph.build(roots, lead, extra=flags)
+        graph, entry, checks = launch(roots, lead)
         if len(graph.outputs) > len(slots):
             slots.append(("flag", None))
         by_id = {id(d): i for i, d in enumerate(graph.inputs[len(lead):])}
         seeds = tuple(sorted(by_id[id(d)] for d in drawn if id(d) in by_id))
-        target = current_target()
-        entry = module_for(graph, target, current_config())
-        datas = [DeviceData(v.spec) for v in graph.outputs]
-        for v, d in zip(graph.outputs, datas):
-            v.materialize(d)
-        future = worker.submit(_run, entry, graph.inputs, datas, target, checks)
-        for d in datas:
-            d.future = future
         plan = _Plan(graph, entry, checks, len(lead), slots, seeds)
         cleared = {id(p) for g in self.optimizer.param_groups for p in g["params"]}
         given = {i for k, i in slots if k == "grad"}
@@ -300,8 +272,6 @@ class CompiledTrainStep:
         return plan
 
     def _replay(self, plan: _Plan, batch, state) -> torch.Tensor:
-        from .sync import _run, current_target, execute
-        from ..runtime import worker
         values = [value_of(t) for _, _, t in state] + [value_of(b) for b in batch]
         pending = [v for v in values if v.pending]
         if pending:  # the state was changed lazily since the last step
@@ -310,13 +280,11 @@ class CompiledTrainStep:
         for i in plan.seeds:
             bound[i] = random.new_seed().data
         datas = [DeviceData(s) for s in plan.specs]
-        future = worker.submit(_run, plan.entry, [v.data for v in values] + bound, datas,
-                               current_target(), plan.checks)
+        run_entry(plan.entry, [v.data for v in values] + bound, datas, plan.checks)
         for i in plan.no_grad:  # zero_grad(set_to_none=True) for the grads the graph does not give
             state[i][2].grad = None
         loss = None
         for (kind, i), d in zip(plan.slots, datas):
-            d.future = future
             if kind == "state":
                 _rebind(state[i][2], Value.of_data(d))
             elif kind == "grad":
