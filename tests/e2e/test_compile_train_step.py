@@ -199,3 +199,34 @@ def test_a_host_read_in_the_loss_is_refused_and_the_step_still_trains():
     d = _delta(before)
     assert d["TrainStepRefused"] == 1 and d["TrainStepPlain"] == 3 and d["TrainStepReplayed"] == 0
     assert losses == sorted(losses, reverse=True)
+
+
+def test_a_host_value_that_changes_every_step_is_refused_and_reset_records_again():
+    """A loss scaled by a Python float that changes every call records two
+    different graphs' constants: refused, every step plain and still right.
+    ``reset()`` forgets the refusal: the next calls record again."""
+    calls = [0]
+
+    def loss_fn(out, y):
+        calls[0] += 1
+        return F.cross_entropy(out, y) * (1.0 + 0.5 * calls[0])
+
+    eager = _model()
+    lazy = copy.deepcopy(eager).to("lazy")
+    eopt = torch.optim.SGD(eager.parameters(), lr=0.05)
+    lopt = torch.optim.SGD(lazy.parameters(), lr=0.05)
+    step = lm.compile_train_step(lazy, loss_fn, lopt)
+    x, y = _batch(0)
+    before = _counters()
+    for i in range(4):
+        eopt.zero_grad(set_to_none=True)
+        want = F.cross_entropy(eager(x), y) * (1.0 + 0.5 * (i + 1))
+        want.backward()
+        eopt.step()
+        torch.testing.assert_close(step(x.to("lazy"), y.to("lazy")).cpu(), want.detach(), **TOL)
+    assert _delta(before) == {"TrainStepRecorded": 2, "TrainStepReplayed": 0,
+                              "TrainStepPlain": 2, "TrainStepRefused": 1}
+    step.reset()
+    before = _counters()
+    step(x.to("lazy"), y.to("lazy")).item()
+    assert _delta(before)["TrainStepRecorded"] == 1
