@@ -87,10 +87,20 @@ def launch(roots: list[Value], leading=(), everything: bool = False):
     return graph, entry, checks
 
 
+# A module whose last run took less runs in the caller's thread when the
+# worker is idle: handing it over and waiting for it (two thread wake-ups)
+# cost 0.1-0.4 ms a step for LeNet at batch 1 (``benchmarks/train_step.py
+# --models lenet``), more than the run it could overlap.
+INLINE_BELOW_SECONDS = 1e-3
+
+
 def run_entry(entry, inputs: list[DeviceData], outputs: list[DeviceData], checks=()) -> None:
     """Run a module entry on the worker, in launch order; ``outputs`` are
     filled when it has run (reading one waits for it)."""
-    future = worker.submit(_run, entry, inputs, outputs, current_target(), checks)
+    seconds = getattr(entry, "seconds", None)
+    inline = seconds is not None and seconds < INLINE_BELOW_SECONDS
+    future = worker.submit(_run, entry, inputs, outputs, current_target(), checks,
+                           inline=inline)
     for d in outputs:
         d.future = future
 
@@ -117,6 +127,7 @@ def _run(entry, inputs: list[DeviceData], outputs: list[DeviceData], target,
         outs = entry(*args)
         for d, o in zip(outputs, outs):
             d.device = o
+        entry.seconds = time.perf_counter() - t0
     metrics.add_sample("ExecuteTime", time.perf_counter() - t0)
     if checks:  # the last output: the graph's index-check flags (one small read)
         flag = outputs[-1]
@@ -160,7 +171,8 @@ def to_host(t: torch.Tensor) -> torch.Tensor:
 
 def mark_step() -> None:
     """Launch all pending live tensors as one graph and return; the graph runs
-    in the background (``wait_device_ops`` joins it)."""
+    in the background (``wait_device_ops`` joins it), or here when its module
+    last ran in under ``INLINE_BELOW_SECONDS`` and nothing else runs."""
     if _dry_run[0] is not None:
         return _dry_run[0].on_mark_step()
     worker.raise_pending_error()

@@ -378,6 +378,7 @@ class LoadedModule:
         self.clobbered = clobbered
         self.passthrough = passthrough
         self.aliased: frozenset[int] | None = None  # known after the first call
+        self.seconds: float | None = None  # the last run's wall time (set by lazy.sync)
 
     def __call__(self, *args):
         session = self.session

@@ -11,6 +11,10 @@ runs it itself (``Job.result``): in the common ``mark_step(); loss.item()``
 the step then costs no hand-off to the worker and back, two thread wake-ups
 that take milliseconds on a loaded machine. Jobs still run one at a time and
 in launch order either way.
+
+``submit(..., inline=True)`` runs a job in the caller's thread at once when
+nothing is queued or running: for a graph that runs in well under a
+millisecond the hand-off costs more than the run it could overlap.
 """
 from __future__ import annotations
 
@@ -48,7 +52,8 @@ class Job(concurrent.futures.Future):
         self.fn = self.args = None
         with _lock:
             _running[0] = False
-            _ready.notify_all()
+            if _queue or _exiting[0]:  # only then has the worker anything to do
+                _ready.notify_all()
 
     def result(self, timeout=None):
         if not self.done() and _take(self):
@@ -86,18 +91,26 @@ def _at_exit() -> None:
         _ready.notify_all()
 
 
-def submit(fn, *args) -> concurrent.futures.Future:
+def submit(fn, *args, inline: bool = False) -> concurrent.futures.Future:
+    """Queue ``fn(*args)`` for the worker; with ``inline``, run it here and
+    now if nothing is queued or running (its error still waits in the future)."""
     global _thread, _last
     job = Job(fn, args)
     with _lock:
-        if _thread is None:
-            _thread = threading.Thread(target=_loop, name="lazy-mlir")
-            threading._register_atexit(_at_exit)  # before non-daemon threads are joined
-            _thread.start()
-        _queue.append(job)
+        here = inline and not _running[0] and not _queue
+        if here:
+            _running[0] = True
+        else:
+            if _thread is None:
+                _thread = threading.Thread(target=_loop, name="lazy-mlir")
+                threading._register_atexit(_at_exit)  # before non-daemon threads are joined
+                _thread.start()
+            _queue.append(job)
+            _ready.notify_all()
         _last = job
         _unreported.append(job)
-        _ready.notify_all()
+    if here:
+        job.run()
     # Outside the lock: a job that is already done runs the callback here.
     job.add_done_callback(_forget_if_ok)
     return job

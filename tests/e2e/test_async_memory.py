@@ -11,12 +11,14 @@ import torch.nn.functional as F
 
 import lazy_mlir as lm
 from lazy_mlir.lazy import ir, sync
+from lazy_mlir.lazy.capture import value_of
 from lazy_mlir.tools.seed_models import MnistCNN
 
 
 @pytest.fixture
 def slow_worker(monkeypatch):
     """Make every graph run take at least 0.5 s, and count runs in flight."""
+    monkeypatch.setattr(sync, "INLINE_BELOW_SECONDS", 0.0)  # a cached graph's run was short
     original = sync._run
     started = threading.Event()
 
@@ -43,6 +45,40 @@ def test_mark_step_returns_before_the_graph_has_run(slow_worker):
     assert time.perf_counter() - t0 > 0.05  # it really was still running
     torch.testing.assert_close(y.cpu(), torch.arange(6.0) * 3 + 1)
     torch.testing.assert_close(z.cpu(), (torch.arange(6.0) * 3 + 1) * 2)
+
+
+def test_a_graph_that_ran_short_runs_in_the_calling_thread(monkeypatch):
+    """No hand-off for a graph whose last run was short; one that was long
+    (or has not run) goes to the worker and mark_step returns at once."""
+    threads = []
+    original = sync._run
+
+    def record(*args):
+        threads.append(threading.current_thread().name)
+        return original(*args)
+
+    monkeypatch.setattr(sync, "_run", record)
+    x = torch.arange(6.0).to("lazy")
+    for _ in range(3):
+        x = x * 3 + 1
+        lm.mark_step()
+        lm.wait_device_ops()
+    assert threads[1:] == [threading.current_thread().name] * 2
+    monkeypatch.setattr(sync, "INLINE_BELOW_SECONDS", 0.0)
+    x = x * 3 + 1
+    lm.mark_step()
+    future = value_of(x).data.future
+    while not future.done():  # not future.result(): that may run the job here
+        time.sleep(0.01)
+    assert threads[-1] == "lazy-mlir"
+    torch.testing.assert_close(x.cpu(), _ref(4))
+
+
+def _ref(n):
+    v = torch.arange(6.0)
+    for _ in range(n):
+        v = v * 3 + 1
+    return v
 
 
 def _compile_time():

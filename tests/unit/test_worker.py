@@ -71,3 +71,35 @@ def test_wait_all_runs_queued_jobs():
         worker.submit(job, n)
     worker.wait_all()
     assert [n for n, _ in log] == list(range(5))
+
+
+def test_an_inline_job_runs_here_when_the_worker_is_idle():
+    job, log, _ = _tracker()
+    worker.wait_all()
+    f = worker.submit(job, "now", inline=True)
+    assert f.done() and f.result() == "now"
+    assert log == [("now", threading.current_thread().name)]
+
+
+def test_an_inline_job_waits_its_turn_behind_a_running_one():
+    job, log, overlaps = _tracker()
+    release = threading.Event()
+    first = worker.submit(job, "a", 0.0, release)
+    time.sleep(0.05)  # the worker runs "a"
+    second = worker.submit(job, "b", inline=True)
+    assert not second.done()  # queued, not run beside "a"
+    release.set()
+    assert second.result(timeout=10) == "b" and first.result() == "a"
+    assert [n for n, _ in log] == ["a", "b"] and overlaps == []
+
+
+def test_an_inline_jobs_error_waits_for_the_reader():
+    def boom():
+        raise ValueError("boom inline")
+
+    worker.wait_all()
+    f = worker.submit(boom, inline=True)  # does not raise here
+    with pytest.raises(ValueError, match="boom inline"):
+        worker.raise_pending_error()
+    with pytest.raises(ValueError, match="boom inline"):
+        f.result()
