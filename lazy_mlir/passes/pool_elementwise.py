@@ -1,4 +1,5 @@
-"""Non-overlapping max pooling and its gradient as elementwise ops (an fx pass).
+"""Non-overlapping max and average pooling and their gradients as elementwise
+ops (an fx pass).
 
 torch-mlir lowers ``max_pool2d_with_indices`` to a pooling op for the values
 plus a separate windowed reduction for the indices, and its backward to a
@@ -15,6 +16,13 @@ every input element belongs to one window, so:
 - backward: ``grad_input = where(indices == position, grad_output, 0)`` with
   ``grad_output`` and ``indices`` broadcast over each window: one elementwise
   op that fuses with its neighbours (the ReLU mask), no scatter.
+
+Average pooling (``avg_pool2d``) over such windows is the sum of the KH*KW
+strided views in ATen's order divided by KH*KW (or ``divisor_override``),
+and its gradient ``grad_output / divisor`` broadcast over each window. torch-
+mlir lowers them to a pooling op and a transposed convolution on channels-
+first tensors, each with a transposing copy next to the channels-last
+matmuls of ``conv_matmul`` (LeNet-5's two average pools).
 
 Anything else (overlapping windows, padding, dilation, ceil_mode with a
 partial window, non-float inputs) returns ``NotImplemented`` and stays the
@@ -112,7 +120,45 @@ def max_pool2d_with_indices_backward(grad_output, x, kernel_size, stride, paddin
     return aten.clone(aten.permute(grad, [0, 3, 1, 2]), memory_format=torch.contiguous_format)
 
 
+def avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    win = _windows(x, kernel_size, stride, padding, 1, ceil_mode)
+    if win is None:
+        return NotImplemented
+    kh, kw, oh, ow = win
+    n, c = x.shape[0], x.shape[1]
+    xt = aten.permute(x, [0, 2, 3, 1])                              # channels last, as above
+    x6 = aten.reshape(aten.slice(aten.slice(xt, 1, 0, oh * kh), 2, 0, ow * kw),
+                      [n, oh, kh, ow, kw, c])
+    total = None
+    for i in range(kh):  # ATen's order: window rows, then columns
+        for j in range(kw):
+            val = aten.select(aten.select(x6, 4, j), 2, i)          # [N, OH, OW, C]
+            total = val if total is None else aten.add(total, val)
+    out = aten.div(total, divisor_override or kh * kw)
+    return aten.clone(aten.permute(out, [0, 3, 1, 2]), memory_format=torch.contiguous_format)
+
+
+def avg_pool2d_backward(grad_output, x, kernel_size, stride, padding, ceil_mode,
+                        count_include_pad, divisor_override):
+    win = _windows(x, kernel_size, stride, padding, 1, ceil_mode)
+    if win is None or grad_output.dtype != x.dtype:
+        return NotImplemented
+    kh, kw, oh, ow = win
+    n, c, h, w = x.shape
+    if tuple(grad_output.shape) != (n, c, oh, ow):
+        return NotImplemented
+    g = aten.div(aten.permute(grad_output, [0, 2, 3, 1]), divisor_override or kh * kw)
+    g = aten.expand(aten.reshape(g, [n, oh, 1, ow, 1, c]), [n, oh, kh, ow, kw, c])
+    grad = aten.reshape(g, [n, oh * kh, ow * kw, c])
+    if oh * kh != h or ow * kw != w:  # rows/columns no window covers get no gradient
+        grad = aten.constant_pad_nd(grad, [0, 0, 0, w - ow * kw, 0, h - oh * kh], 0.0)
+    return aten.clone(aten.permute(grad, [0, 3, 1, 2]), memory_format=torch.contiguous_format)
+
+
 DECOMPOSITIONS = {
+    aten.avg_pool2d.default: avg_pool2d,
+    aten.avg_pool2d_backward.default: avg_pool2d_backward,
     aten.max_pool2d_with_indices.default: max_pool2d_with_indices,
     aten.max_pool2d_with_indices_backward.default: max_pool2d_with_indices_backward,
 }

@@ -12,7 +12,8 @@ A TOML file (``--pipeline-config FILE`` or ``LAZY_MLIR_PIPELINE=FILE``)::
     input = "linalg"                   # or "torch": IREE's own torch input
     mixed_precision = "none"           # or "bf16": matmul/conv in bf16, f32 accumulate
     conv_lowering = "auto"             # "im2col": convs as im2col + matmul (passes/conv_matmul.py)
-                                       # and max pooling as elementwise ops (passes/pool_elementwise.py);
+                                       # and non-overlapping max and average pooling as
+                                       # elementwise ops (passes/pool_elementwise.py);
                                        # "native": aten.convolution; "auto": im2col on cpu only
 
     [iree_flags]

@@ -88,3 +88,44 @@ def test_pools_it_leaves_alone_keep_the_base_decomposition():
     gm = make_fx(pool, tracing_mode="fake")(torch.randn(1, 2, 3, 6))
     ops = lambda g: sorted(str(n.target) for n in g.graph.nodes if n.op == "call_function")
     assert ops(decompose(gm, pe.DECOMPOSITIONS)) == ops(decompose(gm))
+
+
+@pytest.mark.parametrize("divisor", [None, 3], ids=["mean", "divisor3"])
+@pytest.mark.parametrize("special", [False, True], ids=["plain", "special"])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[0])) + f"k{c[1]}")
+def test_average_pool_forward_and_backward_match_aten(case, special, divisor):
+    shape, k, s, ceil = case
+    x = _input(shape, 0, special)
+    args = (k, s, [0, 0], ceil, True, divisor)
+    want = aten.avg_pool2d(x, *args)
+    got = pe.avg_pool2d(x, *args)
+    assert got.is_contiguous()
+    torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
+    grad = torch.randn(want.shape, generator=torch.Generator().manual_seed(1))
+    want_g = aten.avg_pool2d_backward(grad, x, *args)
+    got_g = pe.avg_pool2d_backward(grad, x, *args)
+    assert got_g.is_contiguous()
+    torch.testing.assert_close(got_g, want_g, rtol=0, atol=0)
+
+
+def test_average_pools_it_leaves_alone():
+    x = torch.randn(1, 2, 8, 8)
+    assert pe.avg_pool2d(x, [3, 3], [2, 2]) is NotImplemented                    # overlap
+    assert pe.avg_pool2d(x, [2, 2], [2, 2], [1, 1]) is NotImplemented            # padding
+    assert pe.avg_pool2d(torch.randn(1, 2, 9, 9), [2, 2], [2, 2], 0, True) is NotImplemented
+    assert pe.avg_pool2d(torch.randn(2, 8, 8), [2, 2]) is NotImplemented         # 3-d
+    g = torch.randn(1, 2, 4, 4)
+    assert pe.avg_pool2d_backward(g, x, [3, 3], [2, 2], [0, 0], False, True, None) is NotImplemented
+
+
+def test_traced_average_pool_step_has_no_pooling_ops():
+    def step(x):
+        out = torch.nn.functional.avg_pool2d(x, 2)
+        return torch.autograd.grad(out.square().sum(), x)
+
+    x = _input((2, 3, 9, 8), 2, False).requires_grad_()
+    gm = make_fx(step, decomposition_table=pe.DECOMPOSITIONS)(x)
+    targets = {n.target for n in gm.graph.nodes if n.op == "call_function"}
+    assert aten.avg_pool2d.default not in targets
+    assert aten.avg_pool2d_backward.default not in targets
+    torch.testing.assert_close(gm(x)[0], step(x)[0], rtol=0, atol=0)
