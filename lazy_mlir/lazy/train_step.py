@@ -89,7 +89,8 @@ class _Plan:
         self.key = graph.key
         self.entry = entry
         self.checks = checks  # (exception type, message) per index-check flag
-        self.slots = slots  # per output: ("state", i) | ("grad", i) | ("loss", None) | ("flag", None)
+        # per output: ("state", i) | ("grad", i) | ("new", None) | ("loss", None) | ("flag", None)
+        self.slots = slots
         self.bound = graph.inputs[n_lead:]  # lifted scalars, seeds, other constants
         self.seeds = seeds  # positions in ``bound`` of random seeds, drawn anew per call
         self.specs = [v.spec for v in graph.outputs]
@@ -255,6 +256,14 @@ class CompiledTrainStep:
             if p.grad is not None:
                 roots.append(value_of(p.grad))
                 slots.append(("grad", i))
+        # State the step created (the optimizer's first step): computed here
+        # too, not recomputed from the batch by a graph of its own later.
+        # Such a recording is never replayed (the next guard sees the state).
+        known = {id(t) for _, _, t in state}
+        for _, _, t in self._state():
+            if id(t) not in known and isinstance(t, LazyTensor) and value_of(t).pending:
+                roots.append(value_of(t))
+                slots.append(("new", None))
         roots.append(value_of(loss))
         slots.append(("loss", None))
         roots = [v if v.pending else emit(torch.ops.aten.clone.default, (v,), {})[0]

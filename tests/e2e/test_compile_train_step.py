@@ -83,6 +83,22 @@ def test_sgd_momentum_is_replayed_and_matches_eager():
                               "TrainStepPlain": 0, "TrainStepRefused": 0}
 
 
+def test_the_state_the_first_step_creates_is_computed_by_its_graph():
+    """Adadelta makes its state in the first step: that step's graph computes
+    it too, so the next step runs no graph of its own to recompute it from
+    the first batch (one graph run per step)."""
+    torch.manual_seed(0)
+    lazy = _model().to("lazy")
+    opt = torch.optim.Adadelta(lazy.parameters(), lr=1.0)
+    step = lm.compile_train_step(lazy, F.cross_entropy, opt)
+    lm.wait_device_ops()
+    for i in range(3):
+        x, y = (t.to("lazy") for t in _batch(i))
+        runs = lm.metrics.metric_data("ExecuteTime")[0]
+        step(x, y).cpu()
+        assert lm.metrics.metric_data("ExecuteTime")[0] - runs == 1, i
+
+
 def test_a_changed_learning_rate_records_again_and_is_used():
     def schedule(i, eopt, lopt):
         if i == 5:
