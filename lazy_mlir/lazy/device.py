@@ -81,3 +81,5 @@ def register() -> None:
             _lib.impl(name, _host_factory(op), "Lazy")
     from .capturable import allow_lazy
     allow_lazy()  # Adam(..., capturable=True) on lazy parameters
+    from .module_ties import keep_ties
+    keep_ties()  # tied weights stay tied through model.to("lazy")

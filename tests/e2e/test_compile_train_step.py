@@ -246,3 +246,37 @@ def test_a_host_value_that_changes_every_step_is_refused_and_reset_records_again
     before = _counters()
     step(x.to("lazy"), y.to("lazy")).item()
     assert _delta(before)["TrainStepRecorded"] == 1
+
+
+def test_tied_weights_and_batch_norm_buffers_are_state_in_torchs_order():
+    """The state list reads the modules' own dicts (cheaper than torch's
+    generators): a weight two layers share appears once, buffers (BatchNorm's
+    running statistics, updated by every training step) follow, both in
+    ``parameters()``/``buffers()`` order, and the replay matches eager."""
+    def make(device):
+        torch.manual_seed(0)
+        m = nn.Sequential(nn.Flatten(), nn.Linear(784, 32), nn.BatchNorm1d(32), nn.ReLU(),
+                          nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(),
+                          nn.Linear(32, 10)).to(device)
+        m[6].weight = m[4].weight  # tied after the move, as on PyTorch/XLA (see README)
+        return m
+
+    eager, lazy = make("cpu"), make("lazy")
+    eopt = torch.optim.SGD(eager.parameters(), lr=0.05, momentum=0.9)
+    lopt = torch.optim.SGD(lazy.parameters(), lr=0.05, momentum=0.9)
+    step = lm.compile_train_step(lazy, F.cross_entropy, lopt)
+    assert [id(p) for p in step._params()] == [id(p) for p in lazy.parameters()]
+    assert [id(t) for _, _, t in step._state()][len(step._params()):][:3] == \
+        [id(b) for b in lazy.buffers()]
+    before = _counters()
+    for i in range(6):
+        x, y = _batch(i)
+        eopt.zero_grad(set_to_none=True)
+        want = F.cross_entropy(eager(x), y)
+        want.backward()
+        eopt.step()
+        torch.testing.assert_close(step(x.to("lazy"), y.to("lazy")).cpu(), want.detach(), **TOL)
+    assert _delta(before)["TrainStepReplayed"] == 3
+    _same_state(lazy, lopt, eager, eopt)
+    for got, want in zip(lazy.buffers(), eager.buffers()):
+        torch.testing.assert_close(got.cpu(), want, **TOL)
