@@ -257,9 +257,9 @@ def test_tied_weights_and_batch_norm_buffers_are_state_in_torchs_order():
         torch.manual_seed(0)
         m = nn.Sequential(nn.Flatten(), nn.Linear(784, 32), nn.BatchNorm1d(32), nn.ReLU(),
                           nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(),
-                          nn.Linear(32, 10)).to(device)
-        m[6].weight = m[4].weight  # tied after the move, as on PyTorch/XLA (see README)
-        return m
+                          nn.Linear(32, 10))
+        m[6].weight = m[4].weight  # stays tied through the move (lazy/module_ties.py)
+        return m.to(device)
 
     eager, lazy = make("cpu"), make("lazy")
     eopt = torch.optim.SGD(eager.parameters(), lr=0.05, momentum=0.9)
