@@ -62,6 +62,16 @@ def _run(make_opt, steps, *, on_step=None, batch=16, smaller_last=True):
     return lazy, lopt, eager, eopt
 
 
+def _step_both(eager, eopt, step, i):
+    """Batch ``i``: one eager step and one ``step`` call; their losses agree."""
+    x, y = _batch(i)
+    eopt.zero_grad(set_to_none=True)
+    want = F.cross_entropy(eager(x), y)
+    want.backward()
+    eopt.step()
+    torch.testing.assert_close(step(x.to("lazy"), y.to("lazy")).cpu(), want.detach(), **TOL)
+
+
 def _same_state(lazy, lopt, eager, eopt, tol=TOL):
     for (n, p), q in zip(lazy.named_parameters(), eager.parameters()):
         torch.testing.assert_close(p.cpu(), q, **tol, msg=lambda m: f"{n}: {m}")
@@ -143,12 +153,7 @@ def test_capturable_adam_is_replayed_and_matches_eager_adam(opt):
     step = lm.compile_train_step(lazy, F.cross_entropy, lopt)
     before = _counters()
     for i in range(5):
-        x, y = _batch(i)
-        eopt.zero_grad(set_to_none=True)
-        want = F.cross_entropy(eager(x), y)
-        want.backward()
-        eopt.step()
-        torch.testing.assert_close(step(x.to("lazy"), y.to("lazy")).cpu(), want.detach(), **TOL)
+        _step_both(eager, eopt, step, i)
     # capturable computes the bias corrections in float32 tensors, eager in Python floats
     _same_state(lazy, lopt, eager, eopt, tol=dict(rtol=1e-3, atol=1e-4))
     # 1 makes the state, 2 and 3 record the same graph, 4 and 5 replay
@@ -270,12 +275,7 @@ def test_tied_weights_and_batch_norm_buffers_are_state_in_torchs_order():
         [id(b) for b in lazy.buffers()]
     before = _counters()
     for i in range(6):
-        x, y = _batch(i)
-        eopt.zero_grad(set_to_none=True)
-        want = F.cross_entropy(eager(x), y)
-        want.backward()
-        eopt.step()
-        torch.testing.assert_close(step(x.to("lazy"), y.to("lazy")).cpu(), want.detach(), **TOL)
+        _step_both(eager, eopt, step, i)
     assert _delta(before)["TrainStepReplayed"] == 3
     _same_state(lazy, lopt, eager, eopt)
     for got, want in zip(lazy.buffers(), eager.buffers()):
