@@ -43,6 +43,16 @@ def _generic(maps: tuple[str, str], src: str, src_t: str, dst_t: str, rank: int,
             f"\n      ins({src} : {src_t}) outs({dst} : {dst_t}) {{\n    {_COPY} -> {dst_t}")
 
 
+def _im2col(n, oh, c, x_t) -> str:
+    """``%cols`` [N*OH*OW, 9*C]: the 3x3 windows of ``%x``, channels last."""
+    cols6, m = f"tensor<{n}x{oh}x{oh}x3x3x{c}xf32>", n * oh * oh
+    return f"""  %e = tensor.empty() : {cols6}
+  %p = {_generic(("affine_map<(n, y, x, i, j, c) -> (n, y + i, x + j, c)>",
+                  "affine_map<(n, y, x, i, j, c) -> (n, y, x, i, j, c)>"), "%x", x_t, cols6, 6)}
+  %cols = tensor.collapse_shape %p [[0, 1, 2], [3, 4, 5]] : {cols6} into tensor<{m}x{9 * c}xf32>
+"""
+
+
 def forward(n, h, c, o, m0=8):
     """(im2col + matmul, packed gather + mmt4d) for ``out[N*OH*OW, O]``;
     M tiles of ``m0`` output columns (OW must be a multiple)."""
@@ -50,12 +60,7 @@ def forward(n, h, c, o, m0=8):
     kc, m = 9 * c, n * oh * oh
     x_t, w_t, out_t = f"tensor<{n}x{h}x{h}x{c}xf32>", f"tensor<{o}x{kc}xf32>", f"tensor<{m}x{o}xf32>"
     head = f"func.func @main(%x: {x_t}, %w: {w_t}) -> {out_t} {{\n  %zero = arith.constant 0.0 : f32\n"
-    cols6 = f"tensor<{n}x{oh}x{oh}x3x3x{c}xf32>"
-    ref = head + f"""  %e = tensor.empty() : {cols6}
-  %p = {_generic(("affine_map<(n, y, x, i, j, c) -> (n, y + i, x + j, c)>",
-                  "affine_map<(n, y, x, i, j, c) -> (n, y, x, i, j, c)>"), "%x", x_t, cols6, 6)}
-  %cols = tensor.collapse_shape %p [[0, 1, 2], [3, 4, 5]] : {cols6} into tensor<{m}x{kc}xf32>
-  %et = tensor.empty() : tensor<{kc}x{o}xf32>
+    ref = head + _im2col(n, oh, c, x_t) + f"""  %et = tensor.empty() : tensor<{kc}x{o}xf32>
   %wt = linalg.transpose ins(%w : {w_t}) outs(%et : tensor<{kc}x{o}xf32>) permutation = [1, 0]
   %eo = tensor.empty() : {out_t}
   %o0 = linalg.fill ins(%zero : f32) outs(%eo : {out_t}) -> {out_t}
@@ -94,12 +99,7 @@ def weight_grad(n, h, c, o):
     kc, m = 9 * c, n * oh * oh
     x_t, dy_t, out_t = f"tensor<{n}x{h}x{h}x{c}xf32>", f"tensor<{m}x{o}xf32>", f"tensor<{o}x{kc}xf32>"
     head = f"func.func @main(%x: {x_t}, %dy: {dy_t}) -> {out_t} {{\n  %zero = arith.constant 0.0 : f32\n"
-    cols6 = f"tensor<{n}x{oh}x{oh}x3x3x{c}xf32>"
-    ref = head + f"""  %e = tensor.empty() : {cols6}
-  %p = {_generic(("affine_map<(n, y, x, i, j, c) -> (n, y + i, x + j, c)>",
-                  "affine_map<(n, y, x, i, j, c) -> (n, y, x, i, j, c)>"), "%x", x_t, cols6, 6)}
-  %cols = tensor.collapse_shape %p [[0, 1, 2], [3, 4, 5]] : {cols6} into tensor<{m}x{kc}xf32>
-  %et = tensor.empty() : tensor<{o}x{m}xf32>
+    ref = head + _im2col(n, oh, c, x_t) + f"""  %et = tensor.empty() : tensor<{o}x{m}xf32>
   %dyt = linalg.transpose ins(%dy : {dy_t}) outs(%et : tensor<{o}x{m}xf32>) permutation = [1, 0]
   %eo = tensor.empty() : {out_t}
   %o0 = linalg.fill ins(%zero : f32) outs(%eo : {out_t}) -> {out_t}
