@@ -56,14 +56,10 @@ def execute(values: list[Value], everything: bool = False) -> None:
         return
     started = time.perf_counter()
     try:
-        _execute(roots, everything)
+        launch(roots, everything=everything)
     finally:
         if dispatch_depth[0]:  # a sync inside an op: not capture time
             trace_seconds[0] -= time.perf_counter() - started
-
-
-def _execute(roots: list[Value], everything: bool = False) -> None:
-    launch(roots, everything=everything)
 
 
 def launch(roots: list[Value], leading=(), everything: bool = False):
@@ -97,8 +93,7 @@ INLINE_BELOW_SECONDS = 1e-3
 def run_entry(entry, inputs: list[DeviceData], outputs: list[DeviceData], checks=()) -> None:
     """Run a module entry on the worker, in launch order; ``outputs`` are
     filled when it has run (reading one waits for it)."""
-    seconds = getattr(entry, "seconds", None)
-    inline = seconds is not None and seconds < INLINE_BELOW_SECONDS
+    inline = entry.seconds is not None and entry.seconds < INLINE_BELOW_SECONDS
     future = worker.submit(_run, entry, inputs, outputs, current_target(), checks,
                            inline=inline)
     for d in outputs:

@@ -57,7 +57,7 @@ import logging
 import torch
 
 from . import bounds, metrics, random
-from .capture import emit, value_of
+from .capture import assign, emit, value_of
 from .ir import DeviceData, Value
 from .sync import current_target, execute, launch, mark_step, run_entry
 from .tensor import LazyTensor, wrap_value
@@ -188,14 +188,14 @@ class CompiledTrainStep:
         self._plans.clear()
         self._recorded.clear()
 
-    def _plain(self, batch, launch: bool = True) -> torch.Tensor:
-        """The step on the lazy device; ``launch``: then ``mark_step()``, as the
+    def _plain(self, batch, mark: bool = True) -> torch.Tensor:
+        """The step on the lazy device; ``mark``: then ``mark_step()``, as the
         plain training loop does (else the next step's graph would hold this one)."""
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.loss_fn(self.model(*batch[:-1]), batch[-1])
         loss.backward()
         self.optimizer.step()
-        if launch:
+        if mark:
             mark_step()
         return loss.detach()
 
@@ -223,7 +223,7 @@ class CompiledTrainStep:
         drawn = random.log_seeds()
         try:
             with bounds.in_graph():
-                loss = self._plain(batch, launch=False)
+                loss = self._plain(batch, mark=False)
         finally:
             random.stop_logging(drawn)
         changed = metrics.changed_since(before)
@@ -307,19 +307,11 @@ class CompiledTrainStep:
         loss = None
         for (kind, i), d in zip(plan.slots, datas):
             if kind == "state":
-                _rebind(state[i][2], Value.of_data(d))
+                assign(state[i][2], Value.of_data(d))  # as an in-place write leaves it
             elif kind == "grad":
                 state[i][2].grad = wrap_value(Value.of_data(d))
             elif kind == "loss":
                 loss = wrap_value(Value.of_data(d))
         metrics.counter_inc("TrainStepReplayed")
         return loss
-
-
-def _rebind(t: LazyTensor, v: Value) -> None:
-    """``t`` (not a view) now holds ``v``, as an in-place write would leave it."""
-    storage = t._storage
-    storage.value = v
-    storage.version += 1
-    t._cache = None
 

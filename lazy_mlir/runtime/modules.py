@@ -23,6 +23,8 @@ log = logging.getLogger("lazy_mlir")
 class EagerEntry:
     """A graph that could not be compiled: run its fx module on the host."""
 
+    seconds = None  # never timed: it runs on the worker (see LoadedModule.seconds)
+
     def __init__(self, gm, ops):
         self.gm = gm
         self.ops = ops
