@@ -70,18 +70,48 @@ def _positions(kh, kw, oh, ow, width, device):
     return aten.reshape(flat, [oh, kh, ow, kw])
 
 
+def _window_grid(x, kh, kw, oh, ow):
+    """``x`` [N, C, H, W] as [N, OH, KH, OW, KW, C]: its windows, channels last.
+
+    Channels last inside: the convolutions of conv_matmul produce and take
+    channels-last matrices, so IREE cancels these permutes against theirs and
+    the layout change happens on the pooled (KH*KW times smaller) values."""
+    n, c = x.shape[0], x.shape[1]
+    xt = aten.permute(x, [0, 2, 3, 1])                              # [N, H, W, C]
+    return aten.reshape(aten.slice(aten.slice(xt, 1, 0, oh * kh), 2, 0, ow * kw),
+                        [n, oh, kh, ow, kw, c])
+
+
+def _per_window(t, kh, kw):
+    """``t`` [N, C, OH, OW] broadcast over each window: [N, OH, KH, OW, KW, C]."""
+    n, c, oh, ow = t.shape
+    return aten.expand(aten.reshape(aten.permute(t, [0, 2, 3, 1]), [n, oh, 1, ow, 1, c]),
+                       [n, oh, kh, ow, kw, c])
+
+
+def _channels_first(t):
+    """[N, H, W, C] as a contiguous [N, C, H, W] (the layout ATen returns)."""
+    return aten.clone(aten.permute(t, [0, 3, 1, 2]), memory_format=torch.contiguous_format)
+
+
+def _input_grad(grad6, x):
+    """A window-grid gradient [N, OH, KH, OW, KW, C] as the input's [N, C, H, W]:
+    rows and columns no window covers get no gradient."""
+    n, oh, kh, ow, kw, c = grad6.shape
+    h, w = x.shape[2], x.shape[3]
+    grad = aten.reshape(grad6, [n, oh * kh, ow * kw, c])
+    if oh * kh != h or ow * kw != w:
+        grad = aten.constant_pad_nd(grad, [0, 0, 0, w - ow * kw, 0, h - oh * kh], 0.0)
+    return _channels_first(grad)
+
+
 def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
     win = _windows(x, kernel_size, stride, padding, dilation, ceil_mode)
     if win is None:
         return NotImplemented
     kh, kw, oh, ow = win
     n, c, _, w = x.shape
-    # Channels last inside: the convolutions of conv_matmul produce and take
-    # channels-last matrices, so IREE cancels these permutes against theirs
-    # and the layout change happens on the pooled (KH*KW times smaller) values.
-    xt = aten.permute(x, [0, 2, 3, 1])                              # [N, H, W, C]
-    x6 = aten.reshape(aten.slice(aten.slice(xt, 1, 0, oh * kh), 2, 0, ow * kw),
-                      [n, oh, kh, ow, kw, c])
+    x6 = _window_grid(x, kh, kw, oh, ow)
     pos = aten.unsqueeze(_positions(kh, kw, oh, ow, w, x.device), 4)  # [OH, KH, OW, KW, 1]
     best = idx = None
     for i in range(kh):  # ATen's scan order: window rows, then columns
@@ -94,8 +124,7 @@ def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ce
             take = aten.logical_or(aten.gt(val, best), aten.isnan(val))
             best = aten.where(take, val, best)
             idx = aten.where(take, at, idx)
-    return (aten.clone(aten.permute(best, [0, 3, 1, 2]), memory_format=torch.contiguous_format),
-            aten.clone(aten.permute(idx, [0, 3, 1, 2]), memory_format=torch.contiguous_format))
+    return _channels_first(best), _channels_first(idx)
 
 
 def max_pool2d_with_indices_backward(grad_output, x, kernel_size, stride, padding, dilation,
@@ -104,20 +133,13 @@ def max_pool2d_with_indices_backward(grad_output, x, kernel_size, stride, paddin
     if win is None or grad_output.dtype != x.dtype or indices.dtype != torch.int64:
         return NotImplemented
     kh, kw, oh, ow = win
-    n, c, h, w = x.shape
+    n, c, _, w = x.shape
     if tuple(grad_output.shape) != (n, c, oh, ow) or tuple(indices.shape) != (n, c, oh, ow):
         return NotImplemented
-    shape6 = [n, oh, kh, ow, kw, c]                                  # channels last, as above
-    g = aten.expand(aten.reshape(aten.permute(grad_output, [0, 2, 3, 1]),
-                                 [n, oh, 1, ow, 1, c]), shape6)
-    i = aten.expand(aten.reshape(aten.permute(indices, [0, 2, 3, 1]),
-                                 [n, oh, 1, ow, 1, c]), shape6)
     pos = aten.unsqueeze(_positions(kh, kw, oh, ow, w, x.device), 4)
     zero = aten.scalar_tensor(0.0, dtype=x.dtype, device=x.device)
-    grad = aten.reshape(aten.where(aten.eq(i, pos), g, zero), [n, oh * kh, ow * kw, c])
-    if oh * kh != h or ow * kw != w:  # rows/columns no window covers get no gradient
-        grad = aten.constant_pad_nd(grad, [0, 0, 0, w - ow * kw, 0, h - oh * kh], 0.0)
-    return aten.clone(aten.permute(grad, [0, 3, 1, 2]), memory_format=torch.contiguous_format)
+    chosen = aten.eq(_per_window(indices, kh, kw), pos)
+    return _input_grad(aten.where(chosen, _per_window(grad_output, kh, kw), zero), x)
 
 
 def avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
@@ -126,17 +148,13 @@ def avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_incl
     if win is None:
         return NotImplemented
     kh, kw, oh, ow = win
-    n, c = x.shape[0], x.shape[1]
-    xt = aten.permute(x, [0, 2, 3, 1])                              # channels last, as above
-    x6 = aten.reshape(aten.slice(aten.slice(xt, 1, 0, oh * kh), 2, 0, ow * kw),
-                      [n, oh, kh, ow, kw, c])
+    x6 = _window_grid(x, kh, kw, oh, ow)
     total = None
     for i in range(kh):  # ATen's order: window rows, then columns
         for j in range(kw):
             val = aten.select(aten.select(x6, 4, j), 2, i)          # [N, OH, OW, C]
             total = val if total is None else aten.add(total, val)
-    out = aten.div(total, divisor_override or kh * kw)
-    return aten.clone(aten.permute(out, [0, 3, 1, 2]), memory_format=torch.contiguous_format)
+    return _channels_first(aten.div(total, divisor_override or kh * kw))
 
 
 def avg_pool2d_backward(grad_output, x, kernel_size, stride, padding, ceil_mode,
@@ -145,15 +163,10 @@ def avg_pool2d_backward(grad_output, x, kernel_size, stride, padding, ceil_mode,
     if win is None or grad_output.dtype != x.dtype:
         return NotImplemented
     kh, kw, oh, ow = win
-    n, c, h, w = x.shape
-    if tuple(grad_output.shape) != (n, c, oh, ow):
+    if tuple(grad_output.shape) != (x.shape[0], x.shape[1], oh, ow):
         return NotImplemented
-    g = aten.div(aten.permute(grad_output, [0, 2, 3, 1]), divisor_override or kh * kw)
-    g = aten.expand(aten.reshape(g, [n, oh, 1, ow, 1, c]), [n, oh, kh, ow, kw, c])
-    grad = aten.reshape(g, [n, oh * kh, ow * kw, c])
-    if oh * kh != h or ow * kw != w:  # rows/columns no window covers get no gradient
-        grad = aten.constant_pad_nd(grad, [0, 0, 0, w - ow * kw, 0, h - oh * kh], 0.0)
-    return aten.clone(aten.permute(grad, [0, 3, 1, 2]), memory_format=torch.contiguous_format)
+    g = aten.div(grad_output, divisor_override or kh * kw)
+    return _input_grad(_per_window(g, kh, kw), x)
 
 
 DECOMPOSITIONS = {
