@@ -53,6 +53,38 @@ def _im2col(n, oh, c, x_t) -> str:
 """
 
 
+def _matmul(other: str, other_shape: tuple[int, int], mkn: tuple[int, int, int], out_t: str,
+            transposed_lhs: bool) -> str:
+    """``%cols`` times ``other`` transposed (``%cols`` on the right when
+    ``transposed_lhs``) by a ``linalg.matmul`` that data tiling packs, returned."""
+    m, k, n = mkn
+    r, c = other_shape
+    a, b = ("%t", "%cols") if transposed_lhs else ("%cols", "%t")
+    return f"""  %et = tensor.empty() : tensor<{c}x{r}xf32>
+  %t = linalg.transpose ins({other} : tensor<{r}x{c}xf32>) outs(%et : tensor<{c}x{r}xf32>) permutation = [1, 0]
+  %eo = tensor.empty() : {out_t}
+  %o0 = linalg.fill ins(%zero : f32) outs(%eo : {out_t}) -> {out_t}
+  %r = linalg.matmul ins({a}, {b} : tensor<{m}x{k}xf32>, tensor<{k}x{n}xf32>) outs(%o0 : {out_t}) -> {out_t}
+  return %r : {out_t}
+}}
+"""
+
+
+def _mmt4d(lhs: str, rhs: str, tiles: tuple[int, int, int], out_t: str) -> str:
+    """``%lhs`` x ``%rhs`` by ``linalg.mmt4d`` ([M1, N1, M0, 16] tiles), unpacked
+    into ``out_t`` and returned: the end of a packed form."""
+    m1, n1, m0 = tiles
+    acc = f"tensor<{m1}x{n1}x{m0}x16xf32>"
+    return f"""  %ea = tensor.empty() : {acc}
+  %a0 = linalg.fill ins(%zero : f32) outs(%ea : {acc}) -> {acc}
+  %a = linalg.mmt4d ins(%lhs, %rhs : {lhs}, {rhs}) outs(%a0 : {acc}) -> {acc}
+  %eo = tensor.empty() : {out_t}
+  %r = linalg.unpack %a inner_dims_pos = [0, 1] inner_tiles = [{m0}, 16] into %eo : {acc} -> {out_t}
+  return %r : {out_t}
+}}
+"""
+
+
 def forward(n, h, c, o, m0=8):
     """(im2col + matmul, packed gather + mmt4d) for ``out[N*OH*OW, O]``;
     M tiles of ``m0`` output columns (OW must be a multiple)."""
@@ -60,18 +92,11 @@ def forward(n, h, c, o, m0=8):
     kc, m = 9 * c, n * oh * oh
     x_t, w_t, out_t = f"tensor<{n}x{h}x{h}x{c}xf32>", f"tensor<{o}x{kc}xf32>", f"tensor<{m}x{o}xf32>"
     head = f"func.func @main(%x: {x_t}, %w: {w_t}) -> {out_t} {{\n  %zero = arith.constant 0.0 : f32\n"
-    ref = head + _im2col(n, oh, c, x_t) + f"""  %et = tensor.empty() : tensor<{kc}x{o}xf32>
-  %wt = linalg.transpose ins(%w : {w_t}) outs(%et : tensor<{kc}x{o}xf32>) permutation = [1, 0]
-  %eo = tensor.empty() : {out_t}
-  %o0 = linalg.fill ins(%zero : f32) outs(%eo : {out_t}) -> {out_t}
-  %r = linalg.matmul ins(%cols, %wt : tensor<{m}x{kc}xf32>, tensor<{kc}x{o}xf32>) outs(%o0 : {out_t}) -> {out_t}
-  return %r : {out_t}
-}}
-"""
+    ref = head + _im2col(n, oh, c, x_t) + _matmul("%w", (o, kc), (m, kc, o), out_t,
+                                                 transposed_lhs=False)
     t = oh // m0
     p7 = f"tensor<{n}x{oh}x{t}x3x3x{c}x{m0}xf32>"
     lhs, rhs = f"tensor<{m // m0}x{kc}x{m0}x1xf32>", f"tensor<{o // 16}x{kc}x16x1xf32>"
-    acc = f"tensor<{m // m0}x{o // 16}x{m0}x16xf32>"
     packed = head + f"""  %e = tensor.empty() : {p7}
   %p7 = {_generic((f"affine_map<(n, y, t, i, j, c, r) -> (n, y + i, t * {m0} + r + j, c)>",
                    "affine_map<(n, y, t, i, j, c, r) -> (n, y, t, i, j, c, r)>"), "%x", x_t, p7, 7)}
@@ -81,14 +106,7 @@ def forward(n, h, c, o, m0=8):
   %w3 = {_generic(("affine_map<(t, k, r) -> (t * 16 + r, k)>", "affine_map<(t, k, r) -> (t, k, r)>"),
                   "%w", w_t, f"tensor<{o // 16}x{kc}x16xf32>", 3, "%ew")}
   %rhs = tensor.expand_shape %w3 [[0], [1], [2, 3]] output_shape [{o // 16}, {kc}, 16, 1] : tensor<{o // 16}x{kc}x16xf32> into {rhs}
-  %ea = tensor.empty() : {acc}
-  %a0 = linalg.fill ins(%zero : f32) outs(%ea : {acc}) -> {acc}
-  %a = linalg.mmt4d ins(%lhs, %rhs : {lhs}, {rhs}) outs(%a0 : {acc}) -> {acc}
-  %eo = tensor.empty() : {out_t}
-  %r = linalg.unpack %a inner_dims_pos = [0, 1] inner_tiles = [{m0}, 16] into %eo : {acc} -> {out_t}
-  return %r : {out_t}
-}}
-"""
+""" + _mmt4d(lhs, rhs, (m // m0, o // 16, m0), out_t)
     return ref, packed, [(n, h, h, c), (o, kc)]
 
 
@@ -99,18 +117,11 @@ def weight_grad(n, h, c, o):
     kc, m = 9 * c, n * oh * oh
     x_t, dy_t, out_t = f"tensor<{n}x{h}x{h}x{c}xf32>", f"tensor<{m}x{o}xf32>", f"tensor<{o}x{kc}xf32>"
     head = f"func.func @main(%x: {x_t}, %dy: {dy_t}) -> {out_t} {{\n  %zero = arith.constant 0.0 : f32\n"
-    ref = head + _im2col(n, oh, c, x_t) + f"""  %et = tensor.empty() : tensor<{o}x{m}xf32>
-  %dyt = linalg.transpose ins(%dy : {dy_t}) outs(%et : tensor<{o}x{m}xf32>) permutation = [1, 0]
-  %eo = tensor.empty() : {out_t}
-  %o0 = linalg.fill ins(%zero : f32) outs(%eo : {out_t}) -> {out_t}
-  %r = linalg.matmul ins(%dyt, %cols : tensor<{o}x{m}xf32>, tensor<{m}x{kc}xf32>) outs(%o0 : {out_t}) -> {out_t}
-  return %r : {out_t}
-}}
-"""
+    ref = head + _im2col(n, oh, c, x_t) + _matmul("%dy", (m, o), (o, m, kc), out_t,
+                                                 transposed_lhs=True)
     cb = c // 16
     r7 = f"tensor<3x3x{cb}x{n}x{oh}x{oh}x16xf32>"
     lhs, rhs = f"tensor<{o // 16}x{m}x16x1xf32>", f"tensor<{kc // 16}x{m}x16x1xf32>"
-    acc = f"tensor<{o // 16}x{kc // 16}x16x16xf32>"
     packed = head + f"""  %e = tensor.empty() : {r7}
   %r7 = {_generic(("affine_map<(i, j, b, n, y, x, r) -> (n, y + i, x + j, b * 16 + r)>",
                    "affine_map<(i, j, b, n, y, x, r) -> (i, j, b, n, y, x, r)>"), "%x", x_t, r7, 7)}
@@ -120,14 +131,7 @@ def weight_grad(n, h, c, o):
   %l3 = {_generic(("affine_map<(t, k, r) -> (k, t * 16 + r)>", "affine_map<(t, k, r) -> (t, k, r)>"),
                   "%dy", dy_t, f"tensor<{o // 16}x{m}x16xf32>", 3, "%el")}
   %lhs = tensor.expand_shape %l3 [[0], [1], [2, 3]] output_shape [{o // 16}, {m}, 16, 1] : tensor<{o // 16}x{m}x16xf32> into {lhs}
-  %ea = tensor.empty() : {acc}
-  %a0 = linalg.fill ins(%zero : f32) outs(%ea : {acc}) -> {acc}
-  %a = linalg.mmt4d ins(%lhs, %rhs : {lhs}, {rhs}) outs(%a0 : {acc}) -> {acc}
-  %eo = tensor.empty() : {out_t}
-  %r = linalg.unpack %a inner_dims_pos = [0, 1] inner_tiles = [16, 16] into %eo : {acc} -> {out_t}
-  return %r : {out_t}
-}}
-"""
+""" + _mmt4d(lhs, rhs, (o // 16, kc // 16, 16), out_t)
     return ref, packed, [(n, h, h, c), (m, o)]
 
 
