@@ -16,7 +16,8 @@ import torch.fx as fx
 from ..passes import pipelines
 from ..passes.runner import PipelineError, run_pipeline, write_repro
 from .config import PipelineConfig
-from .targets import Target
+from .contractions import largest_matmul
+from .targets import LARGE_MATMUL_MACS, Target
 
 log = logging.getLogger("lazy_mlir")
 
@@ -106,13 +107,19 @@ def lower(gm: fx.GraphModule, config: PipelineConfig,
     return fx_stage, torch_stage, backend, linalg
 
 
-def iree_flags(target: Target, config: PipelineConfig, torch_input: bool = False) -> list[str]:
-    """``torch_input``: the last stage is torch dialect, for IREE's torch input."""
-    flags = [f"--iree-hal-target-backends={target.backend}", *target.flags,
-             *config.flags_for(target.name)]
+def iree_flags(target: Target, config: PipelineConfig, stages: tuple[Stage, ...]) -> list[str]:
+    """The iree-compile flags for the last of ``stages``. The target's
+    ``large_matmul_flags`` are dropped from a linalg graph without a matmul
+    of ``LARGE_MATMUL_MACS`` unless the configuration names them."""
+    own = config.flags_for(target.name)
+    flags = [f"--iree-hal-target-backends={target.backend}", *target.flags, *own]
+    if target.large_matmul_flags and stages[-1].name == "linalg":
+        if largest_matmul(stages[-1].text) < LARGE_MATMUL_MACS:
+            drop = set(target.large_matmul_flags) - set(own)
+            flags = [f for f in flags if f not in drop]
     if config.opt_level is not None:
         flags.append(f"--iree-opt-level=O{config.opt_level}")
-    if config.input == "torch" or torch_input:
+    if config.input == "torch" or _torch_input(stages):
         flags.append("--iree-input-type=torch")
     return flags
 
@@ -136,7 +143,7 @@ def _iree_compile(text: str, flags: list[str], what: str, target: Target) -> byt
 def compile_stages(stages: tuple[Stage, ...], target: Target,
                    config: PipelineConfig) -> Compiled:
     """The last stage (linalg, or torch for IREE's torch input) -> vmfb."""
-    flags = iree_flags(target, config, _torch_input(stages))
+    flags = iree_flags(target, config, stages)
     t0 = time.perf_counter()
     try:
         vmfb = _iree_compile(stages[-1].text, flags, "vmfb", target)
@@ -157,7 +164,7 @@ def iree_phase(stages: tuple[Stage, ...], phase: str, target: Target,
     """The IR after one of IREE's phases (``--compile-to``), as text."""
     if phase not in IREE_PHASES:
         raise ValueError(f"unknown IREE phase {phase!r}; phases: {', '.join(IREE_PHASES)}")
-    flags = iree_flags(target, config, _torch_input(stages)) + [f"--compile-to={phase}", "--output-format=vm-asm"
+    flags = iree_flags(target, config, stages) + [f"--compile-to={phase}", "--output-format=vm-asm"
                                           if phase == "vm" else "--mlir-print-debuginfo=false"]
     t0 = time.perf_counter()
     out = _iree_compile(stages[-1].text, flags, phase + ".mlir", target)

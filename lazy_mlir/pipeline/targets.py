@@ -59,6 +59,9 @@ class Target:
     # Flags that only make code faster: a module iree-compile fails to build
     # with them is compiled again without them (stages.compile_stages).
     optional_flags: tuple[str, ...] = ()
+    # Flags kept only for graphs whose largest matmul has at least
+    # LARGE_MATMUL_MACS multiply-adds (stages.iree_flags).
+    large_matmul_flags: tuple[str, ...] = ()
 
     @property
     def cache_key(self) -> str:
@@ -81,7 +84,23 @@ compiles again without them.
 Convolutions are NOT data-tiled (``CONV_DATA_TILING``): on IREE 3.13 that made
 the MNIST CNN step 3.4x faster but computes a convolution of a spatially
 transposed square input wrongly (``x.transpose(2, 3)`` of a 5x5 image;
-tests/e2e/test_pipeline.py keeps the case)."""
+tests/e2e/test_pipeline.py keeps the case).
+
+Only for graphs with a large matmul (``LARGE_MATMUL_MACS``)."""
+
+LARGE_MATMUL_MACS = 1 << 26
+"""Smallest largest-matmul (multiply-adds) of a graph that the cpu target
+data-tiles. Packing costs a copy of every matmul operand; small matmuls, or
+ones with a narrow side padded to 16, lose more than the microkernels win.
+Steady-state step modules (``iree-benchmark-module``, 2 threads, medians of
+3; data-tiled / plain, ms):
+
+- LeNet-5 b1 (largest matmul 0.05 M): 0.36 / 0.30, 0.46 / 0.34;
+  b64 (30 M): 6.8 / 5.5, 8.9 / 7.0; b256 (121 M): 33 / 37, 37 / 31
+- MLP 784-1024-1024-10 b1 (1 M): 4.1 / 3.4, 4.2 / 3.0; b32 (34 M): 5.4 / 4.8,
+  4.9 / 4.7; b64 (67 M): 6.9 / 8.2; b128 (134 M): 10.4 / 12.2, 10.0 / 11.4
+- MNIST CNN b8 (101 M): 9.8 / 9.6, 9.6 / 10.6; b64 (798 M): 57 / 80, 67 / 80
+"""
 
 CONV_DATA_TILING = (
     "--iree-dispatch-creation-experimental-set-data-tiling-ops=matmul",
@@ -95,7 +114,7 @@ CPU = Target("cpu", "llvm-cpu", "local-task", (
     *CPU_DATA_TILING,
     # Keep float64 as float64: IREE demotes it to f32 by default.
     "--iree-input-demote-f64-to-f32=false",
-), device="host CPU", optional_flags=CPU_DATA_TILING)
+), device="host CPU", optional_flags=CPU_DATA_TILING, large_matmul_flags=CPU_DATA_TILING)
 
 
 # -- vulkan ----------------------------------------------------------------

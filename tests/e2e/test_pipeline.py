@@ -178,6 +178,20 @@ def test_failing_optional_flags_are_dropped_and_the_graph_compiled_again(caplog)
         lowered.compile(replace(target, optional_flags=()))
 
 
+def test_cpu_data_tiles_a_graph_with_a_large_matmul_only():
+    small = lm.jit(mlp).lower(*ARGS).compile("cpu")
+    assert "--iree-opt-data-tiling" not in small.flags
+    torch.testing.assert_close(small(*ARGS), mlp(*ARGS), rtol=1e-5, atol=1e-5)
+    a, b = torch.randn(512, 1024), torch.randn(1024, 128)  # 2^26 multiply-adds
+
+    def mm(a, b):
+        return (a @ b).relu()
+    big = lm.jit(mm).lower(a, b).compile("cpu")
+    assert "--iree-opt-data-tiling" in big.flags
+    assert "--iree-llvmcpu-enable-ukernels=all" in big.flags
+    torch.testing.assert_close(big(a, b), mm(a, b), rtol=1e-4, atol=1e-4)
+
+
 def test_conv_as_matmul_compiles_and_matches_eager(monkeypatch):
     from lazy_mlir.passes import conv_matmul
     monkeypatch.setattr(conv_matmul, "MIN_COLUMNS", 1)  # small shapes, rewritten anyway

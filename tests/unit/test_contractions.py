@@ -1,0 +1,49 @@
+"""The largest matmul of a linalg graph, and the cpu flags that depend on it.
+
+No compiler needed: the stages are IR texts written here.
+"""
+from __future__ import annotations
+
+from lazy_mlir.pipeline.config import PipelineConfig
+from lazy_mlir.pipeline.contractions import largest_matmul
+from lazy_mlir.pipeline.stages import Provenance, Stage, iree_flags
+from lazy_mlir.pipeline.targets import CPU, CPU_DATA_TILING, LARGE_MATMUL_MACS
+
+SMALL = ("%4 = linalg.matmul ins(%collapsed, %transposed_11 : tensor<43x9xf32>, tensor<9x32xf32>)"
+         " outs(%3 : tensor<43x32xf32>) -> tensor<43x32xf32>\n")
+BIG = ("%9 = linalg.matmul ins(%a, %b : tensor<512x1024xf32>, tensor<1024x128xf32>)"
+       " outs(%8 : tensor<512x128xf32>) -> tensor<512x128xf32>\n")
+BATCH = ("%2 = linalg.batch_matmul ins(%x, %y : tensor<4x64x32xf16>, tensor<4x32x8xf16>)"
+         " outs(%1 : tensor<4x64x8xf16>) -> tensor<4x64x8xf16>\n")
+MAPPED = ("%5 = linalg.matmul indexing_maps = [#map, #map1, #map2] ins(%a, %b : "
+          "tensor<4096x4096xf32>, tensor<4096x4096xf32>) outs(%c : tensor<4096x4096xf32>)\n")
+DYNAMIC = ("%6 = linalg.matmul ins(%a, %b : tensor<?x4096xf32>, tensor<4096x4096xf32>)"
+           " outs(%c : tensor<?x4096xf32>) -> tensor<?x4096xf32>\n")
+
+
+def test_largest_matmul_reads_static_named_matmuls():
+    assert largest_matmul("") == 0
+    assert largest_matmul(SMALL) == 43 * 9 * 32
+    assert largest_matmul(SMALL + BIG) == 512 * 1024 * 128 == LARGE_MATMUL_MACS
+    assert largest_matmul(BATCH) == 4 * 64 * 32 * 8
+    assert largest_matmul(MAPPED + DYNAMIC) == 0  # not read: no guess at their sizes
+
+
+def _linalg(text: str) -> tuple[Stage, ...]:
+    return (Stage("linalg", text, Provenance("test", 0.0)),)
+
+
+def test_cpu_data_tiles_only_graphs_with_a_large_matmul():
+    config = PipelineConfig()
+    big, small = iree_flags(CPU, config, _linalg(BIG)), iree_flags(CPU, config, _linalg(SMALL))
+    assert all(f in big for f in CPU_DATA_TILING)
+    assert not any(f in small for f in CPU_DATA_TILING)
+    assert "--iree-llvmcpu-target-cpu=host" in small
+    # a flag the configuration names stays, whatever the graph
+    own = PipelineConfig(iree_flags=(("cpu", ("--iree-opt-data-tiling",)),))
+    flags = iree_flags(CPU, own, _linalg(SMALL))
+    assert "--iree-opt-data-tiling" in flags
+    assert "--iree-llvmcpu-enable-ukernels=all" not in flags
+    # IREE's torch input path: no linalg to read, the target's flags as they are
+    torch_flags = iree_flags(CPU, config, (Stage("torch", SMALL, Provenance("test", 0.0)),))
+    assert all(f in torch_flags for f in CPU_DATA_TILING) and "--iree-input-type=torch" in torch_flags
