@@ -112,7 +112,8 @@ def iree_flags(target: Target, config: PipelineConfig, stages: tuple[Stage, ...]
     ``large_matmul_flags`` are dropped from a linalg graph without a matmul
     of ``LARGE_MATMUL_MACS`` unless the configuration names them."""
     own = config.flags_for(target.name)
-    flags = [f"--iree-hal-target-backends={target.backend}", *target.flags, *own]
+    flags = [f"--iree-hal-target-backends={target.backend}", *target.flags]
+    flags += [f for f in own if f not in flags]
     if target.large_matmul_flags and stages[-1].name == "linalg":
         if largest_matmul(stages[-1].text) < LARGE_MATMUL_MACS:
             drop = set(target.large_matmul_flags) - set(own)

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 import lazy_mlir as lm
 from lazy_mlir.pipeline.config import ConfigError, PipelineConfig
 from lazy_mlir.pipeline.stages import IREE_PHASES
+from lazy_mlir.pipeline.targets import CPU_DATA_TILING
 
 
 def mlp(x, w1, w2):
@@ -125,7 +126,8 @@ CONV_CASES = {
 @pytest.mark.parametrize("name", CONV_CASES)
 def test_cpu_convolutions_and_gradients_match_eager(name):
     """Forward, input and weight gradients against eager, with the cpu
-    target's flags (data tiling on)."""
+    target's flags and data tiling (which small graphs go without unless
+    the configuration names it)."""
     xs, ws, stride, padding, dilation, groups = CONV_CASES[name]
     dims = len(xs) - 2
 
@@ -144,8 +146,9 @@ def test_cpu_convolutions_and_gradients_match_eager(name):
     out = torch.ops.aten.convolution(x, w, b, [stride] * dims, [padding] * dims,
                                      [dilation] * dims, False, [0] * dims, groups)
     dy = torch.randn(out.shape, generator=g)
-    compiled = lm.jit(step).lower(x, w, b, dy).compile(target="cpu")
-    assert "--iree-opt-data-tiling" in compiled.compiled.flags
+    config = PipelineConfig(iree_flags=(("cpu", CPU_DATA_TILING),))
+    compiled = lm.jit(step).lower(x, w, b, dy, config=config).compile(target="cpu")
+    assert all(f in compiled.compiled.flags for f in CPU_DATA_TILING)
     for got, want in zip(compiled(x, w, b, dy), step(x, w, b, dy)):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 

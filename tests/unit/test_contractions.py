@@ -44,6 +44,7 @@ def test_cpu_data_tiles_only_graphs_with_a_large_matmul():
     flags = iree_flags(CPU, own, _linalg(SMALL))
     assert "--iree-opt-data-tiling" in flags
     assert "--iree-llvmcpu-enable-ukernels=all" not in flags
+    assert iree_flags(CPU, own, _linalg(BIG)).count("--iree-opt-data-tiling") == 1
     # IREE's torch input path: no linalg to read, the target's flags as they are
     torch_flags = iree_flags(CPU, config, (Stage("torch", SMALL, Provenance("test", 0.0)),))
     assert all(f in torch_flags for f in CPU_DATA_TILING) and "--iree-input-type=torch" in torch_flags
