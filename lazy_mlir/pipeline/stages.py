@@ -156,8 +156,19 @@ def compile_stages(stages: tuple[Stage, ...], target: Target,
         flags = plain
         vmfb = _iree_compile(stages[-1].text, flags, "vmfb", target)
     stage = Stage("vmfb", f"<{len(vmfb)} bytes>",
-                  Provenance("iree-compile " + " ".join(flags), time.perf_counter() - t0))
+                  Provenance("iree-compile " + " ".join(flags) + _without(target, flags, stages),
+                             time.perf_counter() - t0))
     return Compiled(vmfb, target, tuple(flags), stages + (stage,))
+
+
+def _without(target: Target, flags: list[str], stages: tuple[Stage, ...]) -> str:
+    """Why the target's large-matmul flags are missing, if they are."""
+    missing = [f for f in target.large_matmul_flags if f not in flags]
+    largest = largest_matmul(stages[-1].text) if missing and stages[-1].name == "linalg" else None
+    if largest is None or largest >= LARGE_MATMUL_MACS:  # (or dropped when they failed)
+        return ""
+    return (f" (without {' '.join(missing)}: largest matmul {largest:,} multiply-adds, "
+            f"under {LARGE_MATMUL_MACS:,})")
 
 
 def iree_phase(stages: tuple[Stage, ...], phase: str, target: Target,

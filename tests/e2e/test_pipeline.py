@@ -184,6 +184,7 @@ def test_failing_optional_flags_are_dropped_and_the_graph_compiled_again(caplog)
 def test_cpu_data_tiles_a_graph_with_a_large_matmul_only():
     small = lm.jit(mlp).lower(*ARGS).compile("cpu")
     assert "--iree-opt-data-tiling" not in small.flags
+    assert "largest matmul 2,048 multiply-adds" in small.compiled.stages[-1].provenance.built_by
     torch.testing.assert_close(small(*ARGS), mlp(*ARGS), rtol=1e-5, atol=1e-5)
     a, b = torch.randn(512, 1024), torch.randn(1024, 128)  # 2^26 multiply-adds
 
