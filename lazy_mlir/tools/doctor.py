@@ -97,7 +97,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _targets_table(usable: set[str]):
     from rich.table import Table
-    from ..pipeline.targets import TARGETS
+    from ..pipeline.targets import LARGE_MATMUL_MACS, TARGETS
+    only_large = f" (only for a graph with a matmul of 2^{LARGE_MATMUL_MACS.bit_length() - 1}+ multiply-adds)"
     t = Table(title="compile targets (lazy_mlir.set_target / LAZY_MLIR_TARGET)")
     t.add_column("target", style="bold", no_wrap=True)
     t.add_column("backend / driver", no_wrap=True)
@@ -111,7 +112,8 @@ def _targets_table(usable: set[str]):
             continue
         runs = ("[green]yes[/green]" if target.driver in usable
                 else "[yellow]compile only[/yellow]")
-        flags = "\n".join(f"[dim]{f}[/dim]" for f in target.flags)
+        flags = "\n".join(f"[dim]{f}{only_large if f in target.large_matmul_flags else ''}[/dim]"
+                          for f in target.flags)
         t.add_row(name, f"{target.backend} / {target.driver}", runs,
                   f"{target.device}\n{flags}")
     return t

@@ -149,3 +149,5 @@ def test_doctor_lists_versions_drivers_and_cache():
     assert r.returncode == 0, r.stderr
     for word in ("torch", "iree", "local-task", "cpu", "cache"):
         assert word in r.stdout
+    wide = cli("doctor", env={"COLUMNS": "250"}).stdout  # a flag and its note on one line
+    assert "--iree-opt-data-tiling (only for a graph with a matmul of 2^26+ multiply-adds)" in wide
