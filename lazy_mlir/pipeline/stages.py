@@ -114,15 +114,23 @@ def iree_flags(target: Target, config: PipelineConfig, stages: tuple[Stage, ...]
     own = config.flags_for(target.name)
     flags = [f"--iree-hal-target-backends={target.backend}", *target.flags]
     flags += [f for f in own if f not in flags]
-    if target.large_matmul_flags and stages[-1].name == "linalg":
-        if largest_matmul(stages[-1].text) < LARGE_MATMUL_MACS:
-            drop = set(target.large_matmul_flags) - set(own)
-            flags = [f for f in flags if f not in drop]
+    if _small_graph(target, stages) is not None:
+        drop = set(target.large_matmul_flags) - set(own)
+        flags = [f for f in flags if f not in drop]
     if config.opt_level is not None:
         flags.append(f"--iree-opt-level=O{config.opt_level}")
     if config.input == "torch" or _torch_input(stages):
         flags.append("--iree-input-type=torch")
     return flags
+
+
+def _small_graph(target: Target, stages: tuple[Stage, ...]) -> int | None:
+    """The largest matmul of a linalg graph too small for the target's
+    ``large_matmul_flags`` (None when the rule does not apply)."""
+    if not target.large_matmul_flags or stages[-1].name != "linalg":
+        return None
+    largest = largest_matmul(stages[-1].text)
+    return largest if largest < LARGE_MATMUL_MACS else None
 
 
 def _torch_input(stages: tuple[Stage, ...]) -> bool:
@@ -164,8 +172,8 @@ def compile_stages(stages: tuple[Stage, ...], target: Target,
 def _without(target: Target, flags: list[str], stages: tuple[Stage, ...]) -> str:
     """Why the target's large-matmul flags are missing, if they are."""
     missing = [f for f in target.large_matmul_flags if f not in flags]
-    largest = largest_matmul(stages[-1].text) if missing and stages[-1].name == "linalg" else None
-    if largest is None or largest >= LARGE_MATMUL_MACS:  # (or dropped when they failed)
+    largest = _small_graph(target, stages) if missing else None
+    if largest is None:  # all there, or dropped because they failed to compile
         return ""
     return (f" (without {' '.join(missing)}: largest matmul {largest:,} multiply-adds, "
             f"under {LARGE_MATMUL_MACS:,})")

@@ -98,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
 def _targets_table(usable: set[str]):
     from rich.table import Table
     from ..pipeline.targets import LARGE_MATMUL_MACS, TARGETS
-    only_large = f" (only for a graph with a matmul of 2^{LARGE_MATMUL_MACS.bit_length() - 1}+ multiply-adds)"
+    only_large = (f" (only for a graph with a matmul of 2^{LARGE_MATMUL_MACS.bit_length() - 1}+"
+                  " multiply-adds)")
     t = Table(title="compile targets (lazy_mlir.set_target / LAZY_MLIR_TARGET)")
     t.add_column("target", style="bold", no_wrap=True)
     t.add_column("backend / driver", no_wrap=True)
