@@ -85,6 +85,36 @@ def _mmt4d(lhs: str, rhs: str, tiles: tuple[int, int, int], out_t: str) -> str:
 """
 
 
+def _as_4d(name: str, dims: tuple[int, int, int]) -> str:
+    """``%{name}3`` [A, B, T] as ``%{name}`` [A, B, T, 1]: an mmt4d operand (K0 = 1)."""
+    a, b, t = dims
+    return (f"  %{name} = tensor.expand_shape %{name}3 [[0], [1], [2, 3]] output_shape "
+            f"[{a}, {b}, {t}, 1] : tensor<{a}x{b}x{t}xf32> into tensor<{a}x{b}x{t}x1xf32>\n")
+
+
+def _gathered(name: str, in_map: str, x_t: str, shape7: tuple, dims: tuple[int, int, int]) -> str:
+    """``%x`` gathered through ``in_map`` into ``shape7`` and seen as the mmt4d
+    operand ``%{name}`` [A, B, T, 1] (``dims`` = A, B, T)."""
+    t7 = "tensor<" + "x".join(map(str, shape7)) + "xf32>"
+    out_map = "affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d0, d1, d2, d3, d4, d5, d6)>"
+    a, b, t = dims
+    return (f"  %{name}_e = tensor.empty() : {t7}\n"
+            f"  %{name}7 = {_generic((in_map, out_map), '%x', x_t, t7, 7, f'%{name}_e')}\n"
+            f"  %{name}3 = tensor.collapse_shape %{name}7 [[0, 1, 2], [3, 4, 5], [6]] : {t7} into "
+            f"tensor<{a}x{b}x{t}xf32>\n" + _as_4d(name, dims))
+
+
+def _panels(name: str, src: str, src_t: str, in_map: str, dims: tuple[int, int]) -> str:
+    """The 2-d ``src`` in 16-wide panels through ``in_map`` ((t, k, r) -> its
+    element): the mmt4d operand ``%{name}`` [A, B, 16, 1] (``dims`` = A, B)."""
+    a, b = dims
+    p3 = f"tensor<{a}x{b}x16xf32>"
+    maps = (in_map, "affine_map<(t, k, r) -> (t, k, r)>")
+    return (f"  %{name}_e = tensor.empty() : {p3}\n"
+            f"  %{name}3 = {_generic(maps, src, src_t, p3, 3, f'%{name}_e')}\n"
+            + _as_4d(name, (a, b, 16)))
+
+
 def forward(n, h, c, o, m0=8):
     """(im2col + matmul, packed gather + mmt4d) for ``out[N*OH*OW, O]``;
     M tiles of ``m0`` output columns (OW must be a multiple)."""
@@ -94,19 +124,12 @@ def forward(n, h, c, o, m0=8):
     head = f"func.func @main(%x: {x_t}, %w: {w_t}) -> {out_t} {{\n  %zero = arith.constant 0.0 : f32\n"
     ref = head + _im2col(n, oh, c, x_t) + _matmul("%w", (o, kc), (m, kc, o), out_t,
                                                  transposed_lhs=False)
-    t = oh // m0
-    p7 = f"tensor<{n}x{oh}x{t}x3x3x{c}x{m0}xf32>"
     lhs, rhs = f"tensor<{m // m0}x{kc}x{m0}x1xf32>", f"tensor<{o // 16}x{kc}x16x1xf32>"
-    packed = head + f"""  %e = tensor.empty() : {p7}
-  %p7 = {_generic((f"affine_map<(n, y, t, i, j, c, r) -> (n, y + i, t * {m0} + r + j, c)>",
-                   "affine_map<(n, y, t, i, j, c, r) -> (n, y, t, i, j, c, r)>"), "%x", x_t, p7, 7)}
-  %p3 = tensor.collapse_shape %p7 [[0, 1, 2], [3, 4, 5], [6]] : {p7} into tensor<{m // m0}x{kc}x{m0}xf32>
-  %lhs = tensor.expand_shape %p3 [[0], [1], [2, 3]] output_shape [{m // m0}, {kc}, {m0}, 1] : tensor<{m // m0}x{kc}x{m0}xf32> into {lhs}
-  %ew = tensor.empty() : tensor<{o // 16}x{kc}x16xf32>
-  %w3 = {_generic(("affine_map<(t, k, r) -> (t * 16 + r, k)>", "affine_map<(t, k, r) -> (t, k, r)>"),
-                  "%w", w_t, f"tensor<{o // 16}x{kc}x16xf32>", 3, "%ew")}
-  %rhs = tensor.expand_shape %w3 [[0], [1], [2, 3]] output_shape [{o // 16}, {kc}, 16, 1] : tensor<{o // 16}x{kc}x16xf32> into {rhs}
-""" + _mmt4d(lhs, rhs, (m // m0, o // 16, m0), out_t)
+    packed = (head
+              + _gathered("lhs", f"affine_map<(n, y, t, i, j, c, r) -> (n, y + i, t * {m0} + r + j, c)>",
+                          x_t, (n, oh, oh // m0, 3, 3, c, m0), (m // m0, kc, m0))
+              + _panels("rhs", "%w", w_t, "affine_map<(t, k, r) -> (t * 16 + r, k)>", (o // 16, kc))
+              + _mmt4d(lhs, rhs, (m // m0, o // 16, m0), out_t))
     return ref, packed, [(n, h, h, c), (o, kc)]
 
 
@@ -119,19 +142,12 @@ def weight_grad(n, h, c, o):
     head = f"func.func @main(%x: {x_t}, %dy: {dy_t}) -> {out_t} {{\n  %zero = arith.constant 0.0 : f32\n"
     ref = head + _im2col(n, oh, c, x_t) + _matmul("%dy", (m, o), (o, m, kc), out_t,
                                                  transposed_lhs=True)
-    cb = c // 16
-    r7 = f"tensor<3x3x{cb}x{n}x{oh}x{oh}x16xf32>"
     lhs, rhs = f"tensor<{o // 16}x{m}x16x1xf32>", f"tensor<{kc // 16}x{m}x16x1xf32>"
-    packed = head + f"""  %e = tensor.empty() : {r7}
-  %r7 = {_generic(("affine_map<(i, j, b, n, y, x, r) -> (n, y + i, x + j, b * 16 + r)>",
-                   "affine_map<(i, j, b, n, y, x, r) -> (i, j, b, n, y, x, r)>"), "%x", x_t, r7, 7)}
-  %r3 = tensor.collapse_shape %r7 [[0, 1, 2], [3, 4, 5], [6]] : {r7} into tensor<{kc // 16}x{m}x16xf32>
-  %rhs = tensor.expand_shape %r3 [[0], [1], [2, 3]] output_shape [{kc // 16}, {m}, 16, 1] : tensor<{kc // 16}x{m}x16xf32> into {rhs}
-  %el = tensor.empty() : tensor<{o // 16}x{m}x16xf32>
-  %l3 = {_generic(("affine_map<(t, k, r) -> (k, t * 16 + r)>", "affine_map<(t, k, r) -> (t, k, r)>"),
-                  "%dy", dy_t, f"tensor<{o // 16}x{m}x16xf32>", 3, "%el")}
-  %lhs = tensor.expand_shape %l3 [[0], [1], [2, 3]] output_shape [{o // 16}, {m}, 16, 1] : tensor<{o // 16}x{m}x16xf32> into {lhs}
-""" + _mmt4d(lhs, rhs, (o // 16, kc // 16, 16), out_t)
+    packed = (head
+              + _gathered("rhs", "affine_map<(i, j, b, n, y, x, r) -> (n, y + i, x + j, b * 16 + r)>",
+                          x_t, (3, 3, c // 16, n, oh, oh, 16), (kc // 16, m, 16))
+              + _panels("lhs", "%dy", dy_t, "affine_map<(t, k, r) -> (k, t * 16 + r)>", (o // 16, m))
+              + _mmt4d(lhs, rhs, (o // 16, kc // 16, 16), out_t))
     return ref, packed, [(n, h, h, c), (m, o)]
 
 
