@@ -64,16 +64,29 @@ def test_left_alone_when_windows_overlap_or_are_padded():
     assert pe.max_pool2d_with_indices(torch.randn(2, 8, 8), [2, 2]) is NotImplemented  # 3-d
 
 
-def test_traced_pool_step_has_no_pooling_ops():
+TRACED = {  # pool, the ops it must not leave, its input (NaN and infinities: max only)
+    "max": (torch.nn.functional.max_pool2d, (aten.max_pool2d_with_indices.default,
+                                             aten.max_pool2d_with_indices_backward.default),
+            lambda: _input((2, 3, 8, 8), 2, True).nan_to_num(0.0, 1.0, -1.0)),
+    "avg": (torch.nn.functional.avg_pool2d, (aten.avg_pool2d.default,
+                                             aten.avg_pool2d_backward.default),
+            lambda: _input((2, 3, 9, 8), 2, False)),
+}
+
+
+@pytest.mark.parametrize("kind", TRACED)
+def test_traced_pool_step_has_no_pooling_ops(kind):
+    pool, gone, make = TRACED[kind]
+
     def step(x):
-        out = torch.nn.functional.max_pool2d(x, 2)
+        out = pool(x, 2)
         return torch.autograd.grad(out.square().sum(), x)
 
-    x = _input((2, 3, 8, 8), 2, True).nan_to_num(0.0, 1.0, -1.0).requires_grad_()
+    x = make().requires_grad_()
     gm = make_fx(step, decomposition_table=pe.DECOMPOSITIONS)(x)
     targets = {n.target for n in gm.graph.nodes if n.op == "call_function"}
-    assert aten.max_pool2d_with_indices.default not in targets
-    assert aten.max_pool2d_with_indices_backward.default not in targets
+    for op in gone:
+        assert op not in targets
     torch.testing.assert_close(gm(x)[0], step(x)[0], rtol=0, atol=0)
 
 
@@ -116,16 +129,3 @@ def test_average_pools_it_leaves_alone():
     assert pe.avg_pool2d(torch.randn(2, 8, 8), [2, 2]) is NotImplemented         # 3-d
     g = torch.randn(1, 2, 4, 4)
     assert pe.avg_pool2d_backward(g, x, [3, 3], [2, 2], [0, 0], False, True, None) is NotImplemented
-
-
-def test_traced_average_pool_step_has_no_pooling_ops():
-    def step(x):
-        out = torch.nn.functional.avg_pool2d(x, 2)
-        return torch.autograd.grad(out.square().sum(), x)
-
-    x = _input((2, 3, 9, 8), 2, False).requires_grad_()
-    gm = make_fx(step, decomposition_table=pe.DECOMPOSITIONS)(x)
-    targets = {n.target for n in gm.graph.nodes if n.op == "call_function"}
-    assert aten.avg_pool2d.default not in targets
-    assert aten.avg_pool2d_backward.default not in targets
-    torch.testing.assert_close(gm(x)[0], step(x)[0], rtol=0, atol=0)
