@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import weakref
 
 import torch
 
@@ -276,17 +277,33 @@ def _location() -> str:
     return debug.user_location() or "a line outside this thread (autograd)"
 
 
+# Host index tensors that passed a check, with the range they passed: a
+# training loop checks the same targets in nll_loss's forward and backward,
+# and a CPU index tensor is often reused. ``_version`` moves on any in-place
+# write, so a changed tensor is checked again. Keyed by id (a tensor's ``==``
+# is elementwise), each entry dropped with its tensor.
+_passed: dict[int, tuple[weakref.ref, set]] = {}
+
+
 def _host_check(func, host, n, lo, ignore, d, exc, fmt) -> None:
-    h = host if ignore is None else host[host != ignore]
-    if h.numel() == 0:
+    if host.numel() == 0:
         return
-    lo_v, hi_v = torch.aminmax(h)
-    if lo_v.item() >= lo and hi_v.item() < n:
+    key = (n, lo, ignore, host._version)
+    entry = _passed.get(id(host))
+    if entry is not None and entry[0]() is host and key in entry[1]:
         return
-    bad = h[(h < lo) | (h >= n)].flatten()[0].item()
-    name = str(func).replace(".default", "")
-    raise exc(f"{fmt.format(v=bad, d=d, n=n)} (lazy-mlir: {name}, valid range [{lo}, {n}), "
-              f"captured at {_location()})")
+    lo_v, hi_v = torch.aminmax(host)
+    if not (lo_v.item() >= lo and hi_v.item() < n):  # masking ``ignore`` costs more: only now
+        h = host if ignore is None else host[host != ignore]
+        bad = h[(h < lo) | (h >= n)].flatten()
+        if bad.numel():
+            name = str(func).replace(".default", "")
+            raise exc(f"{fmt.format(v=bad[0].item(), d=d, n=n)} (lazy-mlir: {name}, valid "
+                      f"range [{lo}, {n}), captured at {_location()})")
+    if entry is None or entry[0]() is not host:
+        i = id(host)
+        entry = _passed[i] = (weakref.ref(host, lambda _, i=i: _passed.pop(i, None)), set())
+    entry[1].add(key)
 
 
 def guard(func, args: tuple, kwargs: dict, emit, value_of=None):
