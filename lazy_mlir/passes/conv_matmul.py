@@ -21,10 +21,17 @@ IREE's packs and transposes over them ran at ~1 GB/s (4K aliasing).
 
 Only ungrouped, non-transposed 2-d float convolutions are rewritten; the rest
 stay ``aten.convolution`` / ``aten.convolution_backward`` (torch-mlir lowers
-them). Applied as a decomposition table while ``pipeline.fx_graph.decompose``
-re-traces, so every new node has its fake value.
+them). With ``direct`` (``decompositions(direct=True)``, the cpu target), the
+forward of a stride-1 convolution with at least ``DIRECT_CHANNELS`` input and
+output channels stays ``aten.convolution`` too: ``passes/conv_channels_last``
+gives it to IREE as a channels-last direct convolution, faster than the
+im2col matmul (its gradients still go through the matmuls here). Applied as
+a decomposition table while ``pipeline.fx_graph.decompose`` re-traces, so
+every new node has its fake value.
 """
 from __future__ import annotations
+
+import functools
 
 import torch
 
@@ -146,6 +153,21 @@ def _input_grad(grad_out, weight, h, w, padding, dilation):
     return aten.permute(dx, [0, 3, 1, 2])
 
 
+DIRECT_CHANNELS = 16
+"""Fewest input and output channels for which a stride-1 forward is left to
+IREE's direct channels-last convolution (``decompositions(direct=True)``):
+one AVX-512 vector of float32 channels. The MNIST CNN's conv2 (32 -> 64
+channels, batch 64) ran in 7.6 ms that way against 11 ms for its im2col
+matmul and the pack of its operand; the whole step module went from 56.3 to
+48.7 ms (iree-benchmark-module, 3 paired runs). LeNet-5's convolutions
+(1 -> 6 and 6 -> 16 channels) keep the matmul."""
+
+
+def _direct(x: torch.Tensor, weight: torch.Tensor, stride) -> bool:
+    return (x.shape[1] >= DIRECT_CHANNELS and weight.shape[0] >= DIRECT_CHANNELS
+            and tuple(stride) == (1, 1))
+
+
 def _pairs(*args):
     """stride, padding, dilation as 2-lists (ATen repeats a 1-list over the
     spatial dims: ``conv2d(padding='valid')`` records ``[0]``); None if any
@@ -155,13 +177,14 @@ def _pairs(*args):
 
 
 def convolution(x, weight, bias, stride, padding, dilation, transposed, output_padding,
-                groups):
+                groups, direct=False):
     pairs = _pairs(stride, padding, dilation)
     if pairs is None:
         return NotImplemented
     stride, padding, dilation = pairs
     if (not _rewritable(x, weight, transposed, groups) or not _deep(x.shape[1], weight)
-            or not _wide(x, weight, stride, padding, dilation)):
+            or not _wide(x, weight, stride, padding, dilation)
+            or (direct and _direct(x, weight, stride))):
         return NotImplemented
     out = _forward(x, weight, stride, padding, dilation)
     if bias is not None:
@@ -202,8 +225,12 @@ def convolution_backward(grad_out, x, weight, bias_sizes, stride, padding, dilat
     return grad_input, grad_weight, grad_bias
 
 
-DECOMPOSITIONS = {
-    aten.convolution.default: convolution,
-    aten.convolution_backward.default: convolution_backward,
-}
-"""For ``make_fx``: a function returning ``NotImplemented`` keeps the op."""
+def decompositions(direct: bool = False) -> dict:
+    """The table for ``make_fx`` (a function returning ``NotImplemented``
+    keeps the op); ``direct``: leave wide stride-1 forwards to IREE's direct
+    convolution (``_direct``)."""
+    return {aten.convolution.default: functools.partial(convolution, direct=direct),
+            aten.convolution_backward.default: convolution_backward}
+
+
+DECOMPOSITIONS = decompositions()

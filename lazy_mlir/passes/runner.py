@@ -34,8 +34,10 @@ def write_repro(text: str, command: str, error: str, name: str) -> Path:
     return d
 
 
-def run_pipeline(module_text: str, pipeline: str, stage: str) -> str:
-    """Run ``pipeline`` (a ``builtin.module(...)`` string) on the IR text."""
+def run_pipeline(module_text: str, pipeline: str, stage: str, edit=None) -> str:
+    """Run ``pipeline`` (a ``builtin.module(...)`` string) on the IR text,
+    then ``edit(module)``: a project pass that edits the module in place
+    (``dialects/linalg_edit.py``)."""
     from torch_mlir.passmanager import PassManager
     module = parse(module_text)
     try:
@@ -43,6 +45,9 @@ def run_pipeline(module_text: str, pipeline: str, stage: str) -> str:
             pm = PassManager.parse(pipeline)
             module.context.enable_multithreading(False)
             pm.run(module.operation)
+            if edit is not None:
+                edit(module)
+                module.operation.verify()
     except Exception as e:  # MLIR reports diagnostics in the exception text
         d = write_repro(module_text, f"torch-mlir-opt --pass-pipeline='{pipeline}' input.mlir",
                         str(e), "input")

@@ -71,10 +71,11 @@ def lower(gm: fx.GraphModule, config: PipelineConfig,
     t0 = time.perf_counter()
     made_by = ["lazy capture"]
     extra = {}
+    direct = config.direct_convs(target)
     if config.conv_as_matmul(target):
-        from ..passes.conv_matmul import DECOMPOSITIONS as conv
+        from ..passes.conv_matmul import decompositions
         from ..passes.pool_elementwise import DECOMPOSITIONS as pool
-        extra = {**conv, **pool}
+        extra = {**decompositions(direct=direct), **pool}
     if config.decompositions or extra:
         gm = decompose(gm, extra, base=config.decompositions)
         if config.decompositions:
@@ -102,8 +103,20 @@ def lower(gm: fx.GraphModule, config: PipelineConfig,
                 backend.provenance.built_by + " + view_dtype_as_bitcast",
                 backend.provenance.seconds))
     linalg_passes = pipelines.linalg(config)
-    linalg = _timed("linalg", "torch-mlir " + ",".join(linalg_passes), run_pipeline,
-                    backend.text, pipelines.as_pipeline(linalg_passes), "linalg")
+    built_by = "torch-mlir " + ",".join(linalg_passes)
+    edit = None
+    if direct:
+        from ..passes.conv_channels_last import to_channels_last
+        rewritten = [0]
+
+        def edit(module):
+            rewritten[0] = to_channels_last(module)
+    linalg = _timed("linalg", built_by, run_pipeline, backend.text,
+                    pipelines.as_pipeline(linalg_passes), "linalg", edit)
+    if edit is not None and rewritten[0]:
+        linalg = Stage("linalg", linalg.text, Provenance(
+            f"{built_by} + conv_channels_last ({rewritten[0]} convolutions)",
+            linalg.provenance.seconds))
     return fx_stage, torch_stage, backend, linalg
 
 

@@ -100,12 +100,35 @@ def test_traced_conv_step_has_matmuls_instead_of_convolutions(monkeypatch):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
 
 
+def test_direct_leaves_wide_stride_1_forwards_to_the_channels_last_pass(monkeypatch):
+    monkeypatch.setattr(cm, "MIN_COLUMNS", 1)
+    def step(x, w):
+        out = torch.nn.functional.conv2d(x, w, padding=1)
+        return torch.autograd.grad(out.square().sum(), (x, w))
+
+    table = cm.decompositions(direct=True)
+    for c, o, kept in [(16, 16, True), (8, 16, False), (16, 8, False)]:
+        x = torch.randn(2, c, 6, 6, requires_grad=True)
+        w = torch.randn(o, c, 3, 3, requires_grad=True)
+        gm = make_fx(step, decomposition_table=table)(x, w)
+        targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+        assert (aten.convolution.default in targets) == kept, (c, o)
+        assert aten.convolution_backward.default not in targets  # gradients: matmuls
+        for a, b in zip(gm(x, w), step(x, w)):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    x, w = torch.randn(2, 16, 9, 9), torch.randn(16, 16, 3, 3)
+    strided = ([2, 2], [0, 0], [1, 1], False, [0, 0], 1)
+    assert table[aten.convolution.default](x, w, None, *strided) is not NotImplemented
+
+
 def test_config_conv_lowering():
     assert PipelineConfig().conv_lowering == "auto"
     assert PipelineConfig().conv_as_matmul("cpu")
     assert not PipelineConfig().conv_as_matmul("vulkan")
     assert not PipelineConfig().conv_as_matmul(None)
     assert not PipelineConfig(conv_lowering="native").conv_as_matmul("cpu")
+    assert PipelineConfig().direct_convs("cpu") and not PipelineConfig().direct_convs("vulkan")
+    assert not PipelineConfig(conv_lowering="im2col").direct_convs("cpu")
     assert PipelineConfig(conv_lowering="im2col").conv_as_matmul("vulkan")
     assert PipelineConfig(conv_lowering="im2col").key != PipelineConfig().key
     assert PipelineConfig.from_dict({"conv_lowering": "im2col"}).conv_lowering == "im2col"

@@ -1,0 +1,107 @@
+"""Channels-first convolutions as IREE's channels-last direct convolution (a
+linalg-stage pass, cpu only).
+
+torch-mlir lowers ``aten.convolution`` to ``linalg.conv_2d_nchw_fchw``. IREE's
+CPU code for that layout is slow: the MNIST CNN's conv2 (batch 64, 32 -> 64
+channels, 3x3) took 335 ms, where ``linalg.conv_2d_nhwc_hwcf`` with its filter
+already HWCF took 7 ms (one vector of output channels per step, about the
+machine's 200 GFLOP/s). Each wide convolution (``MIN_CHANNELS`` in and out,
+float32, static shapes, windows up to ``MAX_WINDOW``) becomes a call of a
+private function that transposes the input, the filter and the accumulator
+to channels last, convolves and transposes the result back; IREE inlines it
+and cancels the activation transposes against their neighbours (``conv_matmul``
+keeps activations channels last).
+
+The filter transpose sits behind a ``util.optimization_barrier``: without it
+IREE fuses the transpose into the convolution's dispatch, which then reads
+the filter as (f, c, kh, kw) and runs at the 335 ms of the channels-first op
+(IREE 3.13 generalizes every convolution, and elementwise fusion composes the
+transpose into it; neither ``--iree-global-opt-propagate-transposes=false``
+nor a second use of the filter stops it). With the barrier the transpose is
+its own dispatch of a few microseconds. The barrier is an op of IREE's
+``util`` dialect, written in generic form: torch-mlir only passes it through.
+
+Which convolutions reach this pass: ``conv_matmul`` (``direct=True`` on cpu)
+leaves stride-1 forwards with ``DIRECT_CHANNELS`` channels to it; gradients go
+through its matmuls. Convolutions it leaves for other reasons (a stride-2
+forward's input gradient, a grouped or transposed one) are rewritten here too
+when they match; the narrow ones stay as they are.
+"""
+from __future__ import annotations
+
+from ..dialects import linalg_edit as E
+
+MIN_CHANNELS = 16
+"""Fewest input and output channels rewritten (one AVX-512 vector of f32)."""
+MAX_WINDOW = 7
+"""Largest kernel height or width rewritten: torch-mlir writes some
+gradients as convolutions whose "kernel" is a whole feature map, and those
+stay in the form they have."""
+
+
+def _tensor(*dims: int, dtype: str = "f32") -> str:
+    return "tensor<" + "x".join(map(str, dims)) + f"x{dtype}>"
+
+
+def _function(name: str, x: list[int], w: list[int], out: list[int], strides: list[int],
+              dilations: list[int]) -> str:
+    """``@name(x NCHW, w FCHW, init NFHW) -> NFHW`` through the channels-last op."""
+    n, c, h, wd = x
+    f, _, kh, kw = w
+    _, _, oh, ow = out
+    t_x, t_w, t_o = _tensor(*x), _tensor(*w), _tensor(*out)
+    t_xl, t_wl, t_ol = _tensor(n, h, wd, c), _tensor(kh, kw, c, f), _tensor(n, oh, ow, f)
+    attrs = (f"{{dilations = dense<{dilations}> : vector<2xi64>, "
+             f"strides = dense<{strides}> : vector<2xi64>}}")
+    return f"""func.func private @{name}(%x: {t_x}, %w: {t_w}, %init: {t_o}) -> {t_o} {{
+  %ex = tensor.empty() : {t_xl}
+  %xl = linalg.transpose ins(%x : {t_x}) outs(%ex : {t_xl}) permutation = [0, 2, 3, 1]
+  %ew = tensor.empty() : {t_wl}
+  %wl = linalg.transpose ins(%w : {t_w}) outs(%ew : {t_wl}) permutation = [2, 3, 1, 0]
+  %wb = "util.optimization_barrier"(%wl) : ({t_wl}) -> {t_wl}
+  %eo = tensor.empty() : {t_ol}
+  %ol = linalg.transpose ins(%init : {t_o}) outs(%eo : {t_ol}) permutation = [0, 2, 3, 1]
+  %c = linalg.conv_2d_nhwc_hwcf {attrs} ins(%xl, %wb : {t_xl}, {t_wl}) outs(%ol : {t_ol}) -> {t_ol}
+  %er = tensor.empty() : {t_o}
+  %r = linalg.transpose ins(%c : {t_ol}) outs(%er : {t_o}) permutation = [0, 3, 1, 2]
+  return %r : {t_o}
+}}
+"""
+
+
+def _rewritable(op) -> tuple | None:
+    """(x, w, out shapes, strides, dilations) of a convolution this pass takes."""
+    if len(op.operands) != 3:
+        return None
+    x, w, out = (E.shape(v) for v in op.operands)
+    if x is None or w is None or out is None:
+        return None
+    if any(E.element_type(v) != "f32" for v in op.operands):
+        return None
+    strides, dilations = E.int_list(op, "strides"), E.int_list(op, "dilations")
+    if strides is None or dilations is None:
+        return None
+    if (x[1] < MIN_CHANNELS or w[0] < MIN_CHANNELS
+            or w[2] > MAX_WINDOW or w[3] > MAX_WINDOW):
+        return None
+    return x, w, out, strides, dilations
+
+
+def to_channels_last(module) -> int:
+    """Rewrite the module's wide ``linalg.conv_2d_nchw_fchw`` ops in place;
+    returns how many."""
+    made: set[str] = set()
+    count = 0
+    for op in E.ops_named(module, "linalg.conv_2d_nchw_fchw"):
+        how = _rewritable(op)
+        if how is None:
+            continue
+        x, w, out, strides, dilations = how
+        name = ("lazy_mlir_conv_nhwc_" + "x".join(map(str, x)) + "_" + "x".join(map(str, w))
+                + "_s" + "x".join(map(str, strides)) + "_d" + "x".join(map(str, dilations)))
+        if name not in made:
+            E.add_functions(module, _function(name, x, w, out, strides, dilations))
+            made.add(name)
+        E.call_instead(op, name, list(op.operands))
+        count += 1
+    return count
