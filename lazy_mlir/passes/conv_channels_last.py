@@ -5,12 +5,13 @@ torch-mlir lowers ``aten.convolution`` to ``linalg.conv_2d_nchw_fchw``. IREE's
 CPU code for that layout is slow: the MNIST CNN's conv2 (batch 64, 32 -> 64
 channels, 3x3) took 335 ms, where ``linalg.conv_2d_nhwc_hwcf`` with its filter
 already HWCF took 7 ms (one vector of output channels per step, about the
-machine's 200 GFLOP/s). Each wide convolution (``MIN_CHANNELS`` in and out,
-float32, static shapes, windows up to ``MAX_WINDOW``) becomes a call of a
+machine's 200 GFLOP/s). Each convolution with ``MIN_CHANNELS`` in and out
+and ``MIN_COLUMNS`` output positions (float32, static shapes, windows up to
+``MAX_WINDOW``) becomes a call of a
 private function that transposes the input, the filter and the accumulator
 to channels last, convolves and transposes the result back; IREE inlines it
-and cancels the activation transposes against their neighbours (``conv_matmul``
-keeps activations channels last).
+and cancels the activation transposes against their neighbours
+(``conv_matmul`` keeps activations channels last).
 
 The filter transpose sits behind a ``util.optimization_barrier``: without it
 IREE fuses the transpose into the convolution's dispatch, which then reads
@@ -22,17 +23,22 @@ its own dispatch of a few microseconds. The barrier is an op of IREE's
 ``util`` dialect, written in generic form: torch-mlir only passes it through.
 
 Which convolutions reach this pass: ``conv_matmul`` (``direct=True`` on cpu)
-leaves stride-1 forwards with ``DIRECT_CHANNELS`` channels to it; gradients go
-through its matmuls. Convolutions it leaves for other reasons (a stride-2
-forward's input gradient, a grouped or transposed one) are rewritten here too
-when they match; the narrow ones stay as they are.
+leaves it the stride-1 forwards and input gradients with ``DIRECT_CHANNELS``
+channels; weight gradients go through its matmuls. Convolutions it leaves
+for other reasons (a strided input gradient) are rewritten here too when
+they match; the rest, and those too small for either pass, stay as they are.
 """
 from __future__ import annotations
 
 from ..dialects import linalg_edit as E
+from . import conv_matmul
 
-MIN_CHANNELS = 16
-"""Fewest input and output channels rewritten (one AVX-512 vector of f32)."""
+MIN_CHANNELS = conv_matmul.DIRECT_CHANNELS  # what conv_matmul leaves here
+MIN_COLUMNS = conv_matmul.MIN_COLUMNS
+"""Smallest N*OH*OW rewritten. Below it (LeNet-5 at batch 1, which
+``conv_matmul`` leaves alone for the same reason) the transposes cost more:
+the step module took 0.41 ms against 0.29 ms channels first."""
+
 MAX_WINDOW = 7
 """Largest kernel height or width rewritten: torch-mlir writes some
 gradients as convolutions whose "kernel" is a whole feature map, and those
@@ -81,7 +87,7 @@ def _rewritable(op) -> tuple | None:
     strides, dilations = E.int_list(op, "strides"), E.int_list(op, "dilations")
     if strides is None or dilations is None:
         return None
-    if (x[1] < MIN_CHANNELS or w[0] < MIN_CHANNELS
+    if (x[1] < MIN_CHANNELS or w[0] < MIN_CHANNELS or out[0] * out[2] * out[3] < MIN_COLUMNS
             or w[2] > MAX_WINDOW or w[3] > MAX_WINDOW):
         return None
     return x, w, out, strides, dilations

@@ -23,9 +23,10 @@ Only ungrouped, non-transposed 2-d float convolutions are rewritten; the rest
 stay ``aten.convolution`` / ``aten.convolution_backward`` (torch-mlir lowers
 them). With ``direct`` (``decompositions(direct=True)``, the cpu target), the
 forward of a stride-1 convolution with at least ``DIRECT_CHANNELS`` input and
-output channels stays ``aten.convolution`` too: ``passes/conv_channels_last``
-gives it to IREE as a channels-last direct convolution, faster than the
-im2col matmul (its gradients still go through the matmuls here). Applied as
+output channels stays ``aten.convolution``, and its input gradient becomes
+one (``_input_grad_direct``): ``passes/conv_channels_last`` gives them to
+IREE as channels-last direct convolutions, faster than the matmuls. The
+weight gradient is always the im2col matmul. Applied as
 a decomposition table while ``pipeline.fx_graph.decompose`` re-traces, so
 every new node has its fake value.
 """
@@ -153,19 +154,36 @@ def _input_grad(grad_out, weight, h, w, padding, dilation):
     return aten.permute(dx, [0, 3, 1, 2])
 
 
-DIRECT_CHANNELS = 16
-"""Fewest input and output channels for which a stride-1 forward is left to
-IREE's direct channels-last convolution (``decompositions(direct=True)``):
-one AVX-512 vector of float32 channels. The MNIST CNN's conv2 (32 -> 64
-channels, batch 64) ran in 7.6 ms that way against 11 ms for its im2col
-matmul and the pack of its operand; the whole step module went from 56.3 to
-48.7 ms (iree-benchmark-module, 3 paired runs). LeNet-5's convolutions
-(1 -> 6 and 6 -> 16 channels) keep the matmul."""
+DIRECT_CHANNELS = 3
+"""Fewest input and output channels for which a stride-1 convolution's
+forward and input gradient are left to IREE's direct channels-last
+convolution (``decompositions(direct=True)``, ``passes/conv_channels_last``).
+Single convolutions, iree-benchmark-module, direct / im2col matmul, ms:
+LeNet-5's conv2 at batch 64 (6 -> 16 channels, 5x5) 0.26 / 1.06, its input
+gradient (16 -> 6) 0.57 / 3.14, 3 -> 16 channels 0.43 / 1.07, 4 -> 16
+0.20 / 0.39; the MNIST CNN's conv2 (32 -> 64, 3x3) 7.0 / 13.3. With one
+input channel the direct form is the slower: 1 -> 6 channels 2.87 / 0.90,
+1 -> 32 3.42 / 0.61. Whole training-step modules went from 4.8 to 2.9 ms
+(LeNet-5, batch 64) and from 56 to 48 ms (MNIST CNN, batch 64)."""
 
 
 def _direct(x: torch.Tensor, weight: torch.Tensor, stride) -> bool:
     return (x.shape[1] >= DIRECT_CHANNELS and weight.shape[0] >= DIRECT_CHANNELS
             and tuple(stride) == (1, 1))
+
+
+def _input_grad_direct(grad_out, weight, padding, dilation):
+    """The input gradient of a stride-1 convolution as a convolution: dY
+    padded by d*(K-1)-p, with the weight flipped in space and its O and C
+    swapped. The pad is done channels last, the layout the channels-last
+    convolution reads: padded channels first, IREE folded the layout change
+    into the convolution's input (a channel-strided read, 20x slower)."""
+    kh, kw = weight.shape[2], weight.shape[3]
+    ph, pw = dilation[0] * (kh - 1) - padding[0], dilation[1] * (kw - 1) - padding[1]
+    dy = aten.constant_pad_nd(aten.permute(grad_out, [0, 2, 3, 1]), [0, 0, pw, pw, ph, ph], 0.0)
+    wt = aten.permute(aten.flip(weight, [2, 3]), [1, 0, 2, 3])
+    return aten.convolution(aten.permute(dy, [0, 3, 1, 2]), wt, None, [1, 1], [0, 0], dilation,
+                            False, [0, 0], 1)
 
 
 def _pairs(*args):
@@ -193,9 +211,10 @@ def convolution(x, weight, bias, stride, padding, dilation, transposed, output_p
 
 
 def convolution_backward(grad_out, x, weight, bias_sizes, stride, padding, dilation,
-                         transposed, output_padding, groups, output_mask):
+                         transposed, output_padding, groups, output_mask, direct=False):
     """Weight gradient ``dW[O, K*C] = dY[N*L, O]^T @ cols[N*L, K*C]``; input
-    gradient (stride 1) by ``_input_grad``; the other strides keep the op."""
+    gradient (stride 1) by ``_input_grad``, or with ``direct`` as a direct
+    convolution (``_input_grad_direct``); the other strides keep the op."""
     pairs = _pairs(stride, padding, dilation)
     if pairs is None:
         return NotImplemented
@@ -212,7 +231,10 @@ def convolution_backward(grad_out, x, weight, bias_sizes, stride, padding, dilat
     h, w = x.shape[2], x.shape[3]
     grad_input = grad_weight = grad_bias = None
     dy = _rows(grad_out)                                     # [N*OH*OW, O]
-    if output_mask[0]:
+    if output_mask[0] and direct and _direct(x, weight, stride) and all(
+            padding[i] <= dilation[i] * (weight.shape[2 + i] - 1) for i in (0, 1)):
+        grad_input = _input_grad_direct(grad_out, weight, padding, dilation)
+    elif output_mask[0]:
         grad_input = aten.clone(_input_grad(grad_out, weight, h, w, padding, dilation),
                                 memory_format=torch.contiguous_format)
     if output_mask[1]:
@@ -227,10 +249,11 @@ def convolution_backward(grad_out, x, weight, bias_sizes, stride, padding, dilat
 
 def decompositions(direct: bool = False) -> dict:
     """The table for ``make_fx`` (a function returning ``NotImplemented``
-    keeps the op); ``direct``: leave wide stride-1 forwards to IREE's direct
-    convolution (``_direct``)."""
+    keeps the op); ``direct``: stride-1 forwards and input gradients with
+    ``DIRECT_CHANNELS`` go to IREE's direct convolution (``_direct``)."""
     return {aten.convolution.default: functools.partial(convolution, direct=direct),
-            aten.convolution_backward.default: convolution_backward}
+            aten.convolution_backward.default: functools.partial(convolution_backward,
+                                                                 direct=direct)}
 
 
 DECOMPOSITIONS = decompositions()

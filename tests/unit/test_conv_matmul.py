@@ -100,20 +100,21 @@ def test_traced_conv_step_has_matmuls_instead_of_convolutions(monkeypatch):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
 
 
-def test_direct_leaves_wide_stride_1_forwards_to_the_channels_last_pass(monkeypatch):
+def test_direct_leaves_stride_1_forwards_and_input_grads_to_the_channels_last_pass(monkeypatch):
     monkeypatch.setattr(cm, "MIN_COLUMNS", 1)
     def step(x, w):
         out = torch.nn.functional.conv2d(x, w, padding=1)
         return torch.autograd.grad(out.square().sum(), (x, w))
 
     table = cm.decompositions(direct=True)
-    for c, o, kept in [(16, 16, True), (8, 16, False), (16, 8, False)]:
+    for c, o, convs in [(4, 8, 2), (2, 16, 0), (16, 2, 0)]:
         x = torch.randn(2, c, 6, 6, requires_grad=True)
         w = torch.randn(o, c, 3, 3, requires_grad=True)
         gm = make_fx(step, decomposition_table=table)(x, w)
         targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
-        assert (aten.convolution.default in targets) == kept, (c, o)
-        assert aten.convolution_backward.default not in targets  # gradients: matmuls
+        assert targets.count(aten.convolution.default) == convs, (c, o)  # forward, input grad
+        assert aten.convolution_backward.default not in targets
+        assert aten.mm.default in targets  # the weight gradient
         for a, b in zip(gm(x, w), step(x, w)):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
     x, w = torch.randn(2, 16, 9, 9), torch.randn(16, 16, 3, 3)
