@@ -45,6 +45,10 @@ gradients as convolutions whose "kernel" is a whole feature map, and those
 stay in the form they have."""
 
 
+CALL_PREFIX = "call @lazy_mlir_conv_nhwc_"
+"""How a rewritten convolution reads in the printed module."""
+
+
 def _tensor(*dims: int, dtype: str = "f32") -> str:
     return "tensor<" + "x".join(map(str, dims)) + f"x{dtype}>"
 

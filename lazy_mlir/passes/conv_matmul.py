@@ -26,9 +26,9 @@ forward of a stride-1 convolution with at least ``DIRECT_CHANNELS`` input and
 output channels stays ``aten.convolution``, and its input gradient becomes
 one (``_input_grad_direct``): ``passes/conv_channels_last`` gives them to
 IREE as channels-last direct convolutions, faster than the matmuls. The
-weight gradient is always the im2col matmul. Applied as
-a decomposition table while ``pipeline.fx_graph.decompose`` re-traces, so
-every new node has its fake value.
+weight gradient is always the im2col matmul. Applied as a decomposition
+table while ``pipeline.fx_graph.decompose`` re-traces, so every new node has
+its fake value.
 """
 from __future__ import annotations
 

@@ -106,16 +106,13 @@ def lower(gm: fx.GraphModule, config: PipelineConfig,
     built_by = "torch-mlir " + ",".join(linalg_passes)
     edit = None
     if direct:
-        from ..passes.conv_channels_last import to_channels_last
-        rewritten = [0]
-
-        def edit(module):
-            rewritten[0] = to_channels_last(module)
+        from ..passes.conv_channels_last import CALL_PREFIX, to_channels_last as edit
     linalg = _timed("linalg", built_by, run_pipeline, backend.text,
                     pipelines.as_pipeline(linalg_passes), "linalg", edit)
-    if edit is not None and rewritten[0]:
+    rewritten = linalg.text.count(CALL_PREFIX) if edit else 0
+    if rewritten:
         linalg = Stage("linalg", linalg.text, Provenance(
-            f"{built_by} + conv_channels_last ({rewritten[0]} convolutions)",
+            f"{built_by} + conv_channels_last ({rewritten} convolutions)",
             linalg.provenance.seconds))
     return fx_stage, torch_stage, backend, linalg
 

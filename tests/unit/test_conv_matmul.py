@@ -130,6 +130,7 @@ def test_config_conv_lowering():
     assert not PipelineConfig(conv_lowering="native").conv_as_matmul("cpu")
     assert PipelineConfig().direct_convs("cpu") and not PipelineConfig().direct_convs("vulkan")
     assert not PipelineConfig(conv_lowering="im2col").direct_convs("cpu")
+    assert not PipelineConfig(mixed_precision="bf16").direct_convs("cpu")  # float32 convs only
     assert PipelineConfig(conv_lowering="im2col").conv_as_matmul("vulkan")
     assert PipelineConfig(conv_lowering="im2col").key != PipelineConfig().key
     assert PipelineConfig.from_dict({"conv_lowering": "im2col"}).conv_lowering == "im2col"
