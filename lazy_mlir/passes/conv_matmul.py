@@ -168,8 +168,10 @@ input channel the direct form is the slower: 1 -> 6 channels 2.87 / 0.90,
 
 
 def _direct(x: torch.Tensor, weight: torch.Tensor, stride) -> bool:
+    """Float32 only: ``conv_channels_last`` rewrites no other type (a float64
+    convolution stays an im2col matmul here)."""
     return (x.shape[1] >= DIRECT_CHANNELS and weight.shape[0] >= DIRECT_CHANNELS
-            and tuple(stride) == (1, 1))
+            and tuple(stride) == (1, 1) and x.dtype == torch.float32)
 
 
 def _input_grad_direct(grad_out, weight, padding, dilation):

@@ -120,6 +120,10 @@ def test_direct_leaves_stride_1_forwards_and_input_grads_to_the_channels_last_pa
     x, w = torch.randn(2, 16, 9, 9), torch.randn(16, 16, 3, 3)
     strided = ([2, 2], [0, 0], [1, 1], False, [0, 0], 1)
     assert table[aten.convolution.default](x, w, None, *strided) is not NotImplemented
+    plain = ([1, 1], [0, 0], [1, 1], False, [0, 0], 1)
+    assert table[aten.convolution.default](x, w, None, *plain) is NotImplemented
+    assert table[aten.convolution.default](x.double(), w.double(), None,  # float32 only
+                                           *plain) is not NotImplemented
 
 
 def test_config_conv_lowering():
