@@ -45,12 +45,17 @@ gradients as convolutions whose "kernel" is a whole feature map, and those
 stay in the form they have."""
 
 
-CALL_PREFIX = "call @lazy_mlir_conv_nhwc_"
+_FUNCTION = "lazy_mlir_conv_nhwc_"
+CALL_PREFIX = "call @" + _FUNCTION
 """How a rewritten convolution reads in the printed module."""
 
 
-def _tensor(*dims: int, dtype: str = "f32") -> str:
-    return "tensor<" + "x".join(map(str, dims)) + f"x{dtype}>"
+def _dims(dims) -> str:
+    return "x".join(map(str, dims))
+
+
+def _tensor(*dims: int) -> str:
+    return f"tensor<{_dims(dims)}xf32>"
 
 
 def _function(name: str, x: list[int], w: list[int], out: list[int], strides: list[int],
@@ -107,8 +112,7 @@ def to_channels_last(module) -> int:
         if how is None:
             continue
         x, w, out, strides, dilations = how
-        name = ("lazy_mlir_conv_nhwc_" + "x".join(map(str, x)) + "_" + "x".join(map(str, w))
-                + "_s" + "x".join(map(str, strides)) + "_d" + "x".join(map(str, dilations)))
+        name = f"{_FUNCTION}{_dims(x)}_{_dims(w)}_s{_dims(strides)}_d{_dims(dilations)}"
         if name not in made:
             E.add_functions(module, _function(name, x, w, out, strides, dilations))
             made.add(name)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch.fx as fx
 
@@ -99,22 +99,24 @@ def lower(gm: fx.GraphModule, config: PipelineConfig,
         from ..dialects.bitcast import view_dtype_as_bitcast
         text = view_dtype_as_bitcast(backend.text)
         if text is not None:
-            return fx_stage, torch_stage, Stage("torch-backend", text, Provenance(
-                backend.provenance.built_by + " + view_dtype_as_bitcast",
-                backend.provenance.seconds))
+            return fx_stage, torch_stage, _noted(replace(backend, text=text),
+                                                 "view_dtype_as_bitcast")
     linalg_passes = pipelines.linalg(config)
-    built_by = "torch-mlir " + ",".join(linalg_passes)
     edit = None
     if direct:
         from ..passes.conv_channels_last import CALL_PREFIX, to_channels_last as edit
-    linalg = _timed("linalg", built_by, run_pipeline, backend.text,
-                    pipelines.as_pipeline(linalg_passes), "linalg", edit)
+    linalg = _timed("linalg", "torch-mlir " + ",".join(linalg_passes), run_pipeline,
+                    backend.text, pipelines.as_pipeline(linalg_passes), "linalg", edit)
     rewritten = linalg.text.count(CALL_PREFIX) if edit else 0
     if rewritten:
-        linalg = Stage("linalg", linalg.text, Provenance(
-            f"{built_by} + conv_channels_last ({rewritten} convolutions)",
-            linalg.provenance.seconds))
+        linalg = _noted(linalg, f"conv_channels_last ({rewritten} convolutions)")
     return fx_stage, torch_stage, backend, linalg
+
+
+def _noted(stage: Stage, step: str) -> Stage:
+    """``stage`` with one more project step named in its provenance."""
+    return replace(stage, provenance=replace(stage.provenance,
+                                             built_by=f"{stage.provenance.built_by} + {step}"))
 
 
 def iree_flags(target: Target, config: PipelineConfig, stages: tuple[Stage, ...]) -> list[str]:
