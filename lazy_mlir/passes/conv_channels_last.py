@@ -25,8 +25,10 @@ its own dispatch of a few microseconds. The barrier is an op of IREE's
 Which convolutions reach this pass: ``conv_matmul`` (``direct=True`` on cpu)
 leaves it the stride-1 forwards and input gradients with ``DIRECT_CHANNELS``
 channels; weight gradients go through its matmuls. Convolutions it leaves
-for other reasons (a strided input gradient) are rewritten here too when
-they match; the rest, and those too small for either pass, stay as they are.
+for other reasons (torch-mlir's lowering of a strided input gradient) are
+rewritten here too when they match, on the strength of the layout alone: no
+such model was timed. The rest, and those too small for either pass, stay as
+they are.
 """
 from __future__ import annotations
 
@@ -103,8 +105,8 @@ def _rewritable(op) -> tuple | None:
 
 
 def to_channels_last(module) -> int:
-    """Rewrite the module's wide ``linalg.conv_2d_nchw_fchw`` ops in place;
-    returns how many."""
+    """Rewrite the module's ``linalg.conv_2d_nchw_fchw`` ops that
+    ``_rewritable`` takes, in place; returns how many."""
     made: set[str] = set()
     count = 0
     for op in E.ops_named(module, "linalg.conv_2d_nchw_fchw"):

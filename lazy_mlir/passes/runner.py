@@ -49,7 +49,8 @@ def run_pipeline(module_text: str, pipeline: str, stage: str, edit=None) -> str:
                 edit(module)
                 module.operation.verify()
     except Exception as e:  # MLIR reports diagnostics in the exception text
-        then = f"\n# then lazy-mlir's {edit.__module__}.{edit.__name__} on the result" if edit else ""
+        then = (f"\n# then lazy-mlir's {edit.__module__}.{edit.__name__} on the result"
+                if edit else "")
         d = write_repro(module_text, f"torch-mlir-opt --pass-pipeline='{pipeline}' input.mlir"
                         + then, str(e), "input")
         left = _blame(module_text, str(e)) or tuple(sorted(set(re.findall(

@@ -85,8 +85,9 @@ def test_iree_computes_what_the_channels_first_op_does(stride, dilation, pad):
 
 
 def test_a_spatially_transposed_input_still_matches():
-    """The case IREE 3.13 got wrong for data-tiled convolutions: a transpose
-    of H and W feeding the convolution, next to the pass's own transposes."""
+    """A transpose of H and W feeding the convolution, next to the pass's own
+    transposes (the input IREE 3.13 got wrong for data-tiled convolutions),
+    against PyTorch."""
     x, w, o = "tensor<2x16x7x7xf32>", "tensor<16x16x3x3xf32>", "tensor<2x16x5x5xf32>"
     text = f"""func.func @main(%x: {x}, %w: {w}) -> {o} {{
   %zero = arith.constant 0.0 : f32
