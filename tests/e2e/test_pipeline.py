@@ -243,6 +243,28 @@ def test_failed_pipeline_leaves_a_repro(tmp_path, monkeypatch):
     assert "torch-mlir-opt --pass-pipeline=" in (repro / "command.sh").read_text()
 
 
+def _breaks_the_module(module):
+    """A project edit that leaves the module invalid (a use with no definition)."""
+    from lazy_mlir.dialects import linalg_edit
+    ret = linalg_edit.ops_named(module, "func.return")[0]
+    linalg_edit.call_instead(ret.operands[0].owner, "no_such_function", [])
+
+
+def test_a_failed_edit_leaves_a_repro_that_names_it(tmp_path, monkeypatch):
+    from lazy_mlir.passes.runner import PipelineError, run_pipeline
+    monkeypatch.setenv("LAZY_MLIR_DUMP_DIR", str(tmp_path))
+    text = ("func.func @main(%arg0: !torch.vtensor<[2],f32>) -> !torch.vtensor<[2],f32> {\n"
+            "  %0 = torch.aten.neg %arg0 : !torch.vtensor<[2],f32> -> !torch.vtensor<[2],f32>\n"
+            "  return %0 : !torch.vtensor<[2],f32>\n}\n")
+    pipeline = "builtin.module(torch-backend-to-linalg-on-tensors-backend-pipeline)"
+    assert "linalg.generic" in run_pipeline(text, pipeline, "linalg", edit=None)
+    with pytest.raises(PipelineError) as info:
+        run_pipeline(text, pipeline, "linalg", edit=_breaks_the_module)
+    command = (info.value.repro / "command.sh").read_text()
+    assert "torch-mlir-opt --pass-pipeline=" in command
+    assert "test_pipeline._breaks_the_module on the result" in command
+
+
 def test_pipeline_config_from_environment(tmp_path):
     import os
     import subprocess
