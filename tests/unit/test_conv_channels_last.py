@@ -106,3 +106,25 @@ def test_a_spatially_transposed_input_still_matches():
     want = torch.nn.functional.conv2d(torch.from_numpy(args[0]).transpose(2, 3),
                                       torch.from_numpy(args[1]))
     np.testing.assert_allclose(run(str(m), args), want.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_output_widths_get_a_column_tile_of_four_or_more():
+    assert [ccl._columns(w) for w in (24, 26, 27, 28, 29, 13, 10, 7)] == \
+        [24, 28, 28, 28, 30, 14, 10, 7]  # 7 and narrower: too few columns to widen
+
+
+@pytest.mark.parametrize("width,stride,dilation", [(15, 1, 1), (60, 2, 1), (31, 1, 2)])
+def test_an_awkward_output_width_is_computed_wider_and_cut(width, stride, dilation):
+    """13, 29 and 27 output columns become 14, 30 and 28 (the input padded
+    with zero columns where the wider output reads past it); the bias (a
+    random accumulator) and the result match the channels-first op."""
+    ow = (width - dilation * 2 - 1) // stride + 1
+    x, w, o = (2, 16, 6, width), (32, 16, 3, 3), (2, 32, (6 - dilation * 2 - 1) // stride + 1, ow)
+    text = module(conv("a", x, w, o, stride, dilation))
+    m = parse(text)
+    assert ccl.to_channels_last(m) == 1
+    wide = ccl._columns(ow)
+    assert wide > ow and f"x{wide}x32xf32>" in str(m) and "tensor.extract_slice" in str(m)
+    rng = np.random.default_rng(2)
+    args = [rng.standard_normal(s).astype(np.float32) for s in (x, w, o)]
+    np.testing.assert_allclose(run(str(m), args), run(text, args), rtol=1e-4, atol=1e-4)
