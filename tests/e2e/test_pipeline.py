@@ -217,6 +217,23 @@ def test_conv_as_matmul_compiles_and_matches_eager(monkeypatch):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
+def test_a_weight_gradient_in_batch_slices_compiles_and_matches_eager(monkeypatch):
+    """The im2col weight gradient summed over batch slices through IREE:
+    slices of 2 images of 5 (the last one image), three matmuls."""
+    from lazy_mlir.passes import conv_matmul
+    monkeypatch.setattr(conv_matmul, "MIN_COLUMNS", 1)
+    monkeypatch.setattr(conv_matmul, "WGRAD_CHUNK_BYTES", 2 * 7 * 7 * 9 * 8 * 4)
+    def wgrad(x, w, dy):
+        return torch.ops.aten.convolution_backward(
+            dy, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [False, True, False])[1]
+
+    args = (torch.randn(5, 8, 7, 7), torch.randn(16, 8, 3, 3), torch.randn(5, 16, 7, 7))
+    lowered = lm.jit(wgrad).lower(*args, config=PipelineConfig(conv_lowering="im2col"))
+    assert lowered.as_text("fx").count("aten.mm.default(") == 3
+    torch.testing.assert_close(lowered.compile(target="cpu")(*args), wgrad(*args),
+                               rtol=1e-4, atol=1e-4)
+
+
 def test_iree_torch_input_path_matches_linalg_path():
     lowered = lm.jit(mlp).lower(*ARGS, config=PipelineConfig(input="torch"))
     assert lowered.stages[:3] == ("fx", "torch", "iree-input")

@@ -83,6 +83,30 @@ def test_left_alone_when_not_worth_it_or_not_covered(monkeypatch):
     assert cm.convolution(xi, w2.long(), None, *plain) is NotImplemented
 
 
+@pytest.mark.parametrize("stride,padding", [(1, 0), (2, 1)])
+def test_a_large_weight_gradient_is_summed_over_batch_slices(stride, padding, monkeypatch):
+    """Past ``WGRAD_CHUNK_BYTES`` of im2col the weight gradient is a sum of
+    mms over slices of the batch (7 images in slices of 3: 3, 3, 1)."""
+    monkeypatch.setattr(cm, "MIN_COLUMNS", 1)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(7, 4, 9, 9, generator=g, dtype=torch.float64)
+    weight = torch.randn(5, 4, 3, 3, generator=g, dtype=torch.float64)
+    conv = ([stride] * 2, [padding] * 2, [1, 1], False, [0, 0], 1)
+    dy = torch.randn(aten.convolution(x, weight, None, *conv).shape, generator=g,
+                     dtype=torch.float64)
+    l = dy.shape[2] * dy.shape[3]
+    monkeypatch.setattr(cm, "WGRAD_CHUNK_BYTES", 3 * l * 9 * 4 * 8)  # 3 images of im2col
+    gm = make_fx(lambda dy, x, w: cm.convolution_backward(dy, x, w, [5], *conv,
+                                                          [False, True, False]))(dy, x, weight)
+    targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    assert targets.count(aten.mm.default) == 3 and targets.count(aten.add.Tensor) == 2
+    want = aten.convolution_backward(dy, x, weight, [5], *conv, [False, True, False])[1]
+    torch.testing.assert_close(gm(dy, x, weight)[1], want)
+    monkeypatch.setattr(cm, "WGRAD_CHUNK_BYTES", 1)  # one image a slice, at most 16 slices
+    assert cm.convolution_backward(dy, x, weight, [5], *conv, [False, True, False])[1] \
+        .sub(want).abs().max() < 1e-12
+
+
 def test_traced_conv_step_has_matmuls_instead_of_convolutions(monkeypatch):
     monkeypatch.setattr(cm, "MIN_COLUMNS", 1)
     def step(x, w):
