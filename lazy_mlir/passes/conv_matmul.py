@@ -207,7 +207,8 @@ def _weight_grad(dy, x, kh, kw, stride, padding, dilation):
     n, c = x.shape[0], x.shape[1]
     rows = dy.shape[0] // n  # output positions of one image
     per_image = rows * kh * kw * c * x.element_size()
-    images = max(1, WGRAD_CHUNK_BYTES // per_image, -(-n // MAX_WGRAD_CHUNKS))
+    slices = min(MAX_WGRAD_CHUNKS, n, -(-n // max(1, WGRAD_CHUNK_BYTES // per_image)))
+    images = -(-n // slices)  # even slices: 64 images at most 9 a slice are 8 of 8
     dw = None
     for start in range(0, n, images):
         stop = min(n, start + images)
