@@ -42,19 +42,23 @@ class Spec:
 
 
 def default_specs(models, quick: bool, steps: int | None) -> list[Spec]:
-    """The rows to run: CNN b64, LeNet b64 (+ b1 unless quick), MLP b128."""
+    """The rows to run: CNN b64, LeNet b64 (+ b1 unless quick), MLP b128.
+
+    Default step counts give each row a second or more of lazy-mlir steps:
+    on a shared machine a burst of load took the median of 20 LeNet steps
+    (80 ms) from 4 to 8 ms."""
     out = []
     for m in models:
         if m == "cnn":
-            batches, default_steps = [64], 10
+            rows = [(64, 30)]
         elif m == "lenet":
-            batches, default_steps = ([64] if quick else [64, 1]), 20
+            rows = [(64, 200)] if quick else [(64, 200), (1, 1000)]
         elif m == "mlp":
-            batches, default_steps = [128], 20
+            rows = [(128, 100)]
         else:
             raise SystemExit(f"unknown model {m!r}; choose from {', '.join(MODELS)}")
-        n = steps if steps is not None else (5 if quick else default_steps)
-        out += [Spec(m, b, n) for b in batches]
+        out += [Spec(m, b, steps if steps is not None else (5 if quick else n))
+                for b, n in rows]
     return out
 
 

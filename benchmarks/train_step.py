@@ -30,7 +30,8 @@ import _harness as H  # noqa: E402
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=None,
-                   help="timed steps per row (default: 10 for cnn, 20 otherwise; 5 with --quick)")
+                   help="timed steps per row (default: 30 for cnn, 100 for mlp, 200 for lenet "
+                        "b64, 1000 for lenet b1; 5 with --quick)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps after the first")
     p.add_argument("--models", default=",".join(H.MODELS))
     p.add_argument("--backends", default=",".join(H.BACKENDS))
