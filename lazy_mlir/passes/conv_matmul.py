@@ -10,7 +10,8 @@ channels-last im2col (a copy), one 2-d ``aten.mm`` and permutes, with
 L = OH*OW and K*C = KH*KW*C:
 
 - forward: ``out[N*L, O] = cols[N*L, K*C] @ W[O, K*C]^T``
-- weight gradient: ``dW[O, K*C] = dY[N*L, O]^T @ cols[N*L, K*C]``
+- weight gradient: ``dW[O, K*C] = dY[N*L, O]^T @ cols[N*L, K*C]``, summed over
+  batch slices when ``cols`` is large (``WGRAD_CHUNK_BYTES``, timed on cpu)
 - input gradient (stride 1): ``Z = dY' @ W[O, K*C]`` on the padded input grid,
   then a sum of KH*KW row-shifted blocks of ``Z`` (``_input_grad``); other
   strides keep the convolution.
