@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from .torch_import import func_d, ir
 
-__all__ = ["ops_named", "shape", "element_type", "int_list", "add_functions", "call_instead"]
+__all__ = ["ops_named", "shape", "element_type", "int_list", "zero_pad", "add_functions",
+           "call_instead"]
 
 
 def ops_named(module: ir.Module, name: str) -> list:
@@ -43,6 +44,24 @@ def int_list(op, attribute: str) -> list[int] | None:
     if attribute not in op.attributes:
         return None
     return list(ir.DenseIntElementsAttr(op.attributes[attribute]))
+
+
+def zero_pad(value) -> tuple[object, list[int], list[int]] | None:
+    """(source, low, high) when ``value`` is a ``tensor.pad`` of ``source`` by
+    static amounts with the constant zero; None otherwise."""
+    if not isinstance(value, ir.OpResult):
+        return None
+    op = value.owner
+    if op.name != "tensor.pad" or len(op.operands) != 1:  # dynamic amounts are operands
+        return None
+    yielded = list(op.regions[0].blocks[0].operations)[-1].operands[0]
+    if not isinstance(yielded, ir.OpResult) or yielded.owner.name != "arith.constant":
+        return None
+    constant = yielded.owner.attributes["value"]
+    if not isinstance(constant, ir.FloatAttr) or constant.value != 0.0:
+        return None
+    return (op.operands[0], list(ir.DenseI64ArrayAttr(op.attributes["static_low"])),
+            list(ir.DenseI64ArrayAttr(op.attributes["static_high"])))
 
 
 def add_functions(module: ir.Module, text: str) -> None:

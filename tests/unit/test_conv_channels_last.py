@@ -128,3 +128,47 @@ def test_an_awkward_output_width_is_computed_wider_and_cut(width, stride, dilati
     rng = np.random.default_rng(2)
     args = [rng.standard_normal(s).astype(np.float32) for s in (x, w, o)]
     np.testing.assert_allclose(run(str(m), args), run(text, args), rtol=1e-4, atol=1e-4)
+
+
+def padded(value: str, stride=1):
+    """A convolution of ``x`` zero-padded (or padded with ``value``) by 1, 2
+    (top, left) and 1, 0 (bottom, right): torch's padding as torch-mlir
+    writes it, a channels-first ``tensor.pad``."""
+    x, xp, w = "tensor<2x16x9x10xf32>", "tensor<2x16x11x12xf32>", "tensor<24x16x3x3xf32>"
+    o = f"tensor<2x24x{(11 - 3) // stride + 1}x{(12 - 3) // stride + 1}xf32>"
+    return f"""func.func @main(%x: {x}, %w: {w}, %o: {o}) -> {o} {{
+  %cst = arith.constant {value} : f32
+  %p = tensor.pad %x low[0, 0, 1, 2] high[0, 0, 1, 0] {{
+  ^bb0(%a: index, %b: index, %c: index, %d: index):
+    tensor.yield %cst : f32
+  }} : {x} to {xp}
+  %r = linalg.conv_2d_nchw_fchw {{dilations = dense<1> : vector<2xi64>, strides = dense<{stride}> : vector<2xi64>}} ins(%p, %w : {xp}, {w}) outs(%o : {o}) -> {o}
+  return %r : {o}
+}}
+"""
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_a_zero_padded_input_is_padded_after_its_transpose(stride):
+    """The function takes the unpadded input and pads it channels last:
+    IREE fused the transpose of a channels-first padded input into the
+    convolution (a channel-strided read, 4x slower for a whole step)."""
+    text = padded("0.000000e+00", stride)
+    m = parse(text)
+    assert ccl.to_channels_last(m) == 1
+    out = str(m)
+    assert f"call @lazy_mlir_conv_nhwc_2x16x9x10_24x16x3x3_s{stride}x{stride}_d1x1_p1x2x1x0" in out
+    assert "low[0, 1, 2, 0] high[0, 1, " in out  # the pad, channels last
+    rng = np.random.default_rng(3)
+    oh, ow = (11 - 3) // stride + 1, (12 - 3) // stride + 1
+    args = [rng.standard_normal(s).astype(np.float32)
+            for s in ((2, 16, 9, 10), (24, 16, 3, 3), (2, 24, oh, ow))]
+    np.testing.assert_allclose(run(out, args), run(text, args), rtol=1e-4, atol=1e-4)
+
+
+def test_a_pad_with_another_value_stays_before_the_convolution():
+    m = parse(padded("1.000000e+00"))
+    assert ccl.to_channels_last(m) == 1
+    out = str(m)
+    assert "call @lazy_mlir_conv_nhwc_2x16x11x12_24x16x3x3_s1x1_d1x1(" in out
+    assert "_p1x2x1x0" not in out and "low[0, 0, 1, 2]" in out
