@@ -175,15 +175,27 @@ def _direct(x: torch.Tensor, weight: torch.Tensor, stride) -> bool:
             and tuple(stride) == (1, 1) and x.dtype == torch.float32)
 
 
-def _input_grad_direct(grad_out, weight, padding, dilation):
-    """The input gradient of a stride-1 convolution as a convolution: dY
-    padded by d*(K-1)-p, with the weight flipped in space and its O and C
-    swapped. The pad is done channels last, the layout the channels-last
+def _input_grad_direct(grad_out, weight, h, w, stride, padding, dilation):
+    """The input gradient [N, C, H, W] of a convolution as a stride-1
+    convolution: dY spread out by the stride (zeros between its rows and
+    columns), padded to H + d*(K-1) rows (d*(K-1)-p on top) and as many
+    columns, convolved with the weight flipped in space, O and C swapped.
+    dY is spread and padded channels last, the layout the channels-last
     convolution reads: padded channels first, IREE folded the layout change
     into the convolution's input (a channel-strided read, 20x slower)."""
+    n, o, oh, ow = grad_out.shape
     kh, kw = weight.shape[2], weight.shape[3]
-    ph, pw = dilation[0] * (kh - 1) - padding[0], dilation[1] * (kw - 1) - padding[1]
-    dy = aten.constant_pad_nd(aten.permute(grad_out, [0, 2, 3, 1]), [0, 0, pw, pw, ph, ph], 0.0)
+    dy = aten.permute(grad_out, [0, 2, 3, 1])                # [N, OH, OW, O]
+    sh, sw = stride
+    if sh != 1 or sw != 1:  # [N, OH, 1, OW, 1, O] with zeros after each row and column
+        dy = aten.constant_pad_nd(aten.reshape(dy, [n, oh, 1, ow, 1, o]),
+                                  [0, 0, 0, sw - 1, 0, 0, 0, sh - 1], 0.0)
+        dy = aten.slice(aten.slice(aten.reshape(dy, [n, oh * sh, ow * sw, o]),
+                                   1, 0, (oh - 1) * sh + 1), 2, 0, (ow - 1) * sw + 1)
+    top, left = dilation[0] * (kh - 1) - padding[0], dilation[1] * (kw - 1) - padding[1]
+    bottom = h - 1 + padding[0] - (oh - 1) * sh
+    right = w - 1 + padding[1] - (ow - 1) * sw
+    dy = aten.constant_pad_nd(dy, [0, 0, left, right, top, bottom], 0.0)
     wt = aten.permute(aten.flip(weight, [2, 3]), [1, 0, 2, 3])
     return aten.convolution(aten.permute(dy, [0, 3, 1, 2]), wt, None, [1, 1], [0, 0], dilation,
                             False, [0, 0], 1)
@@ -247,9 +259,10 @@ def convolution(x, weight, bias, stride, padding, dilation, transposed, output_p
 
 def convolution_backward(grad_out, x, weight, bias_sizes, stride, padding, dilation,
                          transposed, output_padding, groups, output_mask, direct=False):
-    """Weight gradient ``dW[O, K*C] = dY[N*L, O]^T @ cols[N*L, K*C]``; input
-    gradient (stride 1) by ``_input_grad``, or with ``direct`` as a direct
-    convolution (``_input_grad_direct``); the other strides keep the op."""
+    """Weight gradient ``dW[O, K*C] = dY[N*L, O]^T @ cols[N*L, K*C]`` (any
+    stride); input gradient with ``direct`` as a direct convolution
+    (``_input_grad_direct``, any stride), else by ``_input_grad`` (stride 1)
+    or torch-mlir's lowering of ``convolution_backward`` (other strides)."""
     pairs = _pairs(stride, padding, dilation)
     if pairs is None:
         return NotImplemented
@@ -260,15 +273,25 @@ def convolution_backward(grad_out, x, weight, bias_sizes, stride, padding, dilat
     if ((output_mask[0] and not _deep(weight.shape[0], weight))
             or (output_mask[1] and not _deep(x.shape[1], weight))):
         return NotImplemented
-    if output_mask[0] and tuple(stride) != (1, 1):
-        return NotImplemented
     o, c, kh, kw = weight.shape
     h, w = x.shape[2], x.shape[3]
+    strided = tuple(stride) != (1, 1)
+    direct_input = (output_mask[0] and direct and _direct(x, weight, [1, 1])
+                    and all(padding[i] <= dilation[i] * (weight.shape[2 + i] - 1) for i in (0, 1)))
+    if strided and output_mask[0] and not direct_input:
+        if not output_mask[1] and not output_mask[2]:
+            return NotImplemented  # torch-mlir's lowering, as it is
+        grad_input = aten.convolution_backward(grad_out, x, weight, None, stride, padding,
+                                               dilation, False, [0, 0], 1,
+                                               [True, False, False])[0]
+        _, grad_weight, grad_bias = convolution_backward(
+            grad_out, x, weight, bias_sizes, stride, padding, dilation, transposed,
+            output_padding, groups, [False, output_mask[1], output_mask[2]], direct)
+        return grad_input, grad_weight, grad_bias
     grad_input = grad_weight = grad_bias = None
     dy = _rows(grad_out)                                     # [N*OH*OW, O]
-    if output_mask[0] and direct and _direct(x, weight, stride) and all(
-            padding[i] <= dilation[i] * (weight.shape[2 + i] - 1) for i in (0, 1)):
-        grad_input = _input_grad_direct(grad_out, weight, padding, dilation)
+    if direct_input:
+        grad_input = _input_grad_direct(grad_out, weight, h, w, stride, padding, dilation)
     elif output_mask[0]:
         grad_input = aten.clone(_input_grad(grad_out, weight, h, w, padding, dilation),
                                 memory_format=torch.contiguous_format)

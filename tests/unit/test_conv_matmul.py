@@ -36,12 +36,11 @@ def test_forward_and_backward_match_aten(case, monkeypatch):
     assert out.is_contiguous()
     torch.testing.assert_close(out, expected)
     dy = torch.randn(expected.shape, generator=g, dtype=torch.float64)
-    mask = [s == 1, True, True]  # the input gradient is rewritten for stride 1 only
+    mask = [True, True, True]
     want = aten.convolution_backward(dy, x, weight, [o], *conv, mask)
-    got = cm.convolution_backward(dy, x, weight, [o], *conv, mask)
-    for a, b, m in zip(got, want, mask):
-        assert (a is None) == (not m)
-        if m:
+    for direct in (False, True):  # strided input gradients: torch-mlir's / a direct conv
+        got = cm.convolution_backward(dy, x, weight, [o], *conv, mask, direct=direct)
+        for a, b in zip(got, want):
             torch.testing.assert_close(a, b)
 
 
@@ -78,7 +77,7 @@ def test_left_alone_when_not_worth_it_or_not_covered(monkeypatch):
     strided = ([2, 2], [0, 0], [1, 1], False, [0, 0], 1)
     dy = torch.randn(2, 8, 4, 4)
     assert cm.convolution_backward(dy, x2, w2, [8], *strided,
-                                   [True, True, False]) is NotImplemented  # input grad, stride 2
+                                   [True, False, False]) is NotImplemented  # input grad, stride 2
     xi = torch.ones(2, 8, 9, 9, dtype=torch.int64)
     assert cm.convolution(xi, w2.long(), None, *plain) is NotImplemented
 
@@ -105,6 +104,25 @@ def test_a_large_weight_gradient_is_summed_over_batch_slices(stride, padding, mo
     monkeypatch.setattr(cm, "WGRAD_CHUNK_BYTES", 1)  # one image a slice, at most 16 slices
     assert cm.convolution_backward(dy, x, weight, [5], *conv, [False, True, False])[1] \
         .sub(want).abs().max() < 1e-12
+
+
+@pytest.mark.parametrize("case", [(2, 4, 9, 10, 5, 3, 2, 1, 1), (2, 4, 12, 11, 5, 3, 2, 0, 1),
+                                  (2, 4, 13, 13, 5, 5, 3, 2, 1), (1, 3, 14, 15, 6, 3, 2, 2, 2),
+                                  (2, 4, 9, 9, 5, 1, 2, 0, 1)],
+                         ids=lambda c: "N{}C{}H{}W{}O{}K{}s{}p{}d{}".format(*c))
+def test_a_strided_input_gradient_is_a_stride_1_convolution_of_the_spread_gradient(case):
+    """dY with zeros between its rows and columns, padded, convolved with the
+    flipped weight: what aten computes, for strides 2 and 3, dilation 2, a
+    1x1 kernel and sizes the stride does not divide."""
+    n, c, h, w, o, k, s, p, d = case
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(n, c, h, w, generator=g, dtype=torch.float64)
+    weight = torch.randn(o, c, k, k, generator=g, dtype=torch.float64)
+    conv = ([s, s], [p, p], [d, d], False, [0, 0], 1)
+    dy = torch.randn(aten.convolution(x, weight, None, *conv).shape, generator=g,
+                     dtype=torch.float64)
+    want = aten.convolution_backward(dy, x, weight, None, *conv, [True, False, False])[0]
+    torch.testing.assert_close(cm._input_grad_direct(dy, weight, h, w, *conv[:3]), want)
 
 
 def test_traced_conv_step_has_matmuls_instead_of_convolutions(monkeypatch):
