@@ -213,6 +213,11 @@ did the same, of 16 images less well (~42 ms)."""
 MAX_WGRAD_CHUNKS = 16
 """Most slices: each is a gather and a matmul dispatch of its own."""
 
+MIN_WGRAD_CHUNK_ROWS = 4096
+"""Fewest output positions (the matmul's depth) in a slice: two 28x28 images
+a slice (K = 1568, for 5x5 windows of 32 channels) ran their matmuls at
+65-69 GFLOP/s against ~190 for the CNN's slices of 4608."""
+
 
 def _weight_grad(dy, x, kh, kw, stride, padding, dilation):
     """``dW[O, K*C] = dY[N*L, O]^T @ cols[N*L, K*C]``, over batch slices of at
@@ -220,7 +225,8 @@ def _weight_grad(dy, x, kh, kw, stride, padding, dilation):
     n, c = x.shape[0], x.shape[1]
     rows = dy.shape[0] // n  # output positions of one image
     per_image = rows * kh * kw * c * x.element_size()
-    slices = min(MAX_WGRAD_CHUNKS, n, -(-n // max(1, WGRAD_CHUNK_BYTES // per_image)))
+    most = max(1, WGRAD_CHUNK_BYTES // per_image, -(-MIN_WGRAD_CHUNK_ROWS // rows))
+    slices = min(MAX_WGRAD_CHUNKS, n, -(-n // most))
     images = -(-n // slices)  # even slices: 64 images at most 9 a slice are 8 of 8
     dw = None
     for start in range(0, n, images):

@@ -223,6 +223,7 @@ def test_a_weight_gradient_in_batch_slices_compiles_and_matches_eager(monkeypatc
     from lazy_mlir.passes import conv_matmul
     monkeypatch.setattr(conv_matmul, "MIN_COLUMNS", 1)
     monkeypatch.setattr(conv_matmul, "WGRAD_CHUNK_BYTES", 2 * 7 * 7 * 9 * 8 * 4)
+    monkeypatch.setattr(conv_matmul, "MIN_WGRAD_CHUNK_ROWS", 1)
     def wgrad(x, w, dy):
         return torch.ops.aten.convolution_backward(
             dy, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [False, True, False])[1]

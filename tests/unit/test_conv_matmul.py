@@ -95,6 +95,7 @@ def test_a_large_weight_gradient_is_summed_over_batch_slices(stride, padding, mo
                      dtype=torch.float64)
     l = dy.shape[2] * dy.shape[3]
     monkeypatch.setattr(cm, "WGRAD_CHUNK_BYTES", 3 * l * 9 * 4 * 8)  # 3 images of im2col
+    monkeypatch.setattr(cm, "MIN_WGRAD_CHUNK_ROWS", 1)
     gm = make_fx(lambda dy, x, w: cm.convolution_backward(dy, x, w, [5], *conv,
                                                           [False, True, False]))(dy, x, weight)
     targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
@@ -182,3 +183,18 @@ def test_config_conv_lowering():
     assert PipelineConfig.from_dict({"conv_lowering": "im2col"}).conv_lowering == "im2col"
     with pytest.raises(ConfigError, match="conv_lowering must be"):
         PipelineConfig(conv_lowering="winograd")
+
+
+def test_weight_gradient_slices_keep_a_deep_enough_matmul(monkeypatch):
+    """Slices of at least ``MIN_WGRAD_CHUNK_ROWS`` output positions, however
+    small ``WGRAD_CHUNK_BYTES``: 7 images of 81 positions, 200 a slice at
+    least, are 3 slices (3, 3, 1)."""
+    monkeypatch.setattr(cm, "MIN_COLUMNS", 1)
+    monkeypatch.setattr(cm, "WGRAD_CHUNK_BYTES", 1)
+    monkeypatch.setattr(cm, "MIN_WGRAD_CHUNK_ROWS", 200)
+    x, w = torch.randn(7, 4, 11, 11), torch.randn(5, 4, 3, 3)
+    conv = ([1, 1], [0, 0], [1, 1], False, [0, 0], 1)
+    dy = torch.randn(7, 5, 9, 9)
+    gm = make_fx(lambda dy, x, w: cm.convolution_backward(dy, x, w, None, *conv,
+                                                          [False, True, False]))(dy, x, w)
+    assert [n.target for n in gm.graph.nodes].count(aten.mm.default) == 3
