@@ -87,9 +87,14 @@ def _cols(x, kh, kw, stride, padding, dilation):
     one copy dispatch per tap (25 for LeNet's 5x5 conv1, ~0.2 ms each); the
     gather runs the LeNet batch-64 step 15% faster (iree-benchmark-module on
     the dumped step, paired runs with farm-bench)."""
-    n, c, h, w = x.shape
-    oh = _out_size(h, kh, stride[0], padding[0], dilation[0])
-    ow = _out_size(w, kw, stride[1], padding[1], dilation[1])
+    n, c = x.shape[0], x.shape[1]
+    cols = _windows(x, kh, kw, stride, padding, dilation)   # [N, OH, OW, KH, KW, C]
+    oh, ow = cols.shape[1], cols.shape[2]
+    return aten.reshape(cols, [n * oh * ow, kh * kw * c]), oh, ow
+
+
+def _windows(x, kh, kw, stride, padding, dilation):
+    """The windows of ``x`` [N, C, H, W] as a view [N, OH, OW, KH, KW, C]."""
     xt = aten.permute(x, [0, 2, 3, 1])                       # [N, H, W, C]
     if padding[0] or padding[1]:
         xt = aten.constant_pad_nd(xt, [0, 0, padding[1], padding[1], padding[0], padding[0]], 0.0)
@@ -97,8 +102,7 @@ def _cols(x, kh, kw, stride, padding, dilation):
     win = aten.unfold(win, 2, (kw - 1) * dilation[1] + 1, stride[1])  # [N, OH, OW, C, sh, sw]
     if dilation[0] != 1 or dilation[1] != 1:
         win = aten.slice(aten.slice(win, 4, 0, None, dilation[0]), 5, 0, None, dilation[1])
-    cols = aten.permute(win, [0, 1, 2, 4, 5, 3])             # [N, OH, OW, KH, KW, C]
-    return aten.reshape(cols, [n * oh * ow, kh * kw * c]), oh, ow
+    return aten.permute(win, [0, 1, 2, 4, 5, 3])             # [N, OH, OW, KH, KW, C]
 
 
 def _weight_matrix(weight):
@@ -175,11 +179,12 @@ def _direct(x: torch.Tensor, weight: torch.Tensor, stride) -> bool:
             and tuple(stride) == (1, 1) and x.dtype == torch.float32)
 
 
-def _input_grad_direct(grad_out, weight, h, w, stride, padding, dilation):
+def _input_grad_direct(grad_out, weight, h, w, stride, padding, dilation, groups=1):
     """The input gradient [N, C, H, W] of a convolution as a stride-1
     convolution: dY spread out by the stride (zeros between its rows and
     columns), padded to H + d*(K-1) rows (d*(K-1)-p on top) and as many
-    columns, convolved with the weight flipped in space, O and C swapped.
+    columns, convolved with the weight flipped in space, O and C swapped
+    (a depthwise convolution's ``groups`` of one channel: only flipped).
     dY is spread and padded channels last, the layout the channels-last
     convolution reads: padded channels first, IREE folded the layout change
     into the convolution's input (a channel-strided read, 20x slower)."""
@@ -196,9 +201,11 @@ def _input_grad_direct(grad_out, weight, h, w, stride, padding, dilation):
     bottom = h - 1 + padding[0] - (oh - 1) * sh
     right = w - 1 + padding[1] - (ow - 1) * sw
     dy = aten.constant_pad_nd(dy, [0, 0, left, right, top, bottom], 0.0)
-    wt = aten.permute(aten.flip(weight, [2, 3]), [1, 0, 2, 3])
-    return aten.convolution(aten.permute(dy, [0, 3, 1, 2]), wt, None, [1, 1], [0, 0], dilation,
-                            False, [0, 0], 1)
+    flipped = aten.flip(weight, [2, 3])
+    if groups == 1:
+        flipped = aten.permute(flipped, [1, 0, 2, 3])
+    return aten.convolution(aten.permute(dy, [0, 3, 1, 2]), flipped, None, [1, 1], [0, 0],
+                            dilation, False, [0, 0], groups)
 
 
 WGRAD_CHUNK_BYTES = 6 << 20
@@ -263,6 +270,36 @@ def convolution(x, weight, bias, stride, padding, dilation, transposed, output_p
     return aten.clone(out, memory_format=torch.contiguous_format)
 
 
+def _depthwise(x, weight, transposed, groups) -> bool:
+    """A depthwise convolution: one filter per channel (``groups`` = C = O)."""
+    return (x.dim() == 4 and weight.dim() == 4 and not transposed and groups > 1
+            and x.shape[1] == groups and weight.shape[0] == groups and weight.shape[1] == 1
+            and x.dtype.is_floating_point and weight.dtype == x.dtype)
+
+
+def _depthwise_backward(grad_out, x, weight, stride, padding, dilation, output_mask):
+    """A depthwise convolution's gradients. torch-mlir 20261001 lowers its
+    weight gradient to a ``linalg.conv_2d_ngchw_gfchw`` that fails to verify
+    (so the whole graph ran eagerly). Weight: the windows of each channel
+    times dY, summed over the batch and positions (``dW[KH, KW, C]``); input: a depthwise convolution of the spread, padded dY
+    (``_input_grad_direct``); bias: dY summed."""
+    c, kh, kw = weight.shape[0], weight.shape[2], weight.shape[3]
+    grad_input = grad_weight = grad_bias = None
+    if output_mask[0]:
+        grad_input = _input_grad_direct(grad_out, weight, x.shape[2], x.shape[3], stride,
+                                        padding, dilation, groups=c)
+    dy = aten.permute(grad_out, [0, 2, 3, 1])                # [N, OH, OW, C]
+    if output_mask[1]:  # the windows stay a view: IREE reads them inside the reduction
+        windows = _windows(x, kh, kw, stride, padding, dilation)  # [N, OH, OW, KH, KW, C]
+        n, oh, ow = windows.shape[0], windows.shape[1], windows.shape[2]
+        dw = aten.sum(aten.mul(windows, aten.reshape(dy, [n, oh, ow, 1, 1, c])), [0, 1, 2])
+        grad_weight = aten.clone(aten.unsqueeze(aten.permute(dw, [2, 0, 1]), 1),
+                                 memory_format=torch.contiguous_format)
+    if output_mask[2]:
+        grad_bias = aten.sum(dy, [0, 1, 2])
+    return grad_input, grad_weight, grad_bias
+
+
 def convolution_backward(grad_out, x, weight, bias_sizes, stride, padding, dilation,
                          transposed, output_padding, groups, output_mask, direct=False):
     """Weight gradient ``dW[O, K*C] = dY[N*L, O]^T @ cols[N*L, K*C]`` (any
@@ -273,6 +310,9 @@ def convolution_backward(grad_out, x, weight, bias_sizes, stride, padding, dilat
     if pairs is None:
         return NotImplemented
     stride, padding, dilation = pairs
+    if (_depthwise(x, weight, transposed, groups) and grad_out.dtype == x.dtype
+            and all(padding[i] <= dilation[i] * (weight.shape[2 + i] - 1) for i in (0, 1))):
+        return _depthwise_backward(grad_out, x, weight, stride, padding, dilation, output_mask)
     if (not _rewritable(x, weight, transposed, groups) or grad_out.dtype != x.dtype
             or not _wide(x, weight, stride, padding, dilation)):
         return NotImplemented
