@@ -23,6 +23,11 @@ BACKENDS = ("eager", "compile", "ts_lazy", "lazy_mlir", "lazy_mlir_step")
 """``lazy_mlir_step``: the same step through ``lm.compile_train_step`` (replayed
 as one compiled graph once it repeats; plain lazy steps when it cannot)."""
 MODELS = ("cnn", "lenet", "mlp")
+CONV_MODELS = ("same", "depthwise")
+"""Optional rows (``--models same,depthwise``), batch 32 on 1x28x28 inputs:
+``same``: 3x3 convolutions with padding 1, max pool, a 3x3 stride-2 one and
+batch norm; ``depthwise``: a depthwise 3x3 and a 1x1 convolution (MobileNet's
+block). The convolution shapes the four rows above lack."""
 REL_TOL = 1e-3          # every backend: step-1 loss vs eager, relative
 COMPILE_ABS_TOL = 1e-4  # torch.compile: step-1 loss vs eager, absolute
 DRIFT_REL_TOL = 1e-3    # steps 2-4 (informational): loss vs eager, relative
@@ -55,8 +60,11 @@ def default_specs(models, quick: bool, steps: int | None) -> list[Spec]:
             rows = [(64, 200)] if quick else [(64, 200), (1, 1000)]
         elif m == "mlp":
             rows = [(128, 100)]
+        elif m in CONV_MODELS:
+            rows = [(32, 50)]
         else:
-            raise SystemExit(f"unknown model {m!r}; choose from {', '.join(MODELS)}")
+            raise SystemExit(f"unknown model {m!r}; choose from "
+                             f"{', '.join(MODELS + CONV_MODELS)}")
         out += [Spec(m, b, steps if steps is not None else (5 if quick else n))
                 for b, n in rows]
     return out
@@ -99,7 +107,26 @@ def build(name: str):
         return (MLP((784, 1024, 1024, 10)),
                 lambda p, **kw: torch.optim.Adam(p, lr=1e-3, **kw),
                 lambda out, y: F.cross_entropy(out, y))
+    if name in CONV_MODELS:
+        return (_conv_model(name), lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9),
+                lambda out, y: F.cross_entropy(out, y))
     raise ValueError(name)
+
+
+def _conv_model(name: str):
+    import torch.nn as nn
+    if name == "same":
+        return nn.Sequential(
+            nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(),
+            nn.Conv2d(16, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(32, 32, 3, stride=2, padding=1), nn.ReLU(),
+            nn.Flatten(), nn.Linear(32 * 7 * 7, 10))
+    return nn.Sequential(
+        nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(32, 32, 3, padding=1, groups=32), nn.ReLU(),
+        nn.Conv2d(32, 64, 1), nn.ReLU(),
+        nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64 * 14 * 14, 10))
 
 
 def make_inputs(spec: Spec, path: str, seed: int = 0) -> None:

@@ -1,6 +1,7 @@
 """Training-step benchmark: eager vs torch.compile vs TorchScript LTC vs lazy-mlir.
 
     python benchmarks/train_step.py [--steps N] [--warmup W] [--models cnn,lenet,mlp]
+    python benchmarks/train_step.py --models same,depthwise   # other convolution shapes
         [--backends eager,compile,ts_lazy,lazy_mlir] [--out FILE.md] [--quick]
 
 Each (model, backend) pair runs in a fresh subprocess (``--_worker``): the
@@ -33,7 +34,9 @@ def parse_args(argv=None):
                    help="timed steps per row (default: 30 for cnn, 100 for mlp, 200 for lenet "
                         "b64, 1000 for lenet b1; 5 with --quick)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps after the first")
-    p.add_argument("--models", default=",".join(H.MODELS))
+    p.add_argument("--models", default=",".join(H.MODELS),
+                   help=f"of {', '.join(H.MODELS + H.CONV_MODELS)} (default: "
+                        f"{','.join(H.MODELS)})")
     p.add_argument("--backends", default=",".join(H.BACKENDS))
     p.add_argument("--out", default=None, help="also write the markdown table here")
     p.add_argument("--quick", action="store_true",
