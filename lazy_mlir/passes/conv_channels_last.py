@@ -22,6 +22,11 @@ nor a second use of the filter stops it). With the barrier the transpose is
 its own dispatch of a few microseconds. The barrier is an op of IREE's
 ``util`` dialect, written in generic form: torch-mlir only passes it through.
 
+Depthwise convolutions (``linalg.depthwise_conv_2d_nchw_chw``, one filter
+per channel) become ``linalg.depthwise_conv_2d_nhwc_hwc`` the same way: 0.18
+against 2.9 ms for a MobileNet-like layer (batch 32, 32 channels, 28x28, 3x3),
+IREE vectorizing along the channels.
+
 A padded convolution's input reaches the pass as a ``tensor.pad`` (channels
 first) of the previous layer's output; the function takes the unpadded
 tensor and pads it after its transpose. Transposing the padded tensor
@@ -115,19 +120,22 @@ def _pad_nhwc(dst: str, src: str, shape: list[int], low: list[int], high: list[i
 
 def _function(name: str, x: list[int], w: list[int], out: list[int], strides: list[int],
               dilations: list[int], pad: tuple[list[int], list[int]] = ([0, 0], [0, 0])) -> str:
-    """``@name(x NCHW, w FCHW, init NFHW) -> NFHW`` through the channels-last op:
+    """``@name(x NCHW, w FCHW, init NFHW) -> NFHW`` through the channels-last op
+    (a depthwise one for ``w`` CHW):
     ``x`` padded in space by ``pad`` ((top, left), (bottom, right)) after its
     transpose, on ``_columns(OW)`` output columns (the extra ones dropped)."""
     n, c, h, wd = x
-    f, _, kh, kw = w
+    depthwise = len(w) == 3  # [C, KH, KW]: linalg.depthwise_conv_2d_nchw_chw
+    f, kh, kw = (c, *w[1:]) if depthwise else (w[0], *w[2:])
     _, _, oh, ow = out
-    cols = _columns(ow)
+    cols = ow if depthwise else _columns(ow)  # (depthwise column tiles not measured)
     (top, left), (bottom, right) = pad
     # the input columns the output reads (torch's output-size formula), padded
     wide_in = max(wd + left + right, (cols - 1) * strides[1] + dilations[1] * (kw - 1) + 1)
     right += wide_in - (wd + left + right)
     t_x, t_w, t_o = _tensor(*x), _tensor(*w), _tensor(*out)
-    t_xl, t_wl, t_ol = _tensor(n, h, wd, c), _tensor(kh, kw, c, f), _tensor(n, oh, ow, f)
+    t_xl, t_ol = _tensor(n, h, wd, c), _tensor(n, oh, ow, f)
+    t_wl = _tensor(kh, kw, c) if depthwise else _tensor(kh, kw, c, f)
     t_xp, t_oc = _tensor(n, h + top + bottom, wide_in, c), _tensor(n, oh, cols, f)
     attrs = (f"{{dilations = dense<{dilations}> : vector<2xi64>, "
              f"strides = dense<{strides}> : vector<2xi64>}}")
@@ -137,7 +145,8 @@ def _function(name: str, x: list[int], w: list[int], out: list[int], strides: li
         f"  %ex = tensor.empty() : {t_xl}",
         f"  %xl = linalg.transpose ins(%x : {t_x}) outs(%ex : {t_xl}) permutation = [0, 2, 3, 1]",
         f"  %ew = tensor.empty() : {t_wl}",
-        f"  %wl = linalg.transpose ins(%w : {t_w}) outs(%ew : {t_wl}) permutation = [2, 3, 1, 0]",
+        f"  %wl = linalg.transpose ins(%w : {t_w}) outs(%ew : {t_wl}) permutation = "
+        + ("[1, 2, 0]" if depthwise else "[2, 3, 1, 0]"),
         f'  %wb = "util.optimization_barrier"(%wl) : ({t_wl}) -> {t_wl}',
         f"  %eo = tensor.empty() : {t_ol}",
         f"  %ol = linalg.transpose ins(%init : {t_o}) outs(%eo : {t_ol}) permutation = [0, 2, 3, 1]",
@@ -150,7 +159,8 @@ def _function(name: str, x: list[int], w: list[int], out: list[int], strides: li
     if cols != ow:
         lines += _pad_nhwc("%ow", "%ol", [n, oh, ow, f], [0, 0], [0, cols - ow])
         o_in = "%ow"
-    lines.append(f"  %cw = linalg.conv_2d_nhwc_hwcf {attrs} ins({x_in}, %wb : {t_xp}, {t_wl}) "
+    op = "linalg.depthwise_conv_2d_nhwc_hwc" if depthwise else "linalg.conv_2d_nhwc_hwcf"
+    lines.append(f"  %cw = {op} {attrs} ins({x_in}, %wb : {t_xp}, {t_wl}) "
                  f"outs({o_in} : {t_oc}) -> {t_oc}")
     if cols != ow:
         lines.append(f"  %c = tensor.extract_slice %cw[0, 0, 0, 0] [{n}, {oh}, {ow}, {f}] "
@@ -189,17 +199,19 @@ def _rewritable(op) -> tuple | None:
     if strides is None or dilations is None:
         return None
     if (x[1] < MIN_CHANNELS or w[0] < MIN_CHANNELS or out[0] * out[2] * out[3] < MIN_COLUMNS
-            or w[2] > MAX_WINDOW or w[3] > MAX_WINDOW):
+            or w[-2] > MAX_WINDOW or w[-1] > MAX_WINDOW):
         return None
     return x, w, out, strides, dilations
 
 
 def to_channels_last(module) -> int:
-    """Rewrite the module's ``linalg.conv_2d_nchw_fchw`` ops that
-    ``_rewritable`` takes, in place; returns how many."""
+    """Rewrite the module's ``linalg.conv_2d_nchw_fchw`` and
+    ``linalg.depthwise_conv_2d_nchw_chw`` ops that ``_rewritable`` takes, in
+    place; returns how many."""
     made: set[str] = set()
     count = 0
-    for op in E.ops_named(module, "linalg.conv_2d_nchw_fchw"):
+    for op in (E.ops_named(module, "linalg.conv_2d_nchw_fchw")
+               + E.ops_named(module, "linalg.depthwise_conv_2d_nchw_chw")):
         how = _rewritable(op)
         if how is None:
             continue
