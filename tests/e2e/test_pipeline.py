@@ -297,83 +297,77 @@ def test_pipeline_config_from_environment(tmp_path):
     assert out.strip() == "('canonicalize',) ('--iree-opt-level=O1',)"
 
 
+def _train_sgd(net, x_shape, device, momentum=0.9):
+    """Three SGD steps of ``net`` (seeded, moved to ``device``) on one random
+    batch of 5 classes; (losses, parameters on the host)."""
+    torch.manual_seed(0)
+    net = net().to(device)
+    opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=momentum)
+    x, y = torch.randn(*x_shape), torch.randint(0, 5, (x_shape[0],))
+    losses = []
+    for _ in range(3):
+        opt.zero_grad()
+        loss = F.cross_entropy(net(x.to(device)), y.to(device))
+        loss.backward()
+        opt.step()
+        if device == "lazy":
+            lm.mark_step()
+        losses.append(loss.item())
+    return losses, [p.detach().cpu() for p in net.parameters()]
+
+
+def _train_matches_eager(net, x_shape, dump_to=None):
+    """``_train_sgd`` on lazy (dumping every stage to ``dump_to``) and on cpu:
+    losses and every parameter agree."""
+    from lazy_mlir.pipeline import dump
+
+    saved = list(dump._active)
+    if dump_to is not None:
+        dump.set_dumper(dump.Dumper(dump_to, dump.DEFAULT_STAGES))
+    try:
+        got = _train_sgd(net, x_shape, "lazy")
+    finally:
+        dump._active[:] = saved
+    want = _train_sgd(net, x_shape, "cpu")
+    torch.testing.assert_close(got[0], want[0], rtol=1e-4, atol=1e-5)
+    for a, b in zip(got[1], want[1]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def _dumped_linalg(dump_dir) -> list[dict]:
+    import json
+    graphs = json.loads((dump_dir / "manifest.json").read_text())["graphs"]
+    return [s for g in graphs for s in g["stages"] if s["name"] == "linalg"]
+
+
 def test_padded_and_strided_convolutions_train_as_eager_does(tmp_path):
     """A 3x3 convolution with padding 1 (padded after the transpose to
     channels last) and one with stride 2 (its input gradient a stride-1
     convolution of the spread gradient, its weight gradient a matmul):
     losses and every weight match eager after three SGD steps."""
-    import json
+    def net():
+        return torch.nn.Sequential(
+            torch.nn.Conv2d(4, 8, 3, padding=1), torch.nn.ReLU(),
+            torch.nn.Conv2d(8, 8, 3, stride=2, padding=1), torch.nn.ReLU(),
+            torch.nn.Flatten(), torch.nn.Linear(8 * 8 * 8, 5))
 
-    from lazy_mlir.pipeline import dump
-
-    class Net(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.c1 = torch.nn.Conv2d(4, 8, 3, padding=1)
-            self.c2 = torch.nn.Conv2d(8, 8, 3, stride=2, padding=1)
-            self.fc = torch.nn.Linear(8 * 8 * 8, 5)
-
-        def forward(self, x):
-            return self.fc(F.relu(self.c2(F.relu(self.c1(x)))).flatten(1))
-
-    def train(device):
-        torch.manual_seed(0)
-        net = Net().to(device)
-        opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
-        x, y = torch.randn(16, 4, 16, 16), torch.randint(0, 5, (16,))
-        losses = []
-        for _ in range(3):
-            opt.zero_grad()
-            loss = F.cross_entropy(net(x.to(device)), y.to(device))
-            loss.backward()
-            opt.step()
-            if device == "lazy":
-                lm.mark_step()
-            losses.append(loss.item())
-        return losses, [p.detach().cpu() for p in net.parameters()]
-
-    saved = list(dump._active)
-    dump.set_dumper(dump.Dumper(tmp_path, dump.DEFAULT_STAGES))
-    try:
-        got = train("lazy")
-    finally:
-        dump._active[:] = saved
-    want = train("cpu")
-    torch.testing.assert_close(got[0], want[0], rtol=1e-4, atol=1e-5)
-    for a, b in zip(got[1], want[1]):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
-    graphs = json.loads((tmp_path / "manifest.json").read_text())["graphs"]
-    text = "".join((tmp_path / f"{g['index']:04d}-linalg.mlir").read_text() for g in graphs)
-    assert "_p1x1x1x1" in text  # c1's padding, after the transpose
+    _train_matches_eager(net, (16, 4, 16, 16), tmp_path)
+    text = "".join((tmp_path / s["file"]).read_text() for s in _dumped_linalg(tmp_path))
+    assert "_p1x1x1x1" in text  # the first convolution's padding, after the transpose
     assert "linalg.conv_2d_nchw_fchw" not in text  # every convolution rewritten
 
 
 def test_a_depthwise_convolution_trains_compiled():
     """Its weight gradient as torch-mlir lowers it does not verify, and the
     whole step ran eagerly; now nothing falls back and SGD matches eager."""
-    def train(device):
-        torch.manual_seed(0)
-        net = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3, padding=1, groups=8), torch.nn.ReLU(),
-                                  torch.nn.Flatten(), torch.nn.Linear(8 * 12 * 12, 5)).to(device)
-        opt = torch.optim.SGD(net.parameters(), lr=0.05)
-        x, y = torch.randn(8, 8, 12, 12), torch.randint(0, 5, (8,))
-        losses = []
-        for _ in range(3):
-            opt.zero_grad()
-            loss = F.cross_entropy(net(x.to(device)), y.to(device))
-            loss.backward()
-            opt.step()
-            if device == "lazy":
-                lm.mark_step()
-            losses.append(loss.item())
-        return losses, net[0].weight.detach().cpu()
+    def net():
+        return torch.nn.Sequential(
+            torch.nn.Conv2d(8, 8, 3, padding=1, groups=8), torch.nn.ReLU(),
+            torch.nn.Flatten(), torch.nn.Linear(8 * 12 * 12, 5))
 
     lm.metrics.reset()
-    got = train("lazy")
+    _train_matches_eager(net, (8, 8, 12, 12))
     assert not [n for n in lm.metrics.counter_names() if n.startswith("aten::")]
-    want = train("cpu")
-    torch.testing.assert_close(got[0], want[0], rtol=1e-4, atol=1e-5)
-    torch.testing.assert_close(got[1], want[1], rtol=1e-4, atol=1e-5)
 
 
 def test_convolutions_run_channels_last_in_a_training_step(tmp_path):
@@ -381,48 +375,14 @@ def test_convolutions_run_channels_last_in_a_training_step(tmp_path):
     input gradient, becomes IREE's channels-last convolution
     (``conv_channels_last``); the one-channel first layer is an im2col
     matmul. Losses and the updated weights match eager."""
-    import json
+    def net():
+        return torch.nn.Sequential(
+            torch.nn.Conv2d(1, 16, 3), torch.nn.ReLU(),               # one channel in: im2col
+            torch.nn.Conv2d(16, 6, 3, padding=1), torch.nn.ReLU(),    # channels last
+            torch.nn.Flatten(), torch.nn.Linear(6 * 10 * 10, 5))
 
-    from lazy_mlir.pipeline import dump
-
-    class Net(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.c1 = torch.nn.Conv2d(1, 16, 3)              # one channel in: im2col
-            self.c2 = torch.nn.Conv2d(16, 6, 3, padding=1)   # channels last
-            self.fc = torch.nn.Linear(6 * 10 * 10, 5)
-
-        def forward(self, x):
-            return self.fc(F.relu(self.c2(F.relu(self.c1(x)))).flatten(1))
-
-    def train(device):
-        torch.manual_seed(0)
-        net = Net().to(device)
-        opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
-        x, y = torch.randn(16, 1, 12, 12), torch.randint(0, 5, (16,))
-        losses = []
-        for _ in range(3):
-            opt.zero_grad()
-            loss = F.cross_entropy(net(x.to(device)), y.to(device))
-            loss.backward()
-            opt.step()
-            if device == "lazy":
-                lm.mark_step()
-            losses.append(loss.item())
-        return losses, net.c1.weight.detach().cpu(), net.c2.weight.detach().cpu()
-
-    saved = list(dump._active)
-    dump.set_dumper(dump.Dumper(tmp_path, dump.DEFAULT_STAGES))
-    try:
-        got = train("lazy")
-    finally:
-        dump._active[:] = saved
-    want = train("cpu")
-    torch.testing.assert_close(got[0], want[0], rtol=1e-4, atol=1e-5)
-    torch.testing.assert_close(got[1], want[1], rtol=1e-4, atol=1e-5)  # from c2's input grad
-    torch.testing.assert_close(got[2], want[2], rtol=1e-4, atol=1e-5)
-    graphs = json.loads((tmp_path / "manifest.json").read_text())["graphs"]
-    linalg = [s for g in graphs for s in g["stages"] if s["name"] == "linalg"]
+    _train_matches_eager(net, (16, 1, 12, 12), tmp_path)
+    linalg = _dumped_linalg(tmp_path)
     rewritten = [s for s in linalg if "conv_channels_last (2 convolutions)" in s["built_by"]]
     assert rewritten, [s["built_by"] for s in linalg]
     text = (tmp_path / rewritten[0]["file"]).read_text()
