@@ -40,12 +40,10 @@ half speed, so such a convolution computes a few more zero-padded columns
 and drops them (``_columns``).
 
 Which convolutions reach this pass: ``conv_matmul`` (``direct=True`` on cpu)
-leaves it the stride-1 forwards and input gradients with ``DIRECT_CHANNELS``
-channels; weight gradients go through its matmuls. Convolutions it leaves
-for other reasons (torch-mlir's lowering of a strided input gradient) are
-rewritten here too when they match, on the strength of the layout alone: no
-such model was timed. The rest, and those too small for either pass, stay as
-they are.
+leaves it the stride-1 forwards with ``DIRECT_CHANNELS`` channels and writes
+input gradients of any stride, and depthwise ones, as stride-1 convolutions;
+weight gradients go through its matmuls. The rest, and those too small for
+either pass, stay as they are.
 """
 from __future__ import annotations
 
@@ -217,14 +215,12 @@ def to_channels_last(module) -> int:
             continue
         x, w, out, strides, dilations = how
         operands = list(op.operands)
-        name = f"{_FUNCTION}{_dims(x)}_{_dims(w)}_s{_dims(strides)}_d{_dims(dilations)}"
-        pad = ([0, 0], [0, 0])
+        pad, suffix = ([0, 0], [0, 0]), ""
         padded = _spatial_pad(operands[0])
         if padded is not None:  # padded after the transpose: see the module's docstring
             operands[0], pad = padded
-            x = E.shape(operands[0])
-            name = (f"{_FUNCTION}{_dims(x)}_{_dims(w)}_s{_dims(strides)}_d{_dims(dilations)}"
-                    f"_p{_dims(pad[0] + pad[1])}")
+            x, suffix = E.shape(operands[0]), f"_p{_dims(pad[0] + pad[1])}"
+        name = f"{_FUNCTION}{_dims(x)}_{_dims(w)}_s{_dims(strides)}_d{_dims(dilations)}{suffix}"
         if name not in made:
             E.add_functions(module, _function(name, x, w, out, strides, dilations, pad))
             made.add(name)

@@ -14,7 +14,7 @@ L = OH*OW and K*C = KH*KW*C:
   batch slices when ``cols`` is large (``WGRAD_CHUNK_BYTES``, timed on cpu)
 - input gradient (stride 1): ``Z = dY' @ W[O, K*C]`` on the padded input grid,
   then a sum of KH*KW row-shifted blocks of ``Z`` (``_input_grad``); other
-  strides keep the convolution.
+  strides keep torch-mlir's lowering unless ``direct``.
 
 All matrices are channels last (rows of C or K*C floats): the channels-first
 forms had rows N*L floats apart, a multiple of 4 KiB for the CNN (36864), and
@@ -26,8 +26,10 @@ them). With ``direct`` (``decompositions(direct=True)``, the cpu target), the
 forward of a stride-1 convolution with at least ``DIRECT_CHANNELS`` input and
 output channels stays ``aten.convolution``, and its input gradient becomes
 one (``_input_grad_direct``): ``passes/conv_channels_last`` gives them to
-IREE as channels-last direct convolutions, faster than the matmuls. The
-weight gradient is always the im2col matmul. Applied as a decomposition
+IREE as channels-last direct convolutions, faster than the matmuls; so does
+the input gradient of a strided one. The weight gradient is always the
+im2col matmul. A depthwise convolution's gradients are decomposed on every
+target (``_depthwise_backward``). Applied as a decomposition
 table while ``pipeline.fx_graph.decompose`` re-traces, so every new node has
 its fake value.
 """
@@ -172,11 +174,16 @@ input channel the direct form is the slower: 1 -> 6 channels 2.87 / 0.90,
 (LeNet-5, batch 64) and from 56 to 48 ms (MNIST CNN, batch 64)."""
 
 
-def _direct(x: torch.Tensor, weight: torch.Tensor, stride) -> bool:
-    """Float32 only: ``conv_channels_last`` rewrites no other type (a float64
-    convolution stays an im2col matmul here)."""
+def _direct(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Enough channels, and float32 only: ``conv_channels_last`` rewrites no
+    other type (a float64 convolution stays an im2col matmul here)."""
     return (x.shape[1] >= DIRECT_CHANNELS and weight.shape[0] >= DIRECT_CHANNELS
-            and tuple(stride) == (1, 1) and x.dtype == torch.float32)
+            and x.dtype == torch.float32)
+
+
+def _padding_within_window(weight, padding, dilation) -> bool:
+    """What ``_input_grad_direct`` needs: dY is padded by d*(K-1)-p >= 0."""
+    return all(padding[i] <= dilation[i] * (weight.shape[2 + i] - 1) for i in (0, 1))
 
 
 def _input_grad_direct(grad_out, weight, h, w, stride, padding, dilation, groups=1):
@@ -262,7 +269,7 @@ def convolution(x, weight, bias, stride, padding, dilation, transposed, output_p
     stride, padding, dilation = pairs
     if (not _rewritable(x, weight, transposed, groups) or not _deep(x.shape[1], weight)
             or not _wide(x, weight, stride, padding, dilation)
-            or (direct and _direct(x, weight, stride))):
+            or (direct and tuple(stride) == (1, 1) and _direct(x, weight))):
         return NotImplemented
     out = _forward(x, weight, stride, padding, dilation)
     if bias is not None:
@@ -281,8 +288,9 @@ def _depthwise_backward(grad_out, x, weight, stride, padding, dilation, output_m
     """A depthwise convolution's gradients. torch-mlir 20261001 lowers its
     weight gradient to a ``linalg.conv_2d_ngchw_gfchw`` that fails to verify
     (so the whole graph ran eagerly). Weight: the windows of each channel
-    times dY, summed over the batch and positions (``dW[KH, KW, C]``); input: a depthwise convolution of the spread, padded dY
-    (``_input_grad_direct``); bias: dY summed."""
+    times dY, summed over the batch and positions (``dW[KH, KW, C]``); input:
+    a depthwise convolution of the spread, padded dY (``_input_grad_direct``);
+    bias: dY summed."""
     c, kh, kw = weight.shape[0], weight.shape[2], weight.shape[3]
     grad_input = grad_weight = grad_bias = None
     if output_mask[0]:
@@ -311,7 +319,7 @@ def convolution_backward(grad_out, x, weight, bias_sizes, stride, padding, dilat
         return NotImplemented
     stride, padding, dilation = pairs
     if (_depthwise(x, weight, transposed, groups) and grad_out.dtype == x.dtype
-            and all(padding[i] <= dilation[i] * (weight.shape[2 + i] - 1) for i in (0, 1))):
+            and _padding_within_window(weight, padding, dilation)):
         return _depthwise_backward(grad_out, x, weight, stride, padding, dilation, output_mask)
     if (not _rewritable(x, weight, transposed, groups) or grad_out.dtype != x.dtype
             or not _wide(x, weight, stride, padding, dilation)):
@@ -322,22 +330,19 @@ def convolution_backward(grad_out, x, weight, bias_sizes, stride, padding, dilat
     o, c, kh, kw = weight.shape
     h, w = x.shape[2], x.shape[3]
     strided = tuple(stride) != (1, 1)
-    direct_input = (output_mask[0] and direct and _direct(x, weight, [1, 1])
-                    and all(padding[i] <= dilation[i] * (weight.shape[2 + i] - 1) for i in (0, 1)))
-    if strided and output_mask[0] and not direct_input:
-        if not output_mask[1] and not output_mask[2]:
-            return NotImplemented  # torch-mlir's lowering, as it is
-        grad_input = aten.convolution_backward(grad_out, x, weight, None, stride, padding,
-                                               dilation, False, [0, 0], 1,
-                                               [True, False, False])[0]
-        _, grad_weight, grad_bias = convolution_backward(
-            grad_out, x, weight, bias_sizes, stride, padding, dilation, transposed,
-            output_padding, groups, [False, output_mask[1], output_mask[2]], direct)
-        return grad_input, grad_weight, grad_bias
+    direct_input = (output_mask[0] and direct and _direct(x, weight)
+                    and _padding_within_window(weight, padding, dilation))
+    torch_mlir_input = output_mask[0] and strided and not direct_input
+    if torch_mlir_input and not (output_mask[1] or output_mask[2]):
+        return NotImplemented  # nothing else to rewrite: torch-mlir's lowering, as it is
     grad_input = grad_weight = grad_bias = None
     dy = _rows(grad_out)                                     # [N*OH*OW, O]
     if direct_input:
         grad_input = _input_grad_direct(grad_out, weight, h, w, stride, padding, dilation)
+    elif torch_mlir_input:  # the op again, input gradient only: it returns NotImplemented
+        grad_input = aten.convolution_backward(grad_out, x, weight, None, stride, padding,
+                                               dilation, False, [0, 0], 1,
+                                               [True, False, False])[0]
     elif output_mask[0]:
         grad_input = aten.clone(_input_grad(grad_out, weight, h, w, padding, dilation),
                                 memory_format=torch.contiguous_format)
@@ -352,8 +357,9 @@ def convolution_backward(grad_out, x, weight, bias_sizes, stride, padding, dilat
 
 def decompositions(direct: bool = False) -> dict:
     """The table for ``make_fx`` (a function returning ``NotImplemented``
-    keeps the op); ``direct``: stride-1 forwards and input gradients with
-    ``DIRECT_CHANNELS`` go to IREE's direct convolution (``_direct``)."""
+    keeps the op); ``direct``: stride-1 forwards and input gradients of any
+    stride with ``DIRECT_CHANNELS`` go to IREE's direct convolution
+    (``_direct``)."""
     return {aten.convolution.default: functools.partial(convolution, direct=direct),
             aten.convolution_backward.default: functools.partial(convolution_backward,
                                                                  direct=direct)}

@@ -15,9 +15,9 @@ A TOML file (``--pipeline-config FILE`` or ``LAZY_MLIR_PIPELINE=FILE``)::
                                        # and non-overlapping max and average pooling as
                                        # elementwise ops (passes/pool_elementwise.py);
                                        # "native": aten.convolution; "auto": im2col on cpu only,
-                                       # with stride-1 forwards and input gradients of 3+
-                                       # channels as IREE's channels-last direct convolution
-                                       # (passes/conv_channels_last.py)
+                                       # with stride-1 forwards, input gradients of any stride
+                                       # (3+ channels) and depthwise convolutions as IREE's
+                                       # channels-last ones (passes/conv_channels_last.py)
 
     [iree_flags]
     cpu = ["--iree-opt-data-tiling"]
@@ -73,9 +73,9 @@ class PipelineConfig:
         return self.conv_lowering == "im2col"
 
     def direct_convs(self, target: str | None) -> bool:
-        """Whether stride-1 convolutions (forward and input gradient, with
-        ``conv_matmul.DIRECT_CHANNELS``) compiled for ``target`` run as IREE's
-        channels-last direct convolution (``passes/conv_channels_last.py``):
+        """Whether convolutions with ``conv_matmul.DIRECT_CHANNELS`` (stride-1
+        forwards, input gradients of any stride) and depthwise ones compiled
+        for ``target`` run as IREE's channels-last direct convolution (``passes/conv_channels_last.py``):
         "auto" on cpu, where it made the LeNet-5 and MNIST CNN steps faster
         than im2col. Not under bf16 mixed precision: the rewrite takes float32
         convolutions."""
