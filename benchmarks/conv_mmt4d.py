@@ -32,6 +32,10 @@ FLAGS = ["--iree-hal-target-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=host"
          "--iree-llvmcpu-enable-ukernels=all"]
 MALLOC = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 40),
           "MALLOC_ARENA_MAX": "1"}  # as runtime/host_memory.py sets them
+# The panel width: the host's f32 vector lanes. The mmt4d ukernel computes wrong
+# results for a tile wider than the target's vectors (16 on an AVX2 host).
+_CPUINFO = Path("/proc/cpuinfo")
+P = 16 if _CPUINFO.exists() and "avx512f" in _CPUINFO.read_text() else 8
 _COPY = "^bb0(%a: f32, %b: f32):\n      linalg.yield %a : f32\n  }"
 
 
@@ -71,15 +75,15 @@ def _matmul(other: str, other_shape: tuple[int, int], mkn: tuple[int, int, int],
 
 
 def _mmt4d(lhs: str, rhs: str, tiles: tuple[int, int, int], out_t: str) -> str:
-    """``%lhs`` x ``%rhs`` by ``linalg.mmt4d`` ([M1, N1, M0, 16] tiles), unpacked
+    """``%lhs`` x ``%rhs`` by ``linalg.mmt4d`` ([M1, N1, M0, P] tiles), unpacked
     into ``out_t`` and returned: the end of a packed form."""
     m1, n1, m0 = tiles
-    acc = f"tensor<{m1}x{n1}x{m0}x16xf32>"
+    acc = f"tensor<{m1}x{n1}x{m0}x{P}xf32>"
     return f"""  %ea = tensor.empty() : {acc}
   %a0 = linalg.fill ins(%zero : f32) outs(%ea : {acc}) -> {acc}
   %a = linalg.mmt4d ins(%lhs, %rhs : {lhs}, {rhs}) outs(%a0 : {acc}) -> {acc}
   %eo = tensor.empty() : {out_t}
-  %r = linalg.unpack %a inner_dims_pos = [0, 1] inner_tiles = [{m0}, 16] into %eo : {acc} -> {out_t}
+  %r = linalg.unpack %a inner_dims_pos = [0, 1] inner_tiles = [{m0}, {P}] into %eo : {acc} -> {out_t}
   return %r : {out_t}
 }}
 """
@@ -105,14 +109,14 @@ def _gathered(name: str, in_map: str, x_t: str, shape7: tuple, dims: tuple[int, 
 
 
 def _panels(name: str, src: str, src_t: str, in_map: str, dims: tuple[int, int]) -> str:
-    """The 2-d ``src`` in 16-wide panels through ``in_map`` ((t, k, r) -> its
-    element): the mmt4d operand ``%{name}`` [A, B, 16, 1] (``dims`` = A, B)."""
+    """The 2-d ``src`` in P-wide panels through ``in_map`` ((t, k, r) -> its
+    element): the mmt4d operand ``%{name}`` [A, B, P, 1] (``dims`` = A, B)."""
     a, b = dims
-    p3 = f"tensor<{a}x{b}x16xf32>"
+    p3 = f"tensor<{a}x{b}x{P}xf32>"
     maps = (in_map, "affine_map<(t, k, r) -> (t, k, r)>")
     return (f"  %{name}_e = tensor.empty() : {p3}\n"
             f"  %{name}3 = {_generic(maps, src, src_t, p3, 3, f'%{name}_e')}\n"
-            + _as_4d(name, (a, b, 16)))
+            + _as_4d(name, (a, b, P)))
 
 
 def forward(n, h, c, o, m0=8):
@@ -124,30 +128,30 @@ def forward(n, h, c, o, m0=8):
     head = f"func.func @main(%x: {x_t}, %w: {w_t}) -> {out_t} {{\n  %zero = arith.constant 0.0 : f32\n"
     ref = head + _im2col(n, oh, c, x_t) + _matmul("%w", (o, kc), (m, kc, o), out_t,
                                                  transposed_lhs=False)
-    lhs, rhs = f"tensor<{m // m0}x{kc}x{m0}x1xf32>", f"tensor<{o // 16}x{kc}x16x1xf32>"
+    lhs, rhs = f"tensor<{m // m0}x{kc}x{m0}x1xf32>", f"tensor<{o // P}x{kc}x{P}x1xf32>"
     packed = (head
               + _gathered("lhs", f"affine_map<(n, y, t, i, j, c, r) -> (n, y + i, t * {m0} + r + j, c)>",
                           x_t, (n, oh, oh // m0, 3, 3, c, m0), (m // m0, kc, m0))
-              + _panels("rhs", "%w", w_t, "affine_map<(t, k, r) -> (t * 16 + r, k)>", (o // 16, kc))
-              + _mmt4d(lhs, rhs, (m // m0, o // 16, m0), out_t))
+              + _panels("rhs", "%w", w_t, f"affine_map<(t, k, r) -> (t * {P} + r, k)>", (o // P, kc))
+              + _mmt4d(lhs, rhs, (m // m0, o // P, m0), out_t))
     return ref, packed, [(n, h, h, c), (o, kc)]
 
 
 def weight_grad(n, h, c, o):
     """(im2col + matmul, packed gather + mmt4d) for ``dW[O, KH*KW*C]``
-    (C a multiple of 16: each 16-column panel of cols is 16 contiguous channels)."""
+    (C a multiple of P: each P-column panel of cols is P contiguous channels)."""
     oh = h - 2
     kc, m = 9 * c, n * oh * oh
     x_t, dy_t, out_t = f"tensor<{n}x{h}x{h}x{c}xf32>", f"tensor<{m}x{o}xf32>", f"tensor<{o}x{kc}xf32>"
     head = f"func.func @main(%x: {x_t}, %dy: {dy_t}) -> {out_t} {{\n  %zero = arith.constant 0.0 : f32\n"
     ref = head + _im2col(n, oh, c, x_t) + _matmul("%dy", (m, o), (o, m, kc), out_t,
                                                  transposed_lhs=True)
-    lhs, rhs = f"tensor<{o // 16}x{m}x16x1xf32>", f"tensor<{kc // 16}x{m}x16x1xf32>"
+    lhs, rhs = f"tensor<{o // P}x{m}x{P}x1xf32>", f"tensor<{kc // P}x{m}x{P}x1xf32>"
     packed = (head
-              + _gathered("rhs", "affine_map<(i, j, b, n, y, x, r) -> (n, y + i, x + j, b * 16 + r)>",
-                          x_t, (3, 3, c // 16, n, oh, oh, 16), (kc // 16, m, 16))
-              + _panels("lhs", "%dy", dy_t, "affine_map<(t, k, r) -> (k, t * 16 + r)>", (o // 16, m))
-              + _mmt4d(lhs, rhs, (o // 16, kc // 16, 16), out_t))
+              + _gathered("rhs", f"affine_map<(i, j, b, n, y, x, r) -> (n, y + i, x + j, b * {P} + r)>",
+                          x_t, (3, 3, c // P, n, oh, oh, P), (kc // P, m, P))
+              + _panels("lhs", "%dy", dy_t, f"affine_map<(t, k, r) -> (k, t * {P} + r)>", (o // P, m))
+              + _mmt4d(lhs, rhs, (o // P, kc // P, P), out_t))
     return ref, packed, [(n, h, h, c), (m, o)]
 
 
@@ -176,8 +180,8 @@ def main(argv=None) -> int:
     p.add_argument("--min-time", type=float, default=2.0, help="seconds per module")
     a = p.parse_args(argv)
     c, o = a.channels
-    if c % 16 or o % 16 or (a.size - 2) % 8:
-        raise SystemExit("channels must be multiples of 16 and size - 2 a multiple of 8")
+    if c % P or o % P or (a.size - 2) % 8:
+        raise SystemExit(f"channels must be multiples of {P} and size - 2 a multiple of 8")
     rng = np.random.default_rng(0)
     work = Path(tempfile.mkdtemp(prefix="conv_mmt4d_"))
     for name, build in (("forward", forward), ("weight grad", weight_grad)):
