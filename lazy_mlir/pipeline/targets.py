@@ -113,6 +113,21 @@ CONV_DATA_TILING = (
 """Data tiling for convolutions too: add to ``[iree_flags] cpu`` of a pipeline
 configuration only for models without transposed conv inputs (see above)."""
 
+@functools.lru_cache(maxsize=None)
+def host_cpu_flags() -> frozenset[str]:
+    """The host CPU's feature flags (``/proc/cpuinfo``; empty where it cannot
+    be read): the cpu target compiles for the host, and passes that tune for
+    its vectors read them here."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.split(":", 1)[0].strip() in ("flags", "Features"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
 CPU = Target("cpu", "llvm-cpu", "local-task", (
     "--iree-llvmcpu-target-cpu=host",
     *CPU_DATA_TILING,

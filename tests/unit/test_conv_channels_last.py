@@ -108,9 +108,37 @@ def test_a_spatially_transposed_input_still_matches():
     np.testing.assert_allclose(run(str(m), args), want.numpy(), rtol=1e-4, atol=1e-4)
 
 
-def test_output_widths_get_a_column_tile_of_four_or_more():
-    assert [ccl._columns(w) for w in (24, 26, 27, 28, 29, 13, 10, 7)] == \
-        [24, 28, 28, 28, 30, 14, 10, 7]  # 7 and narrower: too few columns to widen
+@pytest.mark.parametrize("avx2,want", [
+    (False, [24, 28, 28, 28, 30, 14, 10, 7]),  # column tiles up to 8 (IREE's own)
+    (True, [24, 28, 28, 28, 30, 15, 10, 7]),   # up to 6 (AVX2_COLUMN_TILE): 14 -> 2, 15 -> 5
+])
+def test_output_widths_get_a_column_tile_of_four_or_more(monkeypatch, avx2, want):
+    monkeypatch.setattr(ccl, "_avx2_host", lambda: avx2)
+    assert [ccl._columns(w) for w in (24, 26, 27, 28, 29, 13, 10, 7)] == want
+    # 7 and narrower: too few columns to widen
+
+
+def test_an_avx2_host_gets_its_own_convolution_tile(monkeypatch):
+    """On an AVX2 host the channels-last op carries a tile of 6 columns x 16
+    channels (IREE's own is 4 x 4), and IREE computes with it what the
+    channels-first op does; 24 output channels (not a multiple of 16) and an
+    AVX-512 host keep IREE's tile."""
+    x, w, o = (2, 16, 10, 26), (32, 16, 3, 3), (2, 32, 8, 24)
+    text = module(conv("a", x, w, o))
+    monkeypatch.setattr(ccl, "_avx2_host", lambda: True)
+    m = parse(text)
+    assert ccl.to_channels_last(m) == 1
+    assert ("distribution = [1, 2, 24, 32, 0, 0, 0], vector_common_parallel = "
+            "[1, 1, 6, 16, 0, 0, 0], vector_reduction = [0, 0, 0, 0, 1, 1, 8]") in str(m)
+    rng = np.random.default_rng(3)
+    args = [rng.standard_normal(s).astype(np.float32) for s in (x, w, o)]
+    np.testing.assert_allclose(run(str(m), args), run(text, args), rtol=1e-4, atol=1e-4)
+
+    narrow = parse(module(conv("b", x, (24, 16, 3, 3), (2, 24, 8, 24))))
+    assert ccl.to_channels_last(narrow) == 1 and "compilation_info" not in str(narrow)
+    monkeypatch.setattr(ccl, "_avx2_host", lambda: False)
+    m = parse(text)
+    assert ccl.to_channels_last(m) == 1 and "compilation_info" not in str(m)
 
 
 @pytest.mark.parametrize("width,stride,dilation", [(15, 1, 1), (60, 2, 1), (31, 1, 2)])
