@@ -140,7 +140,7 @@ def test_adam_reads_its_step_count_on_the_host_and_runs_plain(caplog):
     assert next(iter(lopt.state.values()))["step"].device.type == "cpu"
 
 
-@pytest.mark.parametrize("opt", ["Adam", "AdamW"])
+@pytest.mark.parametrize("opt", ["Adam", pytest.param("AdamW", marks=pytest.mark.slow)])
 def test_capturable_adam_is_replayed_and_matches_eager_adam(opt):
     """capturable=True keeps the step count on the lazy device (allowed there
     by lazy/capturable.py): no host read, one graph for every step. Eager

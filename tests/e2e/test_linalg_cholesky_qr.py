@@ -112,7 +112,8 @@ def test_cholesky_empty_noncontiguous_and_too_big():
 
 # ------------------------------------------------------------------ QR
 @pytest.mark.parametrize("shape,modes", [((2, 4, 3), ("complete",)),
-                                         ((2, 3, 4), ("reduced", "r"))])
+                                         pytest.param((2, 3, 4), ("reduced", "r"),
+                                                      marks=pytest.mark.slow)])
 def test_geqrf_and_qr_modes(shape, modes):
     a = torch.randn(shape, generator=_gen(8))
     c = Counters()
@@ -129,6 +130,7 @@ def test_geqrf_and_qr_modes(shape, modes):
     _no_fallback(c, "geqrf", "linalg_qr")
 
 
+@pytest.mark.slow  # long on a 2-core host; run with --runslow
 def test_qr_rank_deficient_triangular_and_signed_zero():
     """Exactly-zero parts below the diagonal give tau = 0 and keep the
     column (a negative diagonal stays negative); -0.0 counts as positive."""

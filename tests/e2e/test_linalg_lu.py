@@ -55,6 +55,7 @@ def test_lu_factor_ex_batched_singular_and_pivots_exact(counters):
     assert counters.delta("aten::linalg_lu_factor_ex") == 0
 
 
+@pytest.mark.slow  # long on a 2-core host; run with --runslow
 def test_lu_factor_rectangular_and_non_contiguous():
     cases = []
     for shape in [(1, 1), (3, 5), (6, 4)]:
@@ -74,6 +75,7 @@ def test_linalg_lu_and_lu_unpack():
         close(got, exp)
 
 
+@pytest.mark.slow  # long on a 2-core host; run with --runslow
 def test_lu_solve_left_right_adjoint():
     # All four variants built before any is read: one graph.
     lu, piv = torch.linalg.lu_factor(randn(2, 5, 5))
@@ -109,6 +111,7 @@ def test_solve_inv_singular_gives_lapack_inf_nan_and_info(counters):
     assert counters.delta("aten::linalg_inv_ex") == 0
 
 
+@pytest.mark.slow  # long on a 2-core host; run with --runslow
 def test_solve_vector_rhs_right_and_non_contiguous():
     a = randn(3, 4, 4)
     b = randn(3, 4)

@@ -4,6 +4,7 @@ empty segments with and without ``initial``, a leftover tail, axis 1
 (``dialects/segment_decompositions.py``)."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from e2e_helpers import same_as_eager
@@ -29,6 +30,7 @@ def test_segment_reduce_lengths():
     assert torch.segment_reduce(_DATA, "mean", axis=1, lengths=_LENGTHS, unsafe=True)[0, 1].isnan()
 
 
+@pytest.mark.slow  # long on a 2-core host; run with --runslow
 def test_segment_reduce_offsets_axis0():
     same_as_eager(lambda d, s: _all(d.T.contiguous().T, s, "offsets"), _DATA, _OFFSETS,
                   no_fallback=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from e2e_helpers import Counters, assert_lazy_close, lazy
@@ -46,6 +47,7 @@ def test_gamma_functions_compile():
         assert c.delta("aten::" + op) == 0, op
 
 
+@pytest.mark.slow  # long on a 2-core host; run with --runslow
 def test_zeta_mvlgamma_and_0d_int_inputs_compile():
     x = torch.tensor([1.0, 0.5, 2.0, 3.0, 4.0, 3.0, math.nan, 2.5, 5.0])
     q = torch.tensor([1.0, 1.0, -2.0, -2.5, -8.48, -2e-13, 1.0, 0.5, 3.0])

@@ -106,6 +106,7 @@ def test_matmul_and_reductions(targets):
         torch.testing.assert_close(v, c, atol=1e-4, rtol=1e-5)
 
 
+@pytest.mark.slow  # long on a 2-core host; run with --runslow
 def test_mnist_cnn_training_matches_cpu(vulkan_session):
     """The LTC tutorial's CNN, a few SGD steps: the losses on Vulkan are the
     cpu target's within 1e-4, and so are the trained weights."""
