@@ -102,7 +102,15 @@ and 13.9 ms with 4 x 16 (``iree-benchmark-module``, the single op, 2 threads;
 3 x 32, 8 x 16 and 12 x 8 were slower)."""
 
 AVX2_CHANNEL_TILE = 16
-"""Output channels per vector step on an AVX2 host: two 8-wide vectors."""
+"""Output channels per vector step on an AVX2 host: two 8-wide vectors; four
+(32) where the column tile is 2 or less."""
+
+AVX2_MIN_COLUMN_TILE = 2
+"""On an AVX2 host a width is widened only below this column tile: the CNN's
+26-column input gradient ran at 2 columns x 32 channels in its own width
+(single op 14.9 ms, against 13.9 widened to 28 at 4 x 16), and its step module
+in 53-68 ms against 63-77 widened (6 alternating pairs): the pad and slice
+around a widened convolution cost more than the narrower tile."""
 
 MIN_WORKGROUPS = 8
 """Workgroups ``_avx2_tile`` asks for at least (images x row blocks), so that
@@ -119,6 +127,10 @@ def _max_column_tile() -> int:
     return AVX2_COLUMN_TILE if _avx2_host() else MAX_COLUMN_TILE
 
 
+def _min_column_tile() -> int:
+    return AVX2_MIN_COLUMN_TILE if _avx2_host() else MIN_COLUMN_TILE
+
+
 def _column_tile(width: int) -> int:
     return max(t for t in range(1, _max_column_tile() + 1) if width % t == 0)
 
@@ -129,16 +141,19 @@ def _largest_divisor(n: int, at_most: int) -> int:
 
 def _avx2_tile(n: int, oh: int, cols: int, c: int, f: int) -> str:
     """``compilation_info = ...,`` for a channels-last convolution on an AVX2
-    host (``AVX2_COLUMN_TILE`` columns x ``AVX2_CHANNEL_TILE`` output
+    host (up to ``AVX2_COLUMN_TILE`` columns x ``AVX2_CHANNEL_TILE`` output
     channels, a reduction step of up to 8 input channels, as IREE's own), or
     "" where the tiles would not divide the shape or the host has AVX-512
     (there IREE's tile of a whole vector of channels was measured fast)."""
-    if not _avx2_host() or f % AVX2_CHANNEL_TILE or _column_tile(cols) < 3:
+    cols_tile = _column_tile(cols)
+    channels = AVX2_CHANNEL_TILE * (2 if cols_tile <= 2 and f % (2 * AVX2_CHANNEL_TILE) == 0
+                                    else 1)
+    if not _avx2_host() or f % channels:
         return ""
     rows = max((d for d in range(1, oh + 1) if oh % d == 0 and n * (oh // d) >= MIN_WORKGROUPS),
                default=1)
     config = (f"distribution = [1, {rows}, {cols}, {f}, 0, 0, 0], "
-              f"vector_common_parallel = [1, 1, {_column_tile(cols)}, {AVX2_CHANNEL_TILE}, 0, 0, 0], "
+              f"vector_common_parallel = [1, 1, {cols_tile}, {channels}, 0, 0, 0], "
               f"vector_reduction = [0, 0, 0, 0, 1, 1, {_largest_divisor(c, 8)}]")
     return ("compilation_info = #iree_codegen.compilation_info<lowering_config = "
             f"#iree_cpu.lowering_config<{config}>, translation_info = "
@@ -149,11 +164,12 @@ def _avx2_tile(n: int, oh: int, cols: int, c: int, f: int) -> str:
 def _columns(width: int) -> int:
     """The output width to compute for ``width`` columns: the first from it
     whose column tile (see ``MAX_COLUMN_TILE``) is ``MIN_COLUMN_TILE`` or
-    more; narrow maps stay as they are."""
+    more (``AVX2_MIN_COLUMN_TILE`` on an AVX2 host); narrow maps stay as
+    they are."""
     if width < 2 * MIN_COLUMN_TILE:
         return width
     wide = width
-    while _column_tile(wide) < MIN_COLUMN_TILE:
+    while _column_tile(wide) < _min_column_tile():
         wide += 1
     return wide
 
