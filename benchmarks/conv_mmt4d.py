@@ -28,14 +28,15 @@ from pathlib import Path
 
 import numpy as np
 
+from lazy_mlir.pipeline.targets import host_cpu_flags
+
 FLAGS = ["--iree-hal-target-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=host",
          "--iree-llvmcpu-enable-ukernels=all"]
 MALLOC = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 40),
           "MALLOC_ARENA_MAX": "1"}  # as runtime/host_memory.py sets them
 # The panel width: the host's f32 vector lanes. The mmt4d ukernel computes wrong
 # results for a tile wider than the target's vectors (16 on an AVX2 host).
-_CPUINFO = Path("/proc/cpuinfo")
-P = 16 if _CPUINFO.exists() and "avx512f" in _CPUINFO.read_text() else 8
+P = 16 if "avx512f" in host_cpu_flags() else 8
 _COPY = "^bb0(%a: f32, %b: f32):\n      linalg.yield %a : f32\n  }"
 
 

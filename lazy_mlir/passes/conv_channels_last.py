@@ -131,12 +131,12 @@ def _min_column_tile() -> int:
     return AVX2_MIN_COLUMN_TILE if _avx2_host() else MIN_COLUMN_TILE
 
 
-def _column_tile(width: int) -> int:
-    return max(t for t in range(1, _max_column_tile() + 1) if width % t == 0)
-
-
 def _largest_divisor(n: int, at_most: int) -> int:
     return max(d for d in range(1, min(n, at_most) + 1) if n % d == 0)
+
+
+def _column_tile(width: int) -> int:
+    return _largest_divisor(width, _max_column_tile())
 
 
 def _avx2_tile(n: int, oh: int, cols: int, c: int, f: int) -> str:
@@ -145,10 +145,12 @@ def _avx2_tile(n: int, oh: int, cols: int, c: int, f: int) -> str:
     channels, a reduction step of up to 8 input channels, as IREE's own), or
     "" where the tiles would not divide the shape or the host has AVX-512
     (there IREE's tile of a whole vector of channels was measured fast)."""
+    if not _avx2_host():
+        return ""
     cols_tile = _column_tile(cols)
     channels = AVX2_CHANNEL_TILE * (2 if cols_tile <= 2 and f % (2 * AVX2_CHANNEL_TILE) == 0
                                     else 1)
-    if not _avx2_host() or f % channels:
+    if f % channels:
         return ""
     rows = max((d for d in range(1, oh + 1) if oh % d == 0 and n * (oh // d) >= MIN_WORKGROUPS),
                default=1)

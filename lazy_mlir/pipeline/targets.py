@@ -113,6 +113,7 @@ CONV_DATA_TILING = (
 """Data tiling for convolutions too: add to ``[iree_flags] cpu`` of a pipeline
 configuration only for models without transposed conv inputs (see above)."""
 
+
 @functools.lru_cache(maxsize=None)
 def host_cpu_flags() -> frozenset[str]:
     """The host CPU's feature flags (``/proc/cpuinfo``; empty where it cannot
