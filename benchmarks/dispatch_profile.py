@@ -7,8 +7,11 @@
 Compiles the graph's linalg stage with the flags it was compiled with (from the
 dump's manifest) plus ``--iree-hal-dump-executable-benchmarks-to``, compiles
 each executable's benchmark module and times it with ``iree-benchmark-module``
-on ``--threads`` local-task workers. Also times the whole module (inputs are
-splats of zero) so the dispatch sum can be compared with the real call.
+on ``--threads`` local-task workers, and counts how often the module calls
+each one (an executable reused for every batch slice of a weight gradient runs
+once per slice): the table's total is per call times calls. Also times the
+whole module (inputs are splats of zero) so the dispatch sum can be compared
+with the real call.
 
 For matmul-like dispatches (``matmul_MxNxK`` in IREE's dispatch name) it
 prints GFLOP/s, the figure to hold against the machine's limit.
@@ -26,6 +29,7 @@ from pathlib import Path
 _MATMUL = re.compile(r"matmul(?:_like)?_(\d+)x(\d+)x(\d+)_")
 _MAIN = re.compile(r"func\.func @main\((.*?)\)\s*->", re.S)
 _TENSOR = re.compile(r"tensor<([^>]*)>")
+_CALL = re.compile(r"stream\.cmd\.dispatch @[\w$.-]+::@[\w$.-]+::@([\w$.-]+)")
 
 
 def _bench(vmfb: Path, threads: int, min_time: float, extra=()) -> list[tuple[str, float]]:
@@ -50,6 +54,16 @@ def _main_inputs(mlir: str) -> list[str]:
     return out
 
 
+def _calls(phases: Path) -> dict[str, int]:
+    """How many times the module dispatches each entry point, from the
+    executable-sources phase IR that iree-compile dumped."""
+    calls: dict[str, int] = {}
+    for f in phases.glob("*.executable-sources.mlir"):
+        for entry in _CALL.findall(f.read_text()):
+            calls[entry] = calls.get(entry, 0) + 1
+    return calls
+
+
 def _source(path: Path, graph: int | None) -> tuple[Path, list[str]]:
     if path.is_file():
         return path, []
@@ -64,8 +78,10 @@ def profile(mlir: Path, flags: list[str], threads: int, min_time: float) -> dict
         tmp = Path(tmp)
         whole = tmp / "whole.vmfb"
         subprocess.run(["iree-compile", str(mlir), *flags, "-o", str(whole),
-                        f"--iree-hal-dump-executable-benchmarks-to={tmp / 'bench'}"],
+                        f"--iree-hal-dump-executable-benchmarks-to={tmp / 'bench'}",
+                        f"--dump-compilation-phases-to={tmp / 'phases'}"],
                        check=True)
+        calls = _calls(tmp / "phases")
         rows, failed = [], []
         for f in sorted((tmp / "bench").glob("*.mlir")):
             vmfb = f.with_suffix(".vmfb")
@@ -76,7 +92,8 @@ def profile(mlir: Path, flags: list[str], threads: int, min_time: float) -> dict
                 failed.append(f.name.split("_embedded_")[0].removeprefix("module_"))
                 continue
             for name, ms in _bench(vmfb, threads, min_time):
-                rows.append((name.split("/")[0].split("_x86_64_")[-1], ms))
+                entry = name.split("/")[0].split("_x86_64_")[-1]
+                rows.append((entry, ms, calls.get(entry, 1)))
         inputs = [f"--input={i}" for i in _main_inputs(mlir.read_text())]
         total = _bench(whole, threads, max(min_time, 1.0), ["--function=main", *inputs])
     return {"dispatches": rows, "untimed": failed, "module_ms": total[0][1]}
@@ -99,16 +116,17 @@ def main(argv=None) -> int:
 
     from rich.console import Console
     from rich.table import Table
-    rows = sorted(res["dispatches"], key=lambda r: -r[1])
-    total = sum(ms for _, ms in rows)
-    table = Table(title=f"{mlir.name}: {len(rows)} dispatches, {a.threads} threads; "
+    rows = sorted(res["dispatches"], key=lambda r: -r[1] * r[2])
+    total = sum(ms * n for _, ms, n in rows)
+    table = Table(title=f"{mlir.name}: {len(rows)} executables, "
+                        f"{sum(n for *_, n in rows)} dispatches, {a.threads} threads; "
                         f"sum {total:.1f} ms, whole module {res['module_ms']:.1f} ms")
-    for col in ("dispatch", "ms", "share", "GFLOP/s"):
+    for col in ("dispatch", "calls", "ms/call", "ms", "share", "GFLOP/s"):
         table.add_column(col, justify="left" if col == "dispatch" else "right")
-    for name, ms in rows[:a.top]:
+    for name, ms, n in rows[:a.top]:
         m = _MATMUL.search(name)
         gf = f"{2 * int(m[1]) * int(m[2]) * int(m[3]) / ms / 1e6:.0f}" if m else ""
-        table.add_row(name, f"{ms:.2f}", f"{ms / total:.0%}", gf)
+        table.add_row(name, str(n), f"{ms:.2f}", f"{ms * n:.2f}", f"{ms * n / total:.0%}", gf)
     Console().print(table)
     if res["untimed"]:
         Console().print(f"not timed (their benchmark does not compile alone): "

@@ -1,0 +1,53 @@
+"""benchmarks/dispatch_profile.py: every dispatch is timed, and one executable
+the module runs several times (a weight gradient's batch slices share theirs)
+is counted once per call."""
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "dispatch_profile.py"
+
+# The same matmul on two pairs of arguments: one executable, dispatched twice.
+TWO_MATMULS = """
+func.func @main(%a: tensor<64x64xf32>, %b: tensor<64x64xf32>, %c: tensor<64x64xf32>,
+                %d: tensor<64x64xf32>) -> (tensor<64x64xf32>, tensor<64x64xf32>) {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<64x64xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<64x64xf32>) -> tensor<64x64xf32>
+  %p = linalg.matmul ins(%a, %b : tensor<64x64xf32>, tensor<64x64xf32>)
+                     outs(%f : tensor<64x64xf32>) -> tensor<64x64xf32>
+  %q = linalg.matmul ins(%c, %d : tensor<64x64xf32>, tensor<64x64xf32>)
+                     outs(%f : tensor<64x64xf32>) -> tensor<64x64xf32>
+  return %p, %q : tensor<64x64xf32>, tensor<64x64xf32>
+}
+"""
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("dispatch_profile", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.skipif(shutil.which("iree-benchmark-module") is None,
+                    reason="needs the IREE runtime tools")
+def test_a_reused_executable_is_counted_per_call(tmp_path, capsys):
+    mlir = tmp_path / "two_matmuls.mlir"
+    mlir.write_text(TWO_MATMULS)
+    mod = _load()
+    res = mod.profile(mlir, ["--iree-hal-target-backends=llvm-cpu",
+                             "--iree-llvmcpu-target-cpu=host"], threads=1, min_time=0.01)
+    calls = {name: n for name, _, n in res["dispatches"]}
+    matmuls = [name for name in calls if "matmul_64x64x64" in name]
+    assert len(matmuls) == 1, calls
+    assert calls[matmuls[0]] == 2
+    assert res["module_ms"] > 0
+    assert mod.main([str(mlir), "--flag=--iree-hal-target-backends=llvm-cpu",
+                     "--threads", "1", "--min-time", "0.01"]) == 0
+    out = capsys.readouterr().out
+    assert f"{len(calls)} executables, {sum(calls.values())} dispatches" in out
