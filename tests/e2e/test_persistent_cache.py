@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
 
+import pytest
 import torch
 
 import lazy_mlir as lm
@@ -40,26 +42,42 @@ def _run(cache_dir, **env):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_second_process_compiles_nothing(tmp_path):
-    first = _run(tmp_path)
+@pytest.fixture(scope="module")
+def cold_run(tmp_path_factory):
+    """One process's run on an empty cache: (its cache directory, its result).
+    Tests work on copies of the directory."""
+    cache = tmp_path_factory.mktemp("cold-cache")
+    first = _run(cache)
     assert first["UncachedCompile"] >= 1 and first["PersistentCacheHit"] == 0
-    second = _run(tmp_path)
+    return cache, first
+
+
+def _copy_of(cold, tmp_path):
+    shutil.copytree(cold, tmp_path / "cache")
+    return tmp_path / "cache"
+
+
+def test_second_process_compiles_nothing(cold_run, tmp_path):
+    cold, first = cold_run
+    cache = _copy_of(cold, tmp_path)
+    second = _run(cache)
     assert second["UncachedCompile"] == 0
     assert second["PersistentCacheHit"] == first["UncachedCompile"]
     assert second["losses"] == first["losses"]
 
 
-def test_corrupt_entry_is_rebuilt_not_executed(tmp_path):
-    first = _run(tmp_path)
-    for path in (tmp_path / "modules").rglob("*.vmfb"):
+def test_corrupt_entry_is_rebuilt_not_executed(cold_run, tmp_path):
+    cold, first = cold_run
+    cache = _copy_of(cold, tmp_path)
+    for path in (cache / "modules").rglob("*.vmfb"):
         data = bytearray(path.read_bytes())
         data[len(data) // 2] ^= 0xFF
         path.write_bytes(bytes(data))
-    second = _run(tmp_path)
+    second = _run(cache)
     assert second["PersistentCacheCorrupt"] == first["UncachedCompile"]
     assert second["UncachedCompile"] == first["UncachedCompile"]
     assert second["losses"] == first["losses"]
-    assert _run(tmp_path)["UncachedCompile"] == 0  # rebuilt entries are good
+    assert _run(cache)["UncachedCompile"] == 0  # rebuilt entries are good
 
 
 def test_cache_off(tmp_path):
