@@ -5,13 +5,19 @@
     python benchmarks/dispatch_profile.py model.linalg.mlir --flag=--iree-opt-data-tiling ...
 
 Compiles the graph's linalg stage with the flags it was compiled with (from the
-dump's manifest) plus ``--iree-hal-dump-executable-benchmarks-to``, compiles
-each executable's benchmark module and times it with ``iree-benchmark-module``
-on ``--threads`` local-task workers, and counts how often the module calls
-each one (an executable reused for every batch slice of a weight gradient runs
-once per slice): the table's total is per call times calls. Also times the
-whole module (inputs are splats of zero) so the dispatch sum can be compared
-with the real call.
+dump's manifest), times the whole module with ``iree-benchmark-module`` on
+``--threads`` local-task workers (inputs are splats of zero), then runs it
+again with ``--print_device_statistics``: IREE's HAL profiling reports each
+dispatch's time inside the real call (its inputs where the module left them,
+its neighbours running beside it). Rows are per call of ``main``: how often
+the module dispatches each executable (an executable reused for every batch
+slice of a weight gradient runs once per slice, counted from the
+``executable-sources`` phase IR), the time of one dispatch, their total, and
+the workgroups (tiles) of one dispatch.
+
+``--isolated`` instead compiles each executable's own benchmark
+(``--iree-hal-dump-executable-benchmarks-to``) and times it alone: warm
+inputs, no neighbour; on a 2-core machine its sum ran 1.5-2x the module.
 
 For matmul-like dispatches (``matmul_MxNxK`` in IREE's dispatch name) it
 prints GFLOP/s, the figure to hold against the machine's limit.
@@ -29,6 +35,8 @@ from pathlib import Path
 _MATMUL = re.compile(r"matmul(?:_like)?_(\d+)x(\d+)x(\d+)_")
 _MAIN = re.compile(r"func\.func @main\((.*?)\)\s*->", re.S)
 _TENSOR = re.compile(r"tensor<([^>]*)>")
+_STAT = re.compile(r"^\s*host_execute (\S+)\s+count=(\d+) total=([\d.]+) (ns|us|ms|s) "
+                   r".*?tiles=(\d+)", re.M)
 _CALL = re.compile(r"stream\.cmd\.dispatch @[\w$.-]+::@[\w$.-]+::@([\w$.-]+)")
 
 
@@ -36,7 +44,7 @@ def _bench(vmfb: Path, threads: int, min_time: float, extra=()) -> list[tuple[st
     """(benchmark name, real time in ms) for every benchmark of a module."""
     cmd = ["iree-benchmark-module", f"--module={vmfb}", "--device=local-task",
            f"--task_topology_group_count={threads}", "--benchmark_format=json",
-           f"--benchmark_min_time={min_time}", *extra]
+           f"--benchmark_min_time={min_time}s", *extra]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
     return [(b["name"], b["real_time"] * scale[b["time_unit"]])
@@ -73,29 +81,60 @@ def _source(path: Path, graph: int | None) -> tuple[Path, list[str]]:
     return path / f"{g['index']:04d}-linalg.mlir", list(g["flags"])
 
 
-def profile(mlir: Path, flags: list[str], threads: int, min_time: float) -> dict:
+def _statistics(vmfb: Path, threads: int, min_time: float, inputs: list[str],
+                calls: dict[str, int]) -> list[tuple[str, float, int, float]]:
+    """(entry point, ms a dispatch, dispatches a call of main, tiles a dispatch)
+    from IREE's device statistics over repeated calls of ``main``."""
+    cmd = ["iree-benchmark-module", f"--module={vmfb}", "--device=local-task",
+           f"--task_topology_group_count={threads}", "--function=main",
+           f"--benchmark_min_time={min_time}s", "--print_device_statistics", *inputs]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+    stats = [(name, int(count), float(total) * scale[unit], int(tiles))
+             for name, count, total, unit, tiles in _STAT.findall(out.stdout + out.stderr)]
+    if not stats:
+        raise SystemExit("iree-benchmark-module printed no device statistics")
+    # Calls of main: the count of any dispatch over its dispatches per call.
+    mains = max(1, round(min(count / calls.get(name, 1) for name, count, _, _ in stats)))
+    return [(name, total / count, round(count / mains), tiles / count)
+            for name, count, total, tiles in stats]
+
+
+def _isolated(tmp: Path, threads: int, min_time: float,
+              calls: dict[str, int]) -> tuple[list, list[str]]:
+    rows, failed = [], []
+    for f in sorted((tmp / "bench").glob("*.mlir")):
+        vmfb = f.with_suffix(".vmfb")
+        # Some dumped benchmarks do not compile on their own (IREE re-runs
+        # the codegen of an already configured executable): listed, not timed.
+        if subprocess.run(["iree-compile", str(f), "-o", str(vmfb)],
+                          capture_output=True).returncode:
+            failed.append(f.name.split("_embedded_")[0].removeprefix("module_"))
+            continue
+        for name, ms in _bench(vmfb, threads, min_time):
+            entry = name.split("/")[0].split("_x86_64_")[-1]
+            rows.append((entry, ms, calls.get(entry, 1), None))
+    return rows, failed
+
+
+def profile(mlir: Path, flags: list[str], threads: int, min_time: float,
+            isolated: bool = False) -> dict:
+    """``dispatches``: (entry point, ms a dispatch, dispatches a call, tiles a
+    dispatch or None); ``untimed``; ``module_ms``: the whole call."""
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         whole = tmp / "whole.vmfb"
-        subprocess.run(["iree-compile", str(mlir), *flags, "-o", str(whole),
-                        f"--iree-hal-dump-executable-benchmarks-to={tmp / 'bench'}",
+        dump = [f"--iree-hal-dump-executable-benchmarks-to={tmp / 'bench'}"] if isolated else []
+        subprocess.run(["iree-compile", str(mlir), *flags, "-o", str(whole), *dump,
                         f"--dump-compilation-phases-to={tmp / 'phases'}"],
                        check=True)
         calls = _calls(tmp / "phases")
-        rows, failed = [], []
-        for f in sorted((tmp / "bench").glob("*.mlir")):
-            vmfb = f.with_suffix(".vmfb")
-            # Some dumped benchmarks do not compile on their own (IREE re-runs
-            # the codegen of an already configured executable): listed, not timed.
-            if subprocess.run(["iree-compile", str(f), "-o", str(vmfb)],
-                              capture_output=True).returncode:
-                failed.append(f.name.split("_embedded_")[0].removeprefix("module_"))
-                continue
-            for name, ms in _bench(vmfb, threads, min_time):
-                entry = name.split("/")[0].split("_x86_64_")[-1]
-                rows.append((entry, ms, calls.get(entry, 1)))
         inputs = [f"--input={i}" for i in _main_inputs(mlir.read_text())]
         total = _bench(whole, threads, max(min_time, 1.0), ["--function=main", *inputs])
+        if isolated:
+            rows, failed = _isolated(tmp, threads, min_time, calls)
+        else:
+            rows, failed = _statistics(whole, threads, max(min_time, 1.0), inputs, calls), []
     return {"dispatches": rows, "untimed": failed, "module_ms": total[0][1]}
 
 
@@ -105,28 +144,36 @@ def main(argv=None) -> int:
     p.add_argument("--graph", type=int, default=None, help="graph index in the dump (default: last)")
     p.add_argument("--flag", action="append", default=[], help="iree-compile flag (with a file)")
     p.add_argument("--threads", type=int, default=2, help="local-task workers")
-    p.add_argument("--min-time", type=float, default=0.1, help="seconds per benchmark")
+    p.add_argument("--min-time", type=float, default=0.1,
+                   help="seconds per benchmark (at least 1 for the whole module)")
+    p.add_argument("--isolated", action="store_true",
+                   help="time each executable's own benchmark instead of IREE's "
+                        "statistics inside the module")
     p.add_argument("--top", type=int, default=30, help="rows to print")
     p.add_argument("--json", type=Path, default=None, help="also write the rows here")
     a = p.parse_args(argv)
     mlir, flags = _source(a.source, a.graph)
-    res = profile(mlir, flags + a.flag, a.threads, a.min_time)
+    res = profile(mlir, flags + a.flag, a.threads, a.min_time, a.isolated)
     if a.json:
         a.json.write_text(json.dumps(res, indent=1))
 
     from rich.console import Console
     from rich.table import Table
     rows = sorted(res["dispatches"], key=lambda r: -r[1] * r[2])
-    total = sum(ms * n for _, ms, n in rows)
+    total = sum(ms * n for _, ms, n, _ in rows)
+    how = "each alone" if a.isolated else "inside the module"
     table = Table(title=f"{mlir.name}: {len(rows)} executables, "
-                        f"{sum(n for *_, n in rows)} dispatches, {a.threads} threads; "
-                        f"sum {total:.1f} ms, whole module {res['module_ms']:.1f} ms")
-    for col in ("dispatch", "calls", "ms/call", "ms", "share", "GFLOP/s"):
-        table.add_column(col, justify="left" if col == "dispatch" else "right")
-    for name, ms, n in rows[:a.top]:
+                        f"{sum(n for _, _, n, _ in rows)} dispatches, {a.threads} threads, "
+                        f"timed {how}; sum {total:.1f} ms, whole module "
+                        f"{res['module_ms']:.1f} ms")
+    for col in ("dispatch", "calls", "ms/call", "ms", "share", "tiles", "GFLOP/s"):
+        table.add_column(col, justify="left" if col == "dispatch" else "right",
+                         overflow="fold")
+    for name, ms, n, tiles in rows[:a.top]:
         m = _MATMUL.search(name)
         gf = f"{2 * int(m[1]) * int(m[2]) * int(m[3]) / ms / 1e6:.0f}" if m else ""
-        table.add_row(name, str(n), f"{ms:.2f}", f"{ms * n:.2f}", f"{ms * n / total:.0%}", gf)
+        table.add_row(name, str(n), f"{ms:.2f}", f"{ms * n:.2f}", f"{ms * n / total:.0%}",
+                      "" if tiles is None else f"{tiles:.0f}", gf)
     Console().print(table)
     if res["untimed"]:
         Console().print(f"not timed (their benchmark does not compile alone): "

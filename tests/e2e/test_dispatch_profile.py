@@ -1,6 +1,7 @@
-"""benchmarks/dispatch_profile.py: every dispatch is timed, and one executable
-the module runs several times (a weight gradient's batch slices share theirs)
-is counted once per call."""
+"""benchmarks/dispatch_profile.py: every dispatch is timed (inside the module
+from IREE's device statistics, or alone), and one executable the module runs
+several times (a weight gradient's batch slices share theirs) is counted once
+per call."""
 from __future__ import annotations
 
 import importlib.util
@@ -36,18 +37,20 @@ def _load():
 
 @pytest.mark.skipif(shutil.which("iree-benchmark-module") is None,
                     reason="needs the IREE runtime tools")
-def test_a_reused_executable_is_counted_per_call(tmp_path, capsys):
+@pytest.mark.parametrize("isolated", [False, True])
+def test_a_reused_executable_is_counted_per_call(tmp_path, capsys, isolated):
     mlir = tmp_path / "two_matmuls.mlir"
     mlir.write_text(TWO_MATMULS)
     mod = _load()
-    res = mod.profile(mlir, ["--iree-hal-target-backends=llvm-cpu",
-                             "--iree-llvmcpu-target-cpu=host"], threads=1, min_time=0.01)
-    calls = {name: n for name, _, n in res["dispatches"]}
-    matmuls = [name for name in calls if "matmul_64x64x64" in name]
-    assert len(matmuls) == 1, calls
-    assert calls[matmuls[0]] == 2
-    assert res["module_ms"] > 0
-    assert mod.main([str(mlir), "--flag=--iree-hal-target-backends=llvm-cpu",
-                     "--threads", "1", "--min-time", "0.01"]) == 0
+    flags = ["--iree-hal-target-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=host"]
+    res = mod.profile(mlir, flags, threads=1, min_time=0.01, isolated=isolated)
+    rows = {name: (ms, n, tiles) for name, ms, n, tiles in res["dispatches"]}
+    matmuls = [name for name in rows if "matmul_64x64x64" in name]
+    assert len(matmuls) == 1, rows
+    ms, n, tiles = rows[matmuls[0]]
+    assert n == 2 and ms > 0 and res["module_ms"] > 0
+    assert (tiles is None) == isolated and (isolated or tiles >= 1)
+    argv = [str(mlir), *(f"--flag={f}" for f in flags), "--threads", "1", "--min-time", "0.01"]
+    assert mod.main(argv + (["--isolated"] if isolated else [])) == 0
     out = capsys.readouterr().out
-    assert f"{len(calls)} executables, {sum(calls.values())} dispatches" in out
+    assert f"{len(rows)} executables, {sum(n for _, n, _ in rows.values())} dispatches" in out
