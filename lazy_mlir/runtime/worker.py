@@ -42,14 +42,20 @@ class Job(concurrent.futures.Future):
 
     def run(self) -> None:
         """Run the job (taken off the queue, with ``_running`` set)."""
+        # The job lets go of its arguments before it is done: a thread woken by
+        # the future (``wait_device_ops``) must find the inputs only the job
+        # held (a step's batch) already released.
+        fn, args = self.fn, self.args
+        self.fn = self.args = None
         if self.set_running_or_notify_cancel():
             try:
-                result = self.fn(*self.args)
+                result = fn(*args)
             except BaseException as e:  # noqa: BLE001 - kept for the reader
+                del fn, args
                 self.set_exception(e)
             else:
+                del fn, args
                 self.set_result(result)
-        self.fn = self.args = None
         with _lock:
             _running[0] = False
             if _queue or _exiting[0]:  # only then has the worker anything to do
