@@ -174,9 +174,12 @@ def main(argv=None) -> int:
         gf = f"{2 * int(m[1]) * int(m[2]) * int(m[3]) / ms / 1e6:.0f}" if m else ""
         table.add_row(name, str(n), f"{ms:.2f}", f"{ms * n:.2f}", f"{ms * n / total:.0%}",
                       "" if tiles is None else f"{tiles:.0f}", gf)
-    Console().print(table)
+    console = Console()
+    if not console.is_terminal:  # a log or a pipe: whole dispatch names, one row each
+        console = Console(width=160)
+    console.print(table)
     if res["untimed"]:
-        Console().print(f"not timed (their benchmark does not compile alone): "
+        console.print(f"not timed (their benchmark does not compile alone): "
                         f"{', '.join(res['untimed'])}")
     return 0
 
