@@ -121,7 +121,8 @@ def test_output_widths_get_a_column_tile_of_four_or_more(monkeypatch, avx2, want
 def test_an_avx2_host_gets_its_own_convolution_tile(monkeypatch):
     """On an AVX2 host the channels-last op carries a tile of 6 columns x 16
     channels (IREE's own is 4 x 4), and IREE computes with it what the
-    channels-first op does; 24 output channels (not a multiple of 16) and an
+    channels-first op does; 6 output channels take all 6 and up to 12
+    columns, 12 channels (neither one vector nor a multiple of 8) and an
     AVX-512 host keep IREE's tile."""
     x, w, o = (2, 16, 10, 26), (32, 16, 3, 3), (2, 32, 8, 24)
     text = module(conv("a", x, w, o))
@@ -142,7 +143,16 @@ def test_an_avx2_host_gets_its_own_convolution_tile(monkeypatch):
     np.testing.assert_allclose(run(str(m), args), run(module(conv("c", x26, w, o26)), args),
                                rtol=1e-4, atol=1e-4)
 
-    narrow = parse(module(conv("b", x, (24, 16, 3, 3), (2, 24, 8, 24))))
+    # LeNet-5's conv2 input gradient: 16 -> 6 channels, 14 columns
+    x6, w6, o6 = (2, 16, 18, 18), (6, 16, 5, 5), (2, 6, 14, 14)
+    six = module(conv("d", x6, w6, o6))
+    m = parse(six)
+    assert ccl.to_channels_last(m) == 1
+    assert "vector_common_parallel = [1, 1, 7, 6, 0, 0, 0]" in str(m)
+    args = [rng.standard_normal(s).astype(np.float32) for s in (x6, w6, o6)]
+    np.testing.assert_allclose(run(str(m), args), run(six, args), rtol=1e-4, atol=1e-4)
+
+    narrow = parse(module(conv("b", x, (12, 16, 3, 3), (2, 12, 8, 24))))
     assert ccl.to_channels_last(narrow) == 1 and "compilation_info" not in str(narrow)
     monkeypatch.setattr(ccl, "_avx2_host", lambda: False)
     m = parse(text)
