@@ -114,11 +114,12 @@ around a widened convolution cost more than the narrower tile."""
 
 AVX2_LANES = 8
 """f32 lanes of an AVX2 vector. Output channels that are not a multiple of 16
-(LeNet-5's conv2 input gradient: 16 -> 6 channels, 14 columns, batch 64) took IREE's AVX2 tile of 4
-columns x 4 channels, which divides neither: 17.7 ms for the single op (32.6
-at 16 columns), against 1.6-1.8 ms with 7 columns x 6 channels; LeNet's step
-module went from 19 ms to ~2. So an AVX2 host tiles them too: one vector of
-channels (or all of them, below 8), up to 12 columns."""
+(LeNet-5's conv2 input gradient: 16 -> 6 channels, 14 columns, batch 64)
+took IREE's AVX2 tile of 4 columns x 4 channels, which divides neither: 17.7
+ms for the single op (32.6 at 16 columns), against 1.6-1.8 ms with 7 columns
+x 6 channels; LeNet's step module went from 20.6 to 7.9 ms. So an AVX2 host
+tiles them too: one vector of channels (or all of them, below 8), up to 12
+columns."""
 
 MIN_WORKGROUPS = 8
 """Workgroups ``_avx2_tile`` asks for at least (images x row blocks), so that
