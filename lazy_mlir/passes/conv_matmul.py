@@ -11,7 +11,9 @@ L = OH*OW and K*C = KH*KW*C:
 
 - forward: ``out[N*L, O] = cols[N*L, K*C] @ W[O, K*C]^T``
 - weight gradient: ``dW[O, K*C] = dY[N*L, O]^T @ cols[N*L, K*C]``, summed over
-  batch slices when ``cols`` is large (``WGRAD_CHUNK_BYTES``, timed on cpu)
+  batch slices when ``cols`` is large (``WGRAD_CHUNK_BYTES``, timed on cpu),
+  or on cpu a batch matmul over slices, summed, when ``dW`` is too small to
+  keep the cores busy (``SPLIT_K_MAX_CHANNELS``)
 - input gradient (stride 1): ``Z = dY' @ W[O, K*C]`` on the padded input grid,
   then a sum of KH*KW row-shifted blocks of ``Z`` (``_input_grad``); other
   strides keep torch-mlir's lowering unless ``direct``.
@@ -233,14 +235,52 @@ a slice (K = 1568, for 5x5 windows of 32 channels) ran their matmuls at
 65-69 GFLOP/s against ~190 for the CNN's slices of 4608."""
 
 
-def _weight_grad(dy, x, kh, kw, stride, padding, dilation):
+SPLIT_K_MAX_CHANNELS = 16
+"""Most output channels for which a weight gradient that fits one im2col
+block is split along its depth (``_split_k_slices``). IREE's CPU matmul gives
+each workgroup the whole depth of a tile of rows (8 output channels) and
+columns: LeNet-5's weight gradients at batch 64 ran as 1 workgroup (conv1,
+``dW[6, 25]`` over 50176 positions, 0.95 ms) and 6 (conv2, ``dW[16, 150]``
+over 6400, 1.13 ms), one core idle; as a batch matmul of 32 slices summed,
+0.34 and 0.65 ms (in-module, ``benchmarks/dispatch_profile.py``). The MNIST
+CNN's conv1 (32 channels: 8 workgroups) ran no faster so (0.61 against 0.60
+ms) and its extra encode cost 0.3 ms: it stays one matmul."""
+
+SPLIT_K_MAX_OUTPUTS = 4096
+"""Most weight-gradient elements (O * KH*KW*C) split: a larger gradient has
+columns enough for every core."""
+
+SPLIT_K_SLICES = 32
+"""Most slices: 8 and 16 slices left LeNet-5's conv2 gradient at 1.20 and
+0.91 ms, against 0.65 with 32."""
+
+
+def _split_k_slices(n: int, o: int, kc: int) -> int:
+    """Batch slices for the weight gradient ``dW[O, KC]`` of ``n`` images: the
+    largest divisor of ``n`` up to ``SPLIT_K_SLICES`` when ``dW`` is small
+    enough to leave cores idle, else 1 (one matmul)."""
+    if o > SPLIT_K_MAX_CHANNELS or o * kc > SPLIT_K_MAX_OUTPUTS:
+        return 1
+    return max(d for d in range(1, min(n, SPLIT_K_SLICES) + 1) if n % d == 0)
+
+
+def _weight_grad(dy, x, kh, kw, stride, padding, dilation, split_k=False):
     """``dW[O, K*C] = dY[N*L, O]^T @ cols[N*L, K*C]``, over batch slices of at
-    most ``WGRAD_CHUNK_BYTES`` of im2col when the whole is larger."""
+    most ``WGRAD_CHUNK_BYTES`` of im2col when the whole is larger; with
+    ``split_k`` (cpu) a small ``dW`` in one block is a batch matmul over
+    ``_split_k_slices`` slices of the batch, summed."""
     n, c = x.shape[0], x.shape[1]
     rows = dy.shape[0] // n  # output positions of one image
     per_image = rows * kh * kw * c * x.element_size()
     most = max(1, WGRAD_CHUNK_BYTES // per_image, -(-MIN_WGRAD_CHUNK_ROWS // rows))
     slices = min(MAX_WGRAD_CHUNKS, n, -(-n // most))
+    o, kc = dy.shape[1], kh * kw * c
+    parts = _split_k_slices(n, o, kc) if split_k and slices == 1 else 1
+    if parts > 1:
+        cols, _, _ = _cols(x, kh, kw, stride, padding, dilation)
+        depth = dy.shape[0] // parts
+        dy_t = aten.permute(aten.reshape(dy, [parts, depth, o]), [0, 2, 1])  # [S, O, depth]
+        return aten.sum(aten.bmm(dy_t, aten.reshape(cols, [parts, depth, kc])), [0])
     images = -(-n // slices)  # even slices: 64 images at most 9 a slice are 8 of 8
     dw = None
     for start in range(0, n, images):
@@ -309,7 +349,8 @@ def _depthwise_backward(grad_out, x, weight, stride, padding, dilation, output_m
 
 
 def convolution_backward(grad_out, x, weight, bias_sizes, stride, padding, dilation,
-                         transposed, output_padding, groups, output_mask, direct=False):
+                         transposed, output_padding, groups, output_mask, direct=False,
+                         split_k=False):
     """Weight gradient ``dW[O, K*C] = dY[N*L, O]^T @ cols[N*L, K*C]`` (any
     stride); input gradient with ``direct`` as a direct convolution
     (``_input_grad_direct``, any stride), else by ``_input_grad`` (stride 1)
@@ -347,7 +388,7 @@ def convolution_backward(grad_out, x, weight, bias_sizes, stride, padding, dilat
         grad_input = aten.clone(_input_grad(grad_out, weight, h, w, padding, dilation),
                                 memory_format=torch.contiguous_format)
     if output_mask[1]:
-        dw = _weight_grad(dy, x, kh, kw, stride, padding, dilation)  # [O, K*C]
+        dw = _weight_grad(dy, x, kh, kw, stride, padding, dilation, split_k)  # [O, K*C]
         grad_weight = aten.clone(aten.permute(aten.reshape(dw, [o, kh, kw, c]), [0, 3, 1, 2]),
                                  memory_format=torch.contiguous_format)
     if output_mask[2]:
@@ -355,14 +396,15 @@ def convolution_backward(grad_out, x, weight, bias_sizes, stride, padding, dilat
     return grad_input, grad_weight, grad_bias
 
 
-def decompositions(direct: bool = False) -> dict:
+def decompositions(direct: bool = False, split_k: bool = False) -> dict:
     """The table for ``make_fx`` (a function returning ``NotImplemented``
     keeps the op); ``direct``: stride-1 forwards and input gradients of any
     stride with ``DIRECT_CHANNELS`` go to IREE's direct convolution
-    (``_direct``)."""
+    (``_direct``); ``split_k``: small weight gradients are split along their
+    depth (``_split_k_slices``, measured on cpu)."""
     return {aten.convolution.default: functools.partial(convolution, direct=direct),
-            aten.convolution_backward.default: functools.partial(convolution_backward,
-                                                                 direct=direct)}
+            aten.convolution_backward.default: functools.partial(
+                convolution_backward, direct=direct, split_k=split_k)}
 
 
 DECOMPOSITIONS = decompositions()

@@ -75,7 +75,7 @@ def lower(gm: fx.GraphModule, config: PipelineConfig,
     if config.conv_as_matmul(target):
         from ..passes.conv_matmul import decompositions
         from ..passes.pool_elementwise import DECOMPOSITIONS as pool
-        extra = {**decompositions(direct=direct), **pool}
+        extra = {**decompositions(direct=direct, split_k=target == "cpu"), **pool}
     if config.decompositions or extra:
         gm = decompose(gm, extra, base=config.decompositions)
         if config.decompositions:

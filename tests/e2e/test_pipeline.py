@@ -374,7 +374,8 @@ def test_convolutions_run_channels_last_in_a_training_step(tmp_path):
     """On cpu a stride-1 convolution with 3+ channels in and out, forward and
     input gradient, becomes IREE's channels-last convolution
     (``conv_channels_last``); the one-channel first layer is an im2col
-    matmul. Losses and the updated weights match eager."""
+    matmul; the weight gradients are split along the batch. Losses and the
+    updated weights match eager."""
     def net():
         return torch.nn.Sequential(
             torch.nn.Conv2d(1, 16, 3), torch.nn.ReLU(),               # one channel in: im2col
@@ -389,3 +390,6 @@ def test_convolutions_run_channels_last_in_a_training_step(tmp_path):
     assert "linalg.conv_2d_nhwc_hwcf" in text and '"util.optimization_barrier"' in text
     fx = (tmp_path / rewritten[0]["file"].replace("-linalg.mlir", "-fx.txt")).read_text()
     assert fx.count("aten.convolution.default") == 2  # c2's forward and input gradient
+    # both weight gradients (16 x 9 and 6 x 144) are small: one batch matmul
+    # each over 16 slices of one image (``split_k``), not a 1-workgroup matmul
+    assert fx.count("aten.bmm.default(") == 2 and "[16, 100, 16]" in fx

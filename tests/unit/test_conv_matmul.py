@@ -107,6 +107,52 @@ def test_a_large_weight_gradient_is_summed_over_batch_slices(stride, padding, mo
         .sub(want).abs().max() < 1e-12
 
 
+@pytest.mark.parametrize("n,o,slices", [(64, 6, 32), (7, 16, 7), (12, 4, 12), (8, 17, 1),
+                                         (8, 16, 8)])
+def test_a_small_weight_gradient_is_split_along_the_batch(n, o, slices, monkeypatch):
+    """With ``split_k`` a weight gradient of at most ``SPLIT_K_MAX_CHANNELS``
+    output channels and ``SPLIT_K_MAX_OUTPUTS`` elements is one batch matmul
+    over slices of the batch (the largest divisor of N up to 32), summed;
+    17 channels stay one matmul. Either way it is aten's gradient."""
+    monkeypatch.setattr(cm, "MIN_COLUMNS", 1)
+    c = 3 if o < 16 else 2  # at most 16 x 2*3*3 = 288 gradient elements
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(n, c, 6, 6, generator=g, dtype=torch.float64)
+    weight = torch.randn(o, c, 3, 3, generator=g, dtype=torch.float64)
+    conv = ([1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+    dy = torch.randn(n, o, 6, 6, generator=g, dtype=torch.float64)
+    mask = [False, True, False]
+    gm = make_fx(lambda dy, x, w: cm.convolution_backward(dy, x, w, None, *conv, mask,
+                                                          split_k=True))(dy, x, weight)
+    targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    bmm = [n for n in gm.graph.nodes if n.target == aten.bmm.default]
+    if slices > 1:
+        assert len(bmm) == 1 and aten.mm.default not in targets
+        assert tuple(bmm[0].meta["val"].shape) == (slices, o, c * 9)
+    else:
+        assert not bmm and targets.count(aten.mm.default) == 1
+    want = aten.convolution_backward(dy, x, weight, None, *conv, mask)[1]
+    torch.testing.assert_close(gm(dy, x, weight)[1], want)
+    plain = make_fx(lambda dy, x, w: cm.convolution_backward(dy, x, w, None, *conv, mask))(
+        dy, x, weight)  # without split_k (gpu targets): one matmul
+    assert aten.bmm.default not in [n.target for n in plain.graph.nodes]
+
+
+def test_a_weight_gradient_in_chunks_is_not_split_again(monkeypatch):
+    """Past ``WGRAD_CHUNK_BYTES`` the chunked matmuls stay: splitting is for a
+    gradient that fits one block."""
+    monkeypatch.setattr(cm, "MIN_COLUMNS", 1)
+    monkeypatch.setattr(cm, "WGRAD_CHUNK_BYTES", 1)
+    monkeypatch.setattr(cm, "MIN_WGRAD_CHUNK_ROWS", 1)
+    x, weight, dy = torch.randn(4, 2, 6, 6), torch.randn(4, 2, 3, 3), torch.randn(4, 4, 4, 4)
+    conv = ([1, 1], [0, 0], [1, 1], False, [0, 0], 1)
+    gm = make_fx(lambda dy, x, w: cm.convolution_backward(dy, x, w, None, *conv,
+                                                          [False, True, False], split_k=True))(
+        dy, x, weight)
+    targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    assert targets.count(aten.mm.default) == 4 and aten.bmm.default not in targets
+
+
 @pytest.mark.parametrize("case", [(2, 4, 9, 10, 5, 3, 2, 1, 1), (2, 4, 12, 11, 5, 3, 2, 0, 1),
                                   (2, 4, 13, 13, 5, 5, 3, 2, 1), (1, 3, 14, 15, 6, 3, 2, 2, 2),
                                   (2, 4, 9, 9, 5, 1, 2, 0, 1)],
