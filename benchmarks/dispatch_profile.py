@@ -19,25 +19,35 @@ the workgroups (tiles) of one dispatch.
 (``--iree-hal-dump-executable-benchmarks-to``) and times it alone: warm
 inputs, no neighbour; on a 2-core machine its sum ran 1.5-2x the module.
 
-For matmul-like dispatches (``matmul_MxNxK`` in IREE's dispatch name) it
-prints GFLOP/s, the figure to hold against the machine's limit.
+For contractions (``matmul_MxNxK``, ``batch_matmul_BxMxNxK``,
+``conv_NxOHxOWxFxKHxKWxC`` in IREE's dispatch name) it prints GFLOP/s, the
+figure to hold against the machine's limit.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-_MATMUL = re.compile(r"matmul(?:_like)?_(\d+)x(\d+)x(\d+)_")
+# IREE names a contraction's dispatch by its loop ranges, one multiply-add each:
+# matmul_MxNxK, batch_matmul_BxMxNxK, matmul_like_..., conv_NxOHxOWxFxKHxKWxC.
+_CONTRACTION = re.compile(r"(?:matmul(?:_like)?|conv)_(\d+(?:x\d+){2,})_")
 _MAIN = re.compile(r"func\.func @main\((.*?)\)\s*->", re.S)
 _TENSOR = re.compile(r"tensor<([^>]*)>")
 _STAT = re.compile(r"^\s*host_execute (\S+)\s+count=(\d+) total=([\d.]+) (ns|us|ms|s) "
                    r".*?tiles=(\d+)", re.M)
 _CALL = re.compile(r"stream\.cmd\.dispatch @[\w$.-]+::@[\w$.-]+::@([\w$.-]+)")
+
+
+def gflops(dispatch: str, ms: float) -> str:
+    """GFLOP/s of a contraction dispatch that takes ``ms``; "" for others."""
+    m = _CONTRACTION.search(dispatch)
+    return f"{2 * math.prod(map(int, m[1].split('x'))) / ms / 1e6:.0f}" if m else ""
 
 
 def _bench(vmfb: Path, threads: int, min_time: float, extra=()) -> list[tuple[str, float]]:
@@ -170,8 +180,7 @@ def main(argv=None) -> int:
         table.add_column(col, justify="left" if col == "dispatch" else "right",
                          overflow="fold")
     for name, ms, n, tiles in rows[:a.top]:
-        m = _MATMUL.search(name)
-        gf = f"{2 * int(m[1]) * int(m[2]) * int(m[3]) / ms / 1e6:.0f}" if m else ""
+        gf = gflops(name, ms)
         table.add_row(name, str(n), f"{ms:.2f}", f"{ms * n:.2f}", f"{ms * n / total:.0%}",
                       "" if tiles is None else f"{tiles:.0f}", gf)
     console = Console()

@@ -54,3 +54,14 @@ def test_a_reused_executable_is_counted_per_call(tmp_path, capsys, isolated):
     assert mod.main(argv + (["--isolated"] if isolated else [])) == 0
     out = capsys.readouterr().out
     assert f"{len(rows)} executables, {sum(n for _, n, _ in rows.values())} dispatches" in out
+
+
+def test_contractions_get_their_gflops():
+    """From the loop ranges in IREE's dispatch name: 2 x their product FLOPs."""
+    gflops = _load().gflops
+    assert gflops("main_dispatch_1_matmul_128x1024x1024_f32", 2.0) == "134"
+    assert gflops("main_dispatch_31_batch_matmul_32x16x150x200_f32", 0.5) == "61"
+    assert gflops("main_dispatch_5_conv_64x24x24x64x3x3x32_f32", 13.1) == "104"
+    assert gflops("main_dispatch_3_matmul_like_8x64x288x512_f32", 1.0) == "151"
+    assert gflops("_encoding_0_encode_43264x9xf32_to_43264x9xf32", 1.0) == ""
+    assert gflops("main_dispatch_2_transpose_64x32x9_f32", 1.0) == ""
