@@ -207,13 +207,13 @@ def _store_plan(table, key, func, flat, tree, out_flat, out_tree) -> None:
     table[key] = _Plan(func, flat, tree, out_flat, out_tree)
 
 
-def _run_plan(plan: _Plan, info: OpInfo, func, vals, tree):
+def _run_plan(plan: _Plan, info: OpInfo, func, vals, tree, bare=False):
     inputs = [v for v in vals if type(v) is Value]
     where = debug.user_location() if debug.tracking_locations() else None
     outs = make_node(func, vals, tree, inputs, plan.specs, "", where, plan.prefix)
     metrics.counter_inc(info.counter)
     if plan.single:
-        return wrap_value(outs[0])
+        return outs[0] if bare else wrap_value(outs[0])
     it = iter(outs)
     result = [wrap_value(next(it)) if type(o) is TensorSpec else o for o in plan.out_flat]
     return tree_unflatten(result, plan.out_tree)
@@ -270,8 +270,10 @@ def _make_scalar(x, dtype):
     return t
 
 
-def record(func, args, kwargs):
-    """Record a functional op on lazy tensors; returns lazy tensors."""
+def record(func, args, kwargs, bare=False):
+    """Record a functional op on lazy tensors; returns lazy tensors. With
+    ``bare``, an op of one output recorded from its plan returns its Value
+    instead (no wrapper tensor): the in-place path only assigns it."""
     func, args, kwargs = lift_scalars(func, args, kwargs, LazyTensor, _make_scalar, record)
     info = op_info(func)
     flat, tree = argtree.flatten(args, kwargs)
@@ -285,7 +287,7 @@ def record(func, args, kwargs):
             and denied is None):
         if info.bounds:
             vals = _guarded(func, vals, tree)
-        return _run_plan(plan, info, func, vals, tree)
+        return _run_plan(plan, info, func, vals, tree, bare)
     from .fallback import UNSUPPORTED_DTYPES, dtypes_supported, run_eagerly
     from ..dialects.support import decomposed_before_import, op_is_supported
     if empty_inputs.runs_eagerly(func, vals, tree):
@@ -500,7 +502,12 @@ def _mutating(func, args, kwargs):
                 if len(_inplace_checked) >= _PLANS_MAX:
                     _inplace_checked.clear()
                 _inplace_checked.add(key)
-        out = record(fn, args, kwargs)
+        out = record(fn, args, kwargs, bare=True)
+        if type(out) is Value and out.spec.dtype == self.dtype:  # the common case
+            assign(self, out)
+            return self
+        if type(out) is Value:
+            out = wrap_value(out)
         if out.dtype != self.dtype:
             out = aten._to_copy.default(out, dtype=self.dtype)
         assign(self, value_of(out))

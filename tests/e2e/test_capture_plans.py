@@ -76,3 +76,31 @@ def test_dead_graphs_free_device_buffers_without_the_cyclic_collector():
         if was_enabled:
             gc.enable()
     assert max(counts) == min(counts), counts
+
+
+def test_an_in_place_op_on_its_plan_makes_no_tensor_for_its_result(monkeypatch):
+    """``add_``, ``mul_`` (a lifted scalar), ``lerp_`` record their functional
+    op and assign its Value to the tensor: once planned, no wrapper tensor is
+    made for the intermediate result (half the cost of an optimizer's op).
+    A result of another dtype is still cast, as the in-place kernel does."""
+    from lazy_mlir.lazy import capture
+    y, w = torch.randn(4, 4), torch.randn(4, 4)
+    ly, lw = y.to("lazy"), w.to("lazy")
+
+    def ops(a, b):
+        a.add_(b).mul_(0.9).lerp_(b, 0.25)
+
+    ops(ly, lw)  # plans made here
+    made = []
+    real = capture.wrap_value
+    monkeypatch.setattr(capture, "wrap_value", lambda v: made.append(v) or real(v))
+    ops(ly, lw)
+    assert made == []
+    ops(y, w)
+    ops(y, w)
+    torch.testing.assert_close(ly.cpu(), y)
+    half = torch.ones(3, dtype=torch.float16)
+    lhalf = half.to("lazy")
+    lhalf.add_(torch.full((3,), 0.5).to("lazy"))  # float32 result, cast to float16
+    half.add_(torch.full((3,), 0.5))
+    assert lhalf.dtype == torch.float16 and torch.equal(lhalf.cpu(), half)
