@@ -311,6 +311,33 @@ def run_subprocess(script: str, spec: Spec, backend: str, warmup: int, inputs: s
             "wall_s": wall, "load": load}
 
 
+def merge_rounds(results: list[dict]) -> dict:
+    """One row's result from several rounds (fresh subprocesses) of a pair:
+    every round's steps together, and each round's median (``round_ms``) for
+    ``paired_ratio``. The first round gives the first step and the losses; a
+    round that failed fails the row."""
+    for res in results:
+        if "error" in res:
+            return res
+    out = dict(results[0])
+    if len(results) > 1:
+        out["steady_ms"] = [t for res in results for t in res["steady_ms"]]
+        out["round_ms"] = [statistics.median(res["steady_ms"]) for res in results]
+        out["load"] = max(res.get("load", 0) for res in results)
+    return out
+
+
+def paired_ratio(res: dict, eager: dict) -> tuple[float, float, float] | None:
+    """(median, min, max) over rounds of this row's median over eager's in the
+    same round; None without rounds on both sides. Rounds run the backends
+    one after the other, so a ratio within a round sees the same load."""
+    a, e = res.get("round_ms"), eager.get("round_ms")
+    if not a or not e or len(a) != len(e):
+        return None
+    ratios = [x / y for x, y in zip(a, e)]
+    return statistics.median(ratios), min(ratios), max(ratios)
+
+
 def _rel(a: float, b: float) -> float:
     return abs(a - b) / max(abs(b), 1e-12)
 
@@ -360,10 +387,11 @@ HEADER = ["model", "batch", "backend", "first step (ms)", "step min (ms)",
 
 
 def table_rows(rows: list[Row]) -> list[list[str]]:
-    med = {}
+    med, eager = {}, {}
     for r in rows:
         if r.backend == "eager" and r.res.get("steady_ms"):
             med[r.spec] = statistics.median(r.res["steady_ms"])
+            eager[r.spec] = r.res
     out = []
     for r in rows:
         s = r.res.get("steady_ms") or []
@@ -372,6 +400,9 @@ def table_rows(rows: list[Row]) -> list[list[str]]:
             m = statistics.median(s)
             cells = [_fmt(min(s)), _fmt(m), _fmt(max(s))]
             ratio = f"{m / med[r.spec]:.2f}x" if r.spec in med else "-"
+            paired = paired_ratio(r.res, eager[r.spec]) if r.spec in eager else None
+            if paired is not None and r.backend != "eager":
+                ratio = f"{paired[0]:.2f}x ({paired[1]:.2f}-{paired[2]:.2f})"
         else:
             cells, ratio = ["-", "-", "-"], "-"
         out.append([r.spec.name, str(r.spec.batch), r.backend, first, *cells, ratio,

@@ -15,6 +15,8 @@ and ``loss.item()`` (lazy backends call mark_step() first). Reported: the first
 step (includes compilation), then min/median/max over ``--steps`` steps after
 ``--warmup`` untimed steps, the median relative to eager, and whether the
 step-1 loss matches eager's (1e-3 relative; 1e-4 absolute for torch.compile).
+With ``--rounds R`` every backend of a row runs R times, in turn; the ratio is
+then the median of the R per-round ratios, with their range.
 """
 from __future__ import annotations
 
@@ -45,6 +47,10 @@ def parse_args(argv=None):
     p.add_argument("--log-dir", default=None, help="keep each worker's stdout/stderr here")
     p.add_argument("--threads", type=int, default=None,
                    help="torch/OpenMP threads per worker (default: torch's default)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run every backend of a row this many times, in turn: the ratio to "
+                        "eager is then the median of each round's ratio (with its range), "
+                        "which a noisy machine moves less than one run of each")
     p.add_argument("--warm-caches", action="store_true",
                    help="let workers use the user's compile caches (default: a fresh, "
                         "empty cache per worker, so the first step is a cold compile)")
@@ -93,17 +99,23 @@ def main(argv=None) -> int:
         for spec in specs:
             path = os.path.join(tmp, f"{spec.key}.pt")
             H.make_inputs(spec, path)
-            for b in backends:
-                console.print(f"[bold]{spec.name}[/] b={spec.batch} [cyan]{b}[/] "
-                              f"({spec.steps} steps + {a.warmup} warmup) ...", end=" ")
-                res = H.run_subprocess(script, spec, b, a.warmup, path, a.timeout, a.log_dir,
-                                         cold=not a.warm_caches, threads=a.threads)
-                rows.append(H.Row(spec, b, res))
-                if "error" in res:
-                    console.print(f"[red]error[/] {res['error']}")
-                else:
-                    console.print(f"first {res['first_ms']:.0f} ms, loss@1 "
-                                  f"{res['losses'][0]:.6f} ({res['wall_s']:.1f} s)")
+            runs = {b: [] for b in backends}
+            for r in range(a.rounds):
+                for b in backends:
+                    round_note = f" round {r + 1}/{a.rounds}" if a.rounds > 1 else ""
+                    console.print(f"[bold]{spec.name}[/] b={spec.batch} [cyan]{b}[/]"
+                                  f"{round_note} ({spec.steps} steps + {a.warmup} warmup) ...",
+                                  end=" ")
+                    res = H.run_subprocess(script, spec, b, a.warmup, path, a.timeout,
+                                           a.log_dir, cold=not a.warm_caches,
+                                           threads=a.threads)
+                    runs[b].append(res)
+                    if "error" in res:
+                        console.print(f"[red]error[/] {res['error']}")
+                    else:
+                        console.print(f"first {res['first_ms']:.0f} ms, loss@1 "
+                                      f"{res['losses'][0]:.6f} ({res['wall_s']:.1f} s)")
+            rows += [H.Row(spec, b, H.merge_rounds(runs[b])) for b in backends]
     finally:
         for f in os.listdir(tmp):
             os.remove(os.path.join(tmp, f))
