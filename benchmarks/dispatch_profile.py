@@ -50,14 +50,21 @@ def gflops(dispatch: str, ms: float) -> str:
     return f"{2 * math.prod(map(int, m[1].split('x'))) / ms / 1e6:.0f}" if m else ""
 
 
+_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}  # milliseconds per unit
+
+
+def _benchmark(vmfb: Path, threads: int, min_time: float, *extra: str):
+    """Run ``iree-benchmark-module`` on the host's local-task device."""
+    cmd = ["iree-benchmark-module", f"--module={vmfb}", "--device=local-task",
+           f"--task_topology_group_count={threads}", f"--benchmark_min_time={min_time}s",
+           *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, check=True)
+
+
 def _bench(vmfb: Path, threads: int, min_time: float, extra=()) -> list[tuple[str, float]]:
     """(benchmark name, real time in ms) for every benchmark of a module."""
-    cmd = ["iree-benchmark-module", f"--module={vmfb}", "--device=local-task",
-           f"--task_topology_group_count={threads}", "--benchmark_format=json",
-           f"--benchmark_min_time={min_time}s", *extra]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
-    return [(b["name"], b["real_time"] * scale[b["time_unit"]])
+    out = _benchmark(vmfb, threads, min_time, "--benchmark_format=json", *extra).stdout
+    return [(b["name"], b["real_time"] * _MS[b["time_unit"]])
             for b in json.loads(out)["benchmarks"] if b.get("run_type") != "aggregate"]
 
 
@@ -95,12 +102,9 @@ def _statistics(vmfb: Path, threads: int, min_time: float, inputs: list[str],
                 calls: dict[str, int]) -> list[tuple[str, float, int, float]]:
     """(entry point, ms a dispatch, dispatches a call of main, tiles a dispatch)
     from IREE's device statistics over repeated calls of ``main``."""
-    cmd = ["iree-benchmark-module", f"--module={vmfb}", "--device=local-task",
-           f"--task_topology_group_count={threads}", "--function=main",
-           f"--benchmark_min_time={min_time}s", "--print_device_statistics", *inputs]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
-    stats = [(name, int(count), float(total) * scale[unit], int(tiles))
+    out = _benchmark(vmfb, threads, min_time, "--function=main", "--print_device_statistics",
+                     *inputs)
+    stats = [(name, int(count), float(total) * _MS[unit], int(tiles))
              for name, count, total, unit, tiles in _STAT.findall(out.stdout + out.stderr)]
     if not stats:
         raise SystemExit("iree-benchmark-module printed no device statistics")
