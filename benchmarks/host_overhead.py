@@ -11,7 +11,10 @@ run and reads the loss back). Reports medians and minima of wall time, and
 the capturing thread's CPU time for capture + mark_step (``time.thread_time``,
 which a loaded machine inflates less than wall time), each also per captured
 op (``lazy::`` counters). ``--profile N`` prints cProfile's N most expensive
-functions (by own time) over the timed steps instead.
+functions (by own time) over the timed steps instead. Last, the per-op floors
+the table stands on: an add in eager CPU, in a Python ``__torch_dispatch__``
+subclass that does nothing but wrap its result (the least any capture in
+Python pays), and on the lazy device.
 
 Models: ``lenet`` (LeNet-5, SGD, batch 1 by default) and ``mlp`` (784-1024-
 1024-10, Adam, batch 8 by default: host costs do not depend on the batch).
@@ -104,6 +107,41 @@ def measure(name: str, steps: int, batch: int | None, profile: int) -> str:
             f"{recompiled} |")
 
 
+class _Bare(torch.Tensor):
+    """The least a Python ``__torch_dispatch__`` subclass can do per op: make
+    a wrapper for the result (shapes kept, no graph, no data)."""
+
+    @staticmethod
+    def __new__(cls, like):
+        return torch.Tensor._make_wrapper_subclass(cls, like.shape, dtype=like.dtype,
+                                                   device="meta")
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        return _Bare(args[0])
+
+
+def floors(n: int = 100, trials: int = 30) -> str:
+    """Thread CPU per op, min over ``trials`` of ``n`` adds of 4x4 tensors:
+    eager CPU, the bare subclass above, and a lazy tensor (a planned op)."""
+    def per_op(a, b, sync=lambda: None):
+        best = float("inf")
+        for _ in range(trials):
+            t = time.thread_time()
+            for _ in range(n):
+                a + b
+            best = min(best, (time.thread_time() - t) / n)
+            sync()
+        return best * 1e6
+    x = torch.randn(4, 4)
+    bare = _Bare(torch.empty(4, 4, device="meta"))
+    lazy = x.to("lazy")
+    lazy + lazy  # its plan
+    return (f"per-op floors (thread CPU, min of {trials} x {n} `a + b`, 4x4): eager CPU "
+            f"{per_op(x, x):.1f} us, an empty __torch_dispatch__ subclass "
+            f"{per_op(bare, bare):.1f} us, lazy {per_op(lazy, lazy, lm.mark_step):.1f} us")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="lenet,mlp")
@@ -116,6 +154,8 @@ def main() -> None:
           "| thread CPU us/op, capture+mark_step (median / min) | recompiles |")
     print("|---|---|---|---|---|---|---|")
     print("\n".join(rows))
+    print()
+    print(floors())
 
 
 if __name__ == "__main__":
