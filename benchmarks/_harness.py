@@ -267,7 +267,9 @@ class Row:
 
 def run_subprocess(script: str, spec: Spec, backend: str, warmup: int, inputs: str,
                    timeout: float, log_dir: str | None = None, cold: bool = True,
-                   threads: int | None = None) -> dict:
+                   threads: int | None = None, log_tag: str = "") -> dict:
+    """Run one worker; its log, with ``log_dir``, is ``<row>_<backend><log_tag>.log``
+    (a tag per round keeps every round's)."""
     cmd = [sys.executable, script, "--_worker", backend, "--model", spec.name,
            "--batch", str(spec.batch), "--steps", str(spec.steps), "--warmup", str(warmup),
            "--_inputs", inputs]
@@ -294,7 +296,7 @@ def run_subprocess(script: str, spec: Spec, backend: str, warmup: int, inputs: s
             shutil.rmtree(cache, ignore_errors=True)
     wall = time.perf_counter() - t0
     if log_dir:
-        with open(os.path.join(log_dir, f"{spec.key}_{backend}.log"), "w") as f:
+        with open(os.path.join(log_dir, f"{spec.key}_{backend}{log_tag}.log"), "w") as f:
             f.write(" ".join(cmd) + f"\n# rc={p.returncode} wall={wall:.1f}s\n")
             f.write("## stdout\n" + p.stdout + "\n## stderr\n" + p.stderr)
     for line in reversed(p.stdout.splitlines()):

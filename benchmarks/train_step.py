@@ -108,7 +108,8 @@ def main(argv=None) -> int:
                                   end=" ")
                     res = H.run_subprocess(script, spec, b, a.warmup, path, a.timeout,
                                            a.log_dir, cold=not a.warm_caches,
-                                           threads=a.threads)
+                                           threads=a.threads,
+                                           log_tag=f"_round{r + 1}" if a.rounds > 1 else "")
                     runs[b].append(res)
                     if "error" in res:
                         console.print(f"[red]error[/] {res['error']}")

@@ -503,10 +503,10 @@ def _mutating(func, args, kwargs):
                     _inplace_checked.clear()
                 _inplace_checked.add(key)
         out = record(fn, args, kwargs, bare=True)
-        if type(out) is Value and out.spec.dtype == self.dtype:  # the common case
-            assign(self, out)
-            return self
-        if type(out) is Value:
+        if type(out) is Value:  # recorded from its plan
+            if out.spec.dtype == self.dtype:  # the common case: no cast
+                assign(self, out)
+                return self
             out = wrap_value(out)
         if out.dtype != self.dtype:
             out = aten._to_copy.default(out, dtype=self.dtype)
