@@ -81,7 +81,9 @@ def lower(gm: fx.GraphModule, config: PipelineConfig,
         if config.decompositions:
             made_by.append("torch-mlir decomposition table")
         if extra:
-            made_by.append("conv_matmul + pool_elementwise")
+            from ..passes.channels_last_pointwise import channels_last_pointwise
+            gm = channels_last_pointwise(gm)
+            made_by.append("conv_matmul + pool_elementwise + channels_last_pointwise")
     gm = float_eq_as_not_ne(normalize_dims(gm))
     if config.mixed_precision == "bf16":
         from ..passes.mixed_precision import bf16_mixed_precision

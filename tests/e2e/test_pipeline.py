@@ -393,3 +393,19 @@ def test_convolutions_run_channels_last_in_a_training_step(tmp_path):
     # both weight gradients (16 x 9 and 6 x 144) are small: one batch matmul
     # each over 16 slices of one image (``split_k``), not a 1-workgroup matmul
     assert fx.count("aten.bmm.default(") == 2 and "[16, 100, 16]" in fx
+
+
+def test_an_activation_pooled_channels_last_is_computed_channels_last(monkeypatch):
+    from lazy_mlir.passes import conv_matmul
+    monkeypatch.setattr(conv_matmul, "MIN_COLUMNS", 1)  # small shapes, rewritten anyway
+    def net(x, w):
+        y = torch.relu(F.conv2d(x, w))
+        return F.max_pool2d(y, 2), y * 0.5  # read channels last (the pool) and first
+
+    args = (torch.randn(2, 4, 10, 10), torch.randn(6, 4, 3, 3))
+    lowered = lm.jit(net).lower(*args, config=PipelineConfig(conv_lowering="im2col"))
+    assert "channels_last_pointwise" in lowered.stage("fx").provenance.built_by
+    relus = [line for line in lowered.as_text("fx").splitlines() if "aten.relu" in line]
+    assert len(relus) == 1 and "f32[2, 8, 8, 6]" in relus[0]  # [N, H, W, C]
+    for got, want in zip(lowered.compile("cpu")(*args), net(*args)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
