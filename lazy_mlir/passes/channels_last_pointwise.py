@@ -7,9 +7,10 @@ backward, masked channels first. IREE 3.13 then materializes the relu output
 channels first (a 9.4 MB transpose dispatch, 1.5 ms) and the fused max-pool
 and relu backward reads it with a channel stride (3.0 ms). Computing the
 relu on the channels-last input and giving the other readers the permuted
-view removed the transpose and brought the backward dispatch to 1.7 ms: the
-training-step module ran in 0.95x the time (``farm-bench`` pairing 15 runs
-of ``iree-benchmark-module``, 40 calls each).
+view removed the transpose and brought the backward dispatch to 1.7-1.9 ms
+(``benchmarks/dispatch_profile.py``), about 4% of the ~65 ms module; whole
+modules paired by ``farm-bench`` (15 runs of ``iree-benchmark-module``, 40
+calls each) ran in 0.95x and 0.99x the time, within this machine's noise.
 
 Only ops tagged pointwise with one tensor argument are moved: they commute
 with any permutation of it.
