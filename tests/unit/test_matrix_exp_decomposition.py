@@ -12,8 +12,10 @@ def test_matches_aten_over_degrees_and_squarings():
     g = torch.Generator().manual_seed(0)
     for scale in (1e-8, 1e-3, 0.05, 0.4, 1.2, 2.5, 30.0, 80.0):  # T1 .. T18, 0 .. 5 squarings
         a = torch.randn(5, 5, generator=g) * scale / 5
+        # 1e-5: with 5 squarings (scale 80) the CPU's matmul summation order
+        # shows: 3.5e-6 on a Sapphire Rapids core, where it was within 1e-6.
         torch.testing.assert_close(linalg_matrix_exp(a), torch.linalg.matrix_exp(a),
-                                   rtol=1e-6, atol=1e-6)
+                                   rtol=1e-5, atol=1e-6)
     batch = torch.randn(4, 3, 3, generator=g) * 9
     torch.testing.assert_close(linalg_matrix_exp(batch), torch.linalg.matrix_exp(batch),
                                rtol=1e-6, atol=0)
