@@ -17,7 +17,7 @@ from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 from . import argtree, bounds, debug, empty_inputs, metrics, shapes
 from . import foreach as _foreach
 from .coverage import _active as _dry_run
-from .ir import DeviceData, TensorSpec, Value, arg_signature, make_node, node_prefix
+from .ir import DeviceData, TensorSpec, Value, arg_signature, make_node, node_key
 from .resize import SPECIAL as RESIZE
 from .scalars import lift_scalars
 from .tensor import LazyTensor, Storage, live_storages, wrap_value
@@ -97,7 +97,7 @@ def emit_flat(func, flat: list, tree: tuple):
     if plan is not None:
         inputs = [v for v in flat if type(v) is Value]
         where = debug.user_location() if debug.tracking_locations() else None
-        outs = make_node(func, flat, tree, inputs, plan.specs, "", where, plan.prefix)
+        outs = make_node(func, flat, tree, inputs, plan.specs, "", where, plan.key)
         return outs, plan.out_flat, plan.out_tree
     inputs, placeholders = _placeholders(flat)
     out_flat, out_tree = shapes.infer(func, placeholders, tree)
@@ -162,13 +162,13 @@ def op_info(func) -> OpInfo:
 
 
 class _Plan:
-    __slots__ = ("out_flat", "out_tree", "specs", "prefix", "single")
+    __slots__ = ("out_flat", "out_tree", "specs", "key", "single")
 
     def __init__(self, func, flat, tree, out_flat, out_tree):
         self.out_flat = out_flat
         self.out_tree = out_tree
         self.specs = [o if type(o) is TensorSpec else None for o in out_flat]
-        self.prefix = node_prefix(func, _const_repr(flat, tree), self.specs)
+        self.key = node_key(func, _const_repr(flat, tree), self.specs)
         self.single = len(out_flat) == 1 and out_tree is None
 
 
@@ -210,7 +210,7 @@ def _store_plan(table, key, func, flat, tree, out_flat, out_tree) -> None:
 def _run_plan(plan: _Plan, info: OpInfo, func, vals, tree, bare=False):
     inputs = [v for v in vals if type(v) is Value]
     where = debug.user_location() if debug.tracking_locations() else None
-    outs = make_node(func, vals, tree, inputs, plan.specs, "", where, plan.prefix)
+    outs = make_node(func, vals, tree, inputs, plan.specs, "", where, plan.key)
     metrics.counter_inc(info.counter)
     if plan.single:
         return outs[0] if bare else wrap_value(outs[0])

@@ -5,9 +5,10 @@ be computed, or device data (``DeviceData``) that already exists. When a graph
 runs, its outputs become device data in place (``Value.materialize``): later
 graphs stop there and take them as inputs, and the nodes behind are freed.
 
-Every node's key (sha256 over op, constant arguments and its inputs' keys) is
-computed once, at creation; device data is keyed by shape and dtype only, so
-keys are stable across processes and independent of tensor contents.
+Every node's key (sha256 over its op, constant arguments and output specs) is
+memoized with the op's record plan; where its inputs come from enters the
+graph's key (``graph.py``), which also keys device data by shape and dtype
+only: keys are stable across processes and independent of tensor contents.
 """
 from __future__ import annotations
 
@@ -109,7 +110,7 @@ live_data: "weakref.WeakSet[DeviceData]" = weakref.WeakSet()
 class Value:
     """One tensor of a graph: node output (pending) or device data (done)."""
 
-    __slots__ = ("node", "index", "data", "spec", "key", "__weakref__")
+    __slots__ = ("node", "index", "data", "spec", "__weakref__")
 
     def __init__(self, spec: TensorSpec, node: "Node | None" = None, index: int = 0,
                  data: DeviceData | None = None):
@@ -117,11 +118,6 @@ class Value:
         self.node = node
         self.index = index
         self.data = data
-        if node is not None:
-            self.key = node.key + (_INDEX_BYTES[index] if index < 16
-                                   else index.to_bytes(2, "little"))
-        else:
-            self.key = b"D" + spec.signature().encode()
 
     @property
     def pending(self) -> bool:
@@ -131,14 +127,10 @@ class Value:
         """Bind computed data; drop the node so its graph can be freed."""
         self.data = data
         self.node = None
-        self.key = b"D" + self.spec.signature().encode()
 
     @staticmethod
     def of_data(data: DeviceData) -> "Value":
         return Value(data.spec, data=data)
-
-
-_INDEX_BYTES = [i.to_bytes(2, "little") for i in range(16)]
 
 
 class Node:
@@ -184,18 +176,16 @@ class Node:
 
 
 def make_node(op, flat: list, tree: tuple, inputs: list[Value], specs: list,
-              const_repr: str, location: str | None = None, prefix=None) -> list[Value]:
+              const_repr: str, location: str | None = None, key: bytes | None = None
+              ) -> list[Value]:
     """Record one op; returns its new output Values (the only strong
     references to them: hold them, or they die with nothing computing them).
 
     ``specs``: the op's flat outputs, a TensorSpec for each tensor and None
-    for anything else (an undefined gradient, a Python value). ``prefix``:
-    ``node_prefix(op, const_repr, specs)`` when the caller has it memoized
-    (the key is the same either way)."""
-    h = (prefix or node_prefix(op, const_repr, specs)).copy()
-    for v in inputs:
-        h.update(v.key)
-    node = Node(op, flat, tree, inputs, specs, h.digest(), location)
+    for anything else (an undefined gradient, a Python value). ``key``:
+    ``node_key(op, const_repr, specs)`` when the caller has it memoized."""
+    node = Node(op, flat, tree, inputs, specs,
+                key if key is not None else node_key(op, const_repr, specs), location)
     if len(specs) == 1 and specs[0] is not None:  # the common case, without comprehensions
         outs = [Value(specs[0], node, 0)]
         node._outs = [weakref.ref(outs[0])]
@@ -219,13 +209,13 @@ def arg_signature(flat: list) -> tuple:
                  for v in flat)
 
 
-def node_prefix(op, const_repr: str, specs: list):
-    """The part of a node's key that does not depend on its inputs: a sha256
-    over the op, its constant arguments and its output signatures (the
-    inputs' keys are added to a copy of it)."""
+def node_key(op, const_repr: str, specs: list) -> bytes:
+    """A sha256 over the op, its constant arguments and its output
+    signatures. It leaves out the inputs: the graph's key says where each
+    comes from (``Graph.build``), so a node's key is the same wherever it
+    stands, and a record plan keeps it instead of hashing every op."""
     h = hashlib.sha256(str(op).encode())
     h.update(const_repr.encode())
     for s in specs:
         h.update(s.signature().encode() if s is not None else b"-")
-    h.update(b"|")
-    return h
+    return h.digest()

@@ -26,6 +26,18 @@ def test_aliasing_of_inputs_changes_key():
     assert k_ab != k_aa
 
 
+def test_wiring_alone_changes_key():
+    """The same nodes in the same order, fed differently: a node's key leaves
+    its inputs out, the graph's key says where each comes from."""
+    x = torch.randn(3).to("lazy")
+    s, c = x.sin(), x.cos()
+
+    def key(first, second):
+        return Graph.build([value_of(s), value_of(c), value_of(first - second)]).key
+    assert key(s, c) != key(c, s)
+    assert key(s, c) == key(s, c)
+
+
 def test_shape_dtype_op_and_constant_change_key():
     base = _key(lambda a: a * 0, torch.ones(3))
     assert base != _key(lambda a: a * 0, torch.ones(4))
