@@ -16,6 +16,7 @@ import torch
 
 aten = torch.ops.aten
 _SPECIAL = (0, 1)
+_ADDCMUL_DTYPES = (torch.float32, torch.float64)
 _NUMBER_TYPES = (int, float)
 
 
@@ -91,13 +92,24 @@ def lift_scalars(func, args, kwargs, tensor_cls, make_scalar, record=None):
 
     kinds = _arg_kinds(func)
     name = func.__name__
+    # In float32 and float64, a + alpha * b and a + value * (t1 op t2) are
+    # recorded as ``addcmul`` with the lifted number as its second factor:
+    # one node (two for addcmul/addcdiv) where mul and add took two (three),
+    # and every optimizer's update has one. Same values: the same products in
+    # the same order. (In float16 and bfloat16 addcmul's decomposition would
+    # compute in float32 and round once, unlike the two ops.)
+    one_node = ref.dtype in _ADDCMUL_DTYPES
     if name in ("add.Tensor", "sub.Tensor") and _liftable(kwargs.get("alpha")):
         other = args[1] if isinstance(args[1], tensor_cls) else lift(args[1])
+        if one_node and name == "add.Tensor":
+            return aten.addcmul.default, (args[0], other, lift(kwargs["alpha"])), {}
         other = record(aten.mul.Tensor, (other, lift(kwargs["alpha"])), {})
         return func, (args[0], other), {}
     if name in ("addcmul.default", "addcdiv.default") and _liftable(kwargs.get("value")):
         inner = record(aten.mul.Tensor if "addcmul" in name else aten.div.Tensor,
                        (args[1], args[2]), {})
+        if one_node:
+            return aten.addcmul.default, (args[0], inner, lift(kwargs["value"])), {}
         return aten.add.Tensor, (args[0], record(aten.mul.Tensor,
                                                  (inner, lift(kwargs["value"])), {})), {}
     if name == "clamp.default" and any(_liftable(a) for a in (*args[1:], *kwargs.values())):

@@ -30,6 +30,29 @@ def test_alpha_and_value_are_lifted():
     assert len(_inputs(torch.addcdiv(x, x, y, value=0.3))) == 3
 
 
+def _ops(t):
+    return [n.op.__name__ for n in Graph.build([value_of(t)]).nodes]
+
+
+def test_an_update_with_a_lifted_factor_is_one_addcmul_in_float32_and_float64():
+    """SGD's p.add_(g, alpha=-lr), Adam's addcdiv_(..., value=-step): one node
+    (two) instead of two (three), with the values of the mul and add."""
+    torch.manual_seed(0)
+    for dtype in (torch.float32, torch.float64):
+        a, b, c = (torch.randn(5, 3, dtype=dtype) for _ in range(3))
+        x, y, z = (t.to("lazy") for t in (a, b, c))
+        assert _ops(torch.add(x, y, alpha=-0.37)) == ["addcmul.default"]
+        assert _ops(torch.addcdiv(x, y, z, value=0.3)) == ["div.Tensor", "addcmul.default"]
+        assert _ops(torch.addcmul(x, y, z, value=0.3)) == ["mul.Tensor", "addcmul.default"]
+        # the same bits as the two-op form compiled the same way
+        s, v = (torch.tensor(f, dtype=dtype).to("lazy") for f in (-0.37, 0.3))
+        assert torch.equal(torch.add(x, y, alpha=-0.37).cpu(), (x + y * s).cpu())
+        assert torch.equal(torch.addcdiv(x, y, z, value=0.3).cpu(), (x + (y / z) * v).cpu())
+    # float16: addcmul's decomposition would compute in float32; two ops as before
+    h = torch.randn(4).half().to("lazy")
+    assert _ops(torch.add(h, h, alpha=0.3)) == ["mul.Tensor", "add.Tensor"]
+
+
 def test_clamp_with_a_zero_or_one_bound_next_to_a_lifted_one():
     # clamp.Tensor takes no numbers: the 0 bound is lifted with the 5.
     x = torch.arange(-3.0, 9.0).to("lazy")
