@@ -398,9 +398,20 @@ def convolution_backward(grad_out, x, weight, bias_sizes, stride, padding, dilat
         dw = _weight_grad(dy, x, kh, kw, stride, padding, dilation, split_k)  # [O, K*C]
         grad_weight = aten.clone(aten.permute(aten.reshape(dw, [o, kh, kw, c]), [0, 3, 1, 2]),
                                  memory_format=torch.contiguous_format)
-    if output_mask[2]:
-        grad_bias = aten.sum(dy, [0])  # from the rows: no second (channels-first) copy of dY
+    if output_mask[2]:  # from the rows: no second (channels-first) copy of dY
+        grad_bias = _bias_grad(dy, x.shape[0], o)
     return grad_input, grad_weight, grad_bias
+
+
+def _bias_grad(dy, n: int, o: int):
+    """``dY[N*L, O]`` summed over its rows, per image first: as one sum IREE
+    reduced the O columns in O/8 tiles, 1.24 ms for the MNIST CNN's conv2
+    (9.4 MB, 7.6 GB/s) and 0.65 ms for conv1; per image, 0.67 and 0.15 ms,
+    and the step module ran 0.974x (median of 6 paired iree-benchmark-module
+    runs)."""
+    if n == 1:
+        return aten.sum(dy, [0])
+    return aten.sum(aten.sum(aten.reshape(dy, [n, -1, o]), [1]), [0])
 
 
 def decompositions(direct: bool = False, split_k: bool = False) -> dict:

@@ -189,6 +189,21 @@ def test_traced_conv_step_has_matmuls_instead_of_convolutions(monkeypatch):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
 
 
+def test_the_bias_gradient_is_summed_per_image_first(monkeypatch):
+    monkeypatch.setattr(cm, "MIN_COLUMNS", 1)
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(3, 8, 6, 6, generator=g, dtype=torch.float64)
+    w = torch.randn(16, 8, 3, 3, generator=g, dtype=torch.float64)
+    conv = ([1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+    dy = torch.randn(3, 16, 6, 6, generator=g, dtype=torch.float64)
+    mask = [False, False, True]
+    gm = make_fx(lambda dy, x, w: cm.convolution_backward(dy, x, w, [16], *conv, mask))(dy, x, w)
+    sums = [n.args[1] for n in gm.graph.nodes if n.target == aten.sum.dim_IntList]
+    assert sums == [[1], [0]]  # [N, L, O] -> [N, O] -> [O]
+    torch.testing.assert_close(gm(dy, x, w)[2], aten.convolution_backward(
+        dy, x, w, [16], *conv, mask)[2])
+
+
 def test_direct_leaves_stride_1_forwards_and_input_grads_to_the_channels_last_pass(monkeypatch):
     monkeypatch.setattr(cm, "MIN_COLUMNS", 1)
     def step(x, w):
