@@ -98,17 +98,16 @@ def lift_scalars(func, args, kwargs, tensor_cls, make_scalar, record=None):
     # and every optimizer's update has one. Same values: the same products in
     # the same order. (In float16 and bfloat16 addcmul's decomposition would
     # compute in float32 and round once, unlike the two ops.)
-    one_node = ref.dtype in _ADDCMUL_DTYPES
     if name in ("add.Tensor", "sub.Tensor") and _liftable(kwargs.get("alpha")):
         other = args[1] if isinstance(args[1], tensor_cls) else lift(args[1])
-        if one_node and name == "add.Tensor":
+        if name == "add.Tensor" and ref.dtype in _ADDCMUL_DTYPES:
             return aten.addcmul.default, (args[0], other, lift(kwargs["alpha"])), {}
         other = record(aten.mul.Tensor, (other, lift(kwargs["alpha"])), {})
         return func, (args[0], other), {}
     if name in ("addcmul.default", "addcdiv.default") and _liftable(kwargs.get("value")):
         inner = record(aten.mul.Tensor if "addcmul" in name else aten.div.Tensor,
                        (args[1], args[2]), {})
-        if one_node:
+        if ref.dtype in _ADDCMUL_DTYPES:
             return aten.addcmul.default, (args[0], inner, lift(kwargs["value"])), {}
         return aten.add.Tensor, (args[0], record(aten.mul.Tensor,
                                                  (inner, lift(kwargs["value"])), {})), {}
