@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lazy_mlir.pipeline.targets import host_cpu_flags
+from lazy_mlir.targets import host_cpu_flags
 
 FLAGS = ["--iree-hal-target-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=host",
          "--iree-llvmcpu-enable-ukernels=all"]

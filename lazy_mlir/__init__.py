@@ -7,14 +7,15 @@
 from __future__ import annotations
 
 from . import export  # a callable package: lm.export(model, x, path=...), lm.export.load(...)
-from .lazy import debug, metrics
+from . import metrics
+from .config import PipelineConfig, set_config
+from .export import export_train_step
+from .frontends import debug
+from .frontends.jit import jit
+from .frontends.train_step import compile_train_step
 from .lazy.coverage import check_coverage
 from .lazy.device import lazy_device, register as _register
 from .lazy.sync import mark_step, set_target, wait_device_ops
-from .lazy.train_step import compile_train_step
-from .pipeline.config import PipelineConfig, set_config
-from .pipeline.jit import jit
-from .export import export_train_step
 
 _register()
 

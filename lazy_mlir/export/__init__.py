@@ -22,8 +22,8 @@ from __future__ import annotations
 import sys
 import types
 
-from .runner import (ArtifactError, ExportedFunction, SignatureError, TrainStep, load,
-                     read_manifest, read_params, save_params)
+from .artifact import (ArtifactError, ExportedFunction, SignatureError, TrainStep, load,
+                       read_manifest, read_params, save_params)
 
 __all__ = ["export", "export_train_step", "load", "read_manifest", "read_params",
            "save_params", "ArtifactError", "SignatureError", "ExportError",

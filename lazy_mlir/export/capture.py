@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..lazy import metrics
+from .. import metrics
 
 _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -166,7 +166,7 @@ def refuse_host_reads(before: dict, what: str) -> None:
 def capture_lazy(module_or_fn, example_args: tuple, config, names=None) -> Captured:
     """Capture with ``lm.jit`` on the lazy device (static shapes)."""
     from ..lazy.sync import host_of
-    from ..pipeline.jit import jit
+    from ..frontends.jit import jit
     from ..runtime.modules import clobbered_args
     state = module_state(module_or_fn) if isinstance(module_or_fn, torch.nn.Module) else []
     flat, named = _as_function(module_or_fn, state)
@@ -242,9 +242,9 @@ def capture_exported(module_or_fn, example_args: tuple, dynamic_dims: dict, conf
     from torch.export import Dim
 
     from ..dialects.export_import import import_exported_program
-    from ..dialects.support import decomposition_table
+    from ..ops.support import decomposition_table
     from ..passes import pipelines
-    from ..passes.runner import run_pipeline
+    from ..dialects.runner import run_pipeline
     from ..runtime.modules import clobbered_args
     if config.mixed_precision != "none":
         raise ExportError("lazy-mlir: mixed_precision is not applied on the torch.export "

@@ -34,7 +34,7 @@ import time
 
 import torch
 
-from ..lazy.metrics import host_reads
+from ..metrics import host_reads
 from .capture import Captured, ExportError, TensorInfo, input_names, refuse_host_reads
 
 
@@ -61,7 +61,7 @@ def capture_train_step(model, loss_fn, optimizer, example_batch: tuple, config,
     """The step as a ``Captured`` and the names of its state, in order."""
     from ..lazy import bounds
     from ..lazy.capture import emit, value_of
-    from ..lazy.graph import Graph
+    from ..graph.program import Graph
     from ..lazy.sync import execute, host_of
     from ..pipeline.fx_graph import to_fx
     from ..pipeline.stages import lower
@@ -186,9 +186,9 @@ def export_train_step(model, loss_fn, optimizer, example_batch, path=None, targe
     the archive. ``batch_names`` names the batch tensors (default: the
     forward's argument names, then ``target``).
     """
-    from ..passes.runner import PipelineError
-    from ..pipeline.config import current_config
-    from ..pipeline.targets import Target, get_target
+    from ..dialects.runner import PipelineError
+    from ..config import current_config
+    from ..targets import Target, get_target
     from .writer import PARAMS_MODES, _prepare, write_artifact
     t = target if isinstance(target, Target) else get_target(target)
     if isinstance(example_batch, torch.Tensor):

@@ -33,9 +33,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import runner
-from .capture import Captured, ExportError, TensorInfo, capture_exported, capture_lazy, \
-    dtype_name
+from . import artifact as runner
+from .capture import Captured, ExportError, TensorInfo, capture_exported, capture_lazy, dtype_name
 
 log = logging.getLogger("lazy_mlir")
 
@@ -99,7 +98,7 @@ def write_artifact(captured: Captured, path, target, config, *, params: str, kin
     entry point, kept in the archive as the initial state; every other stored
     tensor is bound to a parameter.
     """
-    from ..passes.runner import PipelineError
+    from ..dialects.runner import PipelineError
     from ..pipeline.stages import Provenance, Stage, compile_stages
     from ..runtime.disk_cache import make_key, package_versions
     from ..dialects.export_import import bind_parameters
@@ -252,9 +251,9 @@ def export(module_or_fn, example_args, target="cpu", path=None, params: str = "e
     signature; ``entry`` the entry point's name (``forward`` for a module,
     else the function's name).
     """
-    from ..passes.runner import PipelineError
-    from ..pipeline.config import current_config
-    from ..pipeline.targets import Target, get_target
+    from ..dialects.runner import PipelineError
+    from ..config import current_config
+    from ..targets import Target, get_target
     t = target if isinstance(target, Target) else get_target(target)
     if isinstance(example_args, torch.Tensor):
         example_args = (example_args,)

@@ -37,9 +37,10 @@ import weakref
 
 import torch
 
-from . import argtree, debug
+from ..graph import argtree
+from ..graph import debug
 from .coverage import _active as _dry_run
-from .ir import Value
+from ..graph.ir import Value
 from .tensor import wrap_value
 
 aten = torch.ops.aten

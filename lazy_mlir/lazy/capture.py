@@ -14,15 +14,18 @@ import time
 import torch
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
-from . import argtree, bounds, debug, empty_inputs, metrics, shapes
+from ..graph import argtree
+from . import bounds, empty_inputs, shapes
+from ..graph import debug
+from .. import metrics
 from . import foreach as _foreach
 from .coverage import _active as _dry_run
-from .ir import DeviceData, TensorSpec, Value, arg_signature, make_node, node_key
+from ..graph.ir import DeviceData, TensorSpec, Value, arg_signature, make_node, node_key
 from .resize import SPECIAL as RESIZE
 from .scalars import lift_scalars
 from .tensor import LazyTensor, Storage, live_storages, wrap_value
-from .views import (IDENTITY, functional_view_op, is_inplace_view_op, is_view_op, scatter)
-from ..dialects import support as _support
+from .views import IDENTITY, functional_view_op, is_inplace_view_op, is_view_op, scatter
+from ..ops import support as _support
 
 aten = torch.ops.aten
 LAZY_TYPE = "lazy"
@@ -289,7 +292,7 @@ def record(func, args, kwargs, bare=False):
             vals = _guarded(func, vals, tree)
         return _run_plan(plan, info, func, vals, tree, bare)
     from .fallback import UNSUPPORTED_DTYPES, dtypes_supported, run_eagerly
-    from ..dialects.support import decomposed_before_import, op_is_supported
+    from ..ops.support import decomposed_before_import, op_is_supported
     if empty_inputs.runs_eagerly(func, vals, tree):
         folded = empty_inputs.fold(func, vals, tree) if empty_inputs.all_inputs_empty(vals) else None
         if folded is not None:

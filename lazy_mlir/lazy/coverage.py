@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import debug, metrics
-from .ir import DeviceData, TensorSpec, Value
+from ..graph import debug
+from .. import metrics
+from ..graph.ir import DeviceData, TensorSpec, Value
 
 # The dry run in progress (one per process: backward runs on other threads).
 _active: list = [None]
@@ -98,7 +99,7 @@ class _DryRun:
     def stand_in(self, func, args, kwargs, why: str | None = None):
         """Record ``func`` as a fallback and return outputs of the right shape
         from a node that is never compiled."""
-        from . import argtree
+        from ..graph import argtree
         from .capture import _to_value, emit_flat
         from .tensor import wrap_value
         from torch.utils._pytree import tree_unflatten
@@ -182,7 +183,7 @@ class _HostWriteJournal(TorchDispatchMode):
 
 
 def _why(func, vals) -> str:
-    from ..dialects.support import DENIED, mlir_name, op_is_supported
+    from ..ops.support import DENIED, mlir_name, op_is_supported
     from .fallback import UNSUPPORTED_DTYPES
     for v in vals:
         if isinstance(v, Value) and v.spec.dtype in UNSUPPORTED_DTYPES:

@@ -19,8 +19,9 @@ import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._pytree import tree_map
 
-from . import argtree, metrics
-from .ir import Value
+from ..graph import argtree
+from .. import metrics
+from ..graph.ir import Value
 from .shapes import const_key
 
 # (op, argument tree, specs and constants) -> traced GraphModule, or the reason
@@ -34,7 +35,7 @@ def capture_table() -> dict:
     denied at run time included): ours first, then PyTorch's. Views,
     in-place ops and random fills are capture's own business (an in-place op
     is recorded as its functional form, which may then be decomposed)."""
-    from ..dialects.support import DENIED, capture_decompositions, op_is_supported
+    from ..ops.support import DENIED, capture_decompositions, op_is_supported
     from .capture import _kind
     denied = frozenset(DENIED)
     if _table_cache[0] != denied:
@@ -59,7 +60,7 @@ def _plan(func, vals, tree):
     table = capture_table()
     if func not in table:
         return "no decomposition"
-    from ..dialects.capture_decompositions import SAME_RANDOM_STREAM
+    from ..ops.capture_decompositions import SAME_RANDOM_STREAM
     random_ok = func in SAME_RANDOM_STREAM
     if torch.Tag.nondeterministic_seeded in func.tags and not random_ok:
         return "random op"
@@ -73,7 +74,7 @@ def import_decomposition_reads_values(func, vals: list, tree) -> bool:
     """True when the decomposition applied before import (``support.
     decomposition_table``) of an op the dialect lacks reads a tensor's value
     on these arguments (``take`` of a 0-dim index): it could not be compiled."""
-    from ..dialects.support import decomposition_table
+    from ..ops.support import decomposition_table
     return _memo(_import_checks, func, vals, tree, lambda: _trace(
         func, vals, tree, decomposition_table()) == _READS_VALUES)
 
@@ -128,7 +129,7 @@ def _uncapturable(gm: fx.GraphModule, random_ok: bool = False) -> str | None:
     """Why some op of the trace cannot be captured, or None. With
     ``random_ok``, the random fills capture draws on the host as eager does
     are allowed."""
-    from ..dialects.support import op_is_supported
+    from ..ops.support import op_is_supported
     from .capture import _RANDOM, _functional_of, _kind
     from .fallback import UNSUPPORTED_DTYPES
     for node in gm.graph.nodes:

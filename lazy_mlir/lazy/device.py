@@ -11,7 +11,7 @@ import warnings
 import torch
 
 from .capture import _copy_, data_value, emit
-from .ir import TensorSpec
+from ..graph.ir import TensorSpec
 from .tensor import LAZY, LazyTensor, wrap_value
 
 aten = torch.ops.aten

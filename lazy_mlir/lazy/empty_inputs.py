@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import torch
 
-from . import argtree, shapes
-from .ir import TensorSpec, Value
+from ..graph import argtree
+from . import shapes
+from ..graph.ir import TensorSpec, Value
 
 aten = torch.ops.aten
 

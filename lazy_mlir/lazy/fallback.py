@@ -11,8 +11,8 @@ import logging
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from . import metrics
-from .ir import Value
+from .. import metrics
+from ..graph.ir import Value
 
 log = logging.getLogger("lazy_mlir")
 _warned: set[str] = set()
@@ -25,7 +25,7 @@ UNSUPPORTED_DTYPES = {torch.complex32, torch.complex64, torch.complex128, torch.
 
 def supported(func, values) -> bool:
     """True when ``func`` on these arguments can be compiled."""
-    from ..dialects.support import op_is_supported
+    from ..ops.support import op_is_supported
     return op_is_supported(func) and dtypes_supported(values)
 
 

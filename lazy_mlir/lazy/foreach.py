@@ -28,7 +28,7 @@ import functools
 
 import torch
 
-from . import metrics
+from .. import metrics
 from .tensor import LazyTensor
 
 aten = torch.ops.aten

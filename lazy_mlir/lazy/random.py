@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from .ir import Value
+from ..graph.ir import Value
 
 aten = torch.ops.aten
 _CPU = torch.device("cpu")

@@ -10,9 +10,9 @@ from __future__ import annotations
 import torch
 from torch.utils._pytree import tree_flatten
 
-from .argtree import unflatten
+from ..graph.argtree import unflatten
 
-from .ir import TensorSpec
+from ..graph.ir import TensorSpec
 
 _memo: dict = {}
 META = torch.device("meta")

@@ -14,14 +14,15 @@ import time
 
 import torch
 
-from . import bounds, metrics
+from . import bounds
+from .. import metrics
 from .capture import dispatch_depth, trace_seconds
 from .coverage import _active as _dry_run
 from .fallback import note_fallback
-from .graph import Graph
-from .ir import DeviceData, Value
+from ..graph.program import Graph
+from ..graph.ir import DeviceData, Value
 from .tensor import LazyTensor, live_storages
-from ..pipeline.config import current_config
+from ..config import current_config
 from ..runtime.modules import EagerEntry, module_for
 from ..runtime import worker
 
@@ -30,14 +31,14 @@ _state = {"target": None}
 
 
 def current_target():
-    from ..pipeline.targets import get_target
+    from ..targets import get_target
     if _state["target"] is None:
         _state["target"] = get_target()
     return _state["target"]
 
 
 def set_target(name: str) -> None:
-    from ..pipeline.targets import get_target
+    from ..targets import get_target
     _state["target"] = get_target(name)
 
 

@@ -12,7 +12,7 @@ import weakref
 
 import torch
 
-from .ir import TensorSpec, Value
+from ..graph.ir import TensorSpec, Value
 
 LAZY = torch.device("lazy", 0)
 _dispatch = None  # capture.dispatch, set when capture.py is imported

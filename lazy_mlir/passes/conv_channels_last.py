@@ -127,7 +127,7 @@ both threads stay busy at small batches."""
 
 
 def _avx2_host() -> bool:
-    from ..pipeline.targets import host_cpu_flags
+    from ..targets import host_cpu_flags
     flags = host_cpu_flags()
     return "avx2" in flags and "avx512f" not in flags
 

@@ -31,3 +31,15 @@ def linalg(config) -> list[str]:
 
 def as_pipeline(passes: list[str]) -> str:
     return "builtin.module(" + ",".join(passes) + ")"
+
+
+def validate_config(config) -> None:
+    """Parse every pipeline of ``config``: a pass MLIR does not know raises a
+    ``ConfigError`` naming it, before anything is compiled."""
+    from ..config import ConfigError
+    from ..dialects.runner import pipeline_parse_error
+    for name, passes in (("torch-backend", torch_backend(config)), ("linalg", linalg(config))):
+        error = pipeline_parse_error(as_pipeline(passes))
+        if error is not None:
+            raise ConfigError(f"the {name} pipeline does not parse: {error} "
+                              f"(passes: {', '.join(passes)})")

@@ -12,9 +12,9 @@ import torch
 import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from ..lazy.argtree import unflatten
-from ..lazy.graph import Graph
-from ..lazy.ir import Value
+from ..graph.argtree import unflatten
+from ..graph.program import Graph
+from ..graph.ir import Value
 
 
 def to_fx(graph: Graph) -> fx.GraphModule:
@@ -68,7 +68,7 @@ def decompose(gm: fx.GraphModule, extra: dict | None = None,
     returns ``NotImplemented``, the base table's entry for the op applies)."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from ..dialects.support import decomposition_table
+    from ..ops.support import decomposition_table
     table = dict(decomposition_table()) if base else {}
     for op, fn in (extra or {}).items():
         table[op] = _first_implemented(fn, table[op]) if op in table else fn

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field, replace
 import torch.fx as fx
 
 from ..passes import pipelines
-from ..passes.runner import PipelineError, run_pipeline, write_repro
-from .config import PipelineConfig
+from ..dialects.runner import PipelineError, run_pipeline, write_repro
+from ..config import PipelineConfig
 from .contractions import largest_matmul
-from .targets import LARGE_MATMUL_MACS, Target
+from ..targets import LARGE_MATMUL_MACS, Target
 
 log = logging.getLogger("lazy_mlir")
 
@@ -98,7 +98,7 @@ def lower(gm: fx.GraphModule, config: PipelineConfig,
     backend = _timed("torch-backend", "torch-mlir " + ",".join(backend_passes), run_pipeline,
                      torch_stage.text, pipelines.as_pipeline(backend_passes), "torch-backend")
     if "torch.aten.view.dtype" in backend.text:  # no linalg lowering: IREE takes it
-        from ..dialects.bitcast import view_dtype_as_bitcast
+        from ..passes.bitcast import view_dtype_as_bitcast
         text = view_dtype_as_bitcast(backend.text)
         if text is not None:
             return fx_stage, torch_stage, _noted(replace(backend, text=text),

@@ -47,7 +47,7 @@ import threading
 import time
 from pathlib import Path
 
-from ..lazy import metrics
+from .. import metrics
 
 log = logging.getLogger("lazy_mlir")
 

@@ -13,7 +13,8 @@ import logging
 import re
 import time
 
-from ..lazy import debug, metrics
+from ..graph import debug
+from .. import metrics
 from .cache import memory_cache
 from .disk_cache import default_cache, make_key
 
@@ -86,7 +87,7 @@ def _unloadable(graph, error) -> EagerEntry:
 
 
 def _compile(graph, target, config):
-    from ..passes.runner import PipelineError
+    from ..dialects.runner import PipelineError
     from ..pipeline.fx_graph import to_fx
     from ..pipeline.stages import compile_stages, lower
     gm = to_fx(graph)
@@ -120,8 +121,8 @@ def _deny(graph, ops: list[str], why: str) -> None:
     """Stop compiling the blamed ops for the argument signatures they had in
     ``graph``; an op no node of the graph is (one an import decomposition
     made) is stopped for every signature."""
-    from ..dialects.support import deny, deny_signature, mlir_name
-    from ..lazy.ir import arg_signature
+    from ..ops.support import deny, deny_signature, mlir_name
+    from ..graph.ir import arg_signature
     for op in ops:
         nodes = [n for n in graph.nodes if getattr(n.op, "_overloadname", None) is not None
                  and mlir_name(n.op) == op]

@@ -35,8 +35,8 @@ import threading
 import numpy as np
 import torch
 
-from ..lazy import metrics
-from ..pipeline.targets import Target, driver_devices
+from .. import metrics
+from ..targets import Target, configure_cpu_threads, driver_devices
 from .host_memory import keep_freed_memory
 
 log = logging.getLogger("lazy_mlir")
@@ -60,47 +60,6 @@ _DEMOTED = {torch.float64: torch.float32, torch.complex128: torch.complex64}
 
 class DeviceUnavailableError(RuntimeError):
     """A target's IREE runtime driver is missing or has no usable device."""
-
-
-# -- cpu worker threads ------------------------------------------------------
-
-_threads_lock = threading.Lock()
-_threads_applied: list[int | None] = [None]
-
-
-def cpu_threads() -> int:
-    """Worker threads for the cpu target: ``LAZY_MLIR_CPU_THREADS``, else
-    the number of cores this process may run on."""
-    env = os.environ.get("LAZY_MLIR_CPU_THREADS", "").strip()
-    if env:
-        try:
-            n = int(env)
-        except ValueError:
-            n = 0
-        if n < 1:
-            raise ValueError(f"lazy-mlir: LAZY_MLIR_CPU_THREADS={env!r}: expected a "
-                             "positive number of threads")
-        return n
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def configure_cpu_threads() -> int:
-    """Set the ``local-task`` driver's worker count (``cpu_threads()``)
-    through IREE's process-wide flags, once; returns the count in effect
-    for drivers created from now on. Call before the driver is first made."""
-    n = cpu_threads()
-    with _threads_lock:
-        if _threads_applied[0] != n:
-            import iree.runtime as rt
-            rt.flags.parse_flags(f"--task_topology_group_count={n}")
-            if _threads_applied[0] is not None:
-                log.debug("lazy-mlir: cpu threads changed to %d; the local-task driver "
-                          "already running keeps its workers", n)
-            _threads_applied[0] = n
-    return n
 
 
 def _driver_report(rt) -> str:

@@ -36,8 +36,8 @@ def versions() -> dict[str, str]:
 
 def drivers() -> list[tuple[str, list[dict], str]]:
     """(driver, devices, error) for every driver of the IREE runtime."""
-    from ..pipeline.targets import driver_devices
-    from ..runtime.session import configure_cpu_threads
+    from ..targets import driver_devices
+    from ..targets import configure_cpu_threads
     try:
         import iree.runtime as rt
         names = sorted(rt.query_available_drivers())
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _targets_table(usable: set[str]):
     from rich.table import Table
-    from ..pipeline.targets import LARGE_MATMUL_MACS, TARGETS
+    from ..targets import LARGE_MATMUL_MACS, TARGETS
     only_large = (f" (only for a graph with a matmul of 2^{LARGE_MATMUL_MACS.bit_length() - 1}+"
                   " multiply-adds)")
     t = Table(title="compile targets (lazy_mlir.set_target / LAZY_MLIR_TARGET)")
@@ -135,7 +135,7 @@ def _device_line(d: dict) -> str:
 
 
 def _threads_note() -> str:
-    from ..runtime.session import cpu_threads
+    from ..targets import cpu_threads
     try:
         from ..runtime.host_memory import requested
         kept = requested()

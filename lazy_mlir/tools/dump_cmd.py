@@ -26,8 +26,8 @@ def _stages(value: str | None):
 
 
 def _config(path):
-    from ..passes.runner import validate_config
-    from ..pipeline.config import ConfigError, PipelineConfig, current_config
+    from ..passes.pipelines import validate_config
+    from ..config import ConfigError, PipelineConfig, current_config
     try:
         config = PipelineConfig.from_toml(path) if path else current_config()
         validate_config(config)
@@ -84,9 +84,9 @@ def run_dump(args) -> int:
 def run_compile(args) -> int:
     from ..dialects.torch_import import parse
     from ..passes import pipelines
-    from ..passes.runner import PipelineError, run_pipeline
+    from ..dialects.runner import PipelineError, run_pipeline
     from ..pipeline.stages import IREE_PHASES, Provenance, Stage, compile_stages, iree_phase
-    from ..pipeline.targets import get_target
+    from ..targets import get_target
     path = Path(args.file)
     if not path.is_file():
         raise UsageError(f"no such file: {path}")

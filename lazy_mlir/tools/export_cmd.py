@@ -114,7 +114,7 @@ def load_factory(ref: str):
 def run_export(args) -> int:
     import torch
 
-    from ..export.runner import signature_text
+    from ..export.artifact import signature_text
     from ..export.writer import export
     factory = load_factory(args.factory)
     if not args.example:
@@ -138,7 +138,7 @@ def run_export(args) -> int:
                       params=args.params, dynamic_dims=dynamic or None)
     except ValueError as e:  # ExportError, an unknown target, ...: one line, exit 1
         raise ValueError(_strip(e)) from None
-    from ..export.runner import read_manifest
+    from ..export.artifact import read_manifest
     manifest = read_manifest(path)
     print(f"exported {signature_text(manifest['entry'])}")
     print(f"  target {manifest['target']['name']} ({manifest['target']['device']}), "
@@ -149,7 +149,7 @@ def run_export(args) -> int:
 
 
 def run_run(args) -> int:
-    from ..export.runner import ArtifactError, run_cli
+    from ..export.artifact import ArtifactError, run_cli
     try:
         return run_cli(args.artifact, args.input, args.output, args.driver)
     except ArtifactError as e:

@@ -12,7 +12,7 @@ import torch
 
 import lazy_mlir as lm
 from lazy_mlir.pipeline.stages import compile_stages
-from lazy_mlir.pipeline.targets import get_target
+from lazy_mlir.targets import get_target
 
 
 def _mlp(x, w, b):

@@ -475,7 +475,7 @@ class Probe:
         self.fallbacks: dict[str, str] = {}  # overload name -> cause
 
     def __enter__(self):
-        from lazy_mlir.dialects import support
+        from lazy_mlir.ops import support
         from lazy_mlir.lazy import fallback
         self.support, self.fallback = support, fallback
         global _INITIAL_DENIED

@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 
 import lazy_mlir as lm
-from lazy_mlir.lazy import ir, sync
+from lazy_mlir.graph import ir
+from lazy_mlir.lazy import sync
 from lazy_mlir.lazy.capture import value_of
 from lazy_mlir.tools.seed_models import MnistCNN
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import lazy_mlir as lm
-from lazy_mlir.dialects import support
+from lazy_mlir.ops import support
 from e2e_helpers import LAZY, Counters, assert_lazy_close, lazy
 
 

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import lazy_mlir as lm
-from lazy_mlir.lazy import ir
+from lazy_mlir.graph import ir
 
 
 def test_int_and_float_constants_are_not_one_memo_entry():

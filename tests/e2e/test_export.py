@@ -353,7 +353,7 @@ def test_cli_export_and_run(tmp_path, capsys):
 # -- targets ------------------------------------------------------------------
 
 def test_cuda_export_compiles_without_a_gpu(tmp_path):
-    from lazy_mlir.pipeline.targets import TARGETS
+    from lazy_mlir.targets import TARGETS
     if "cuda" not in TARGETS:
         pytest.skip("no cuda target in the targets table")
     path = export(_lenet(), torch.from_numpy(_x()), target="cuda:sm_80",
@@ -366,7 +366,7 @@ def test_cuda_export_compiles_without_a_gpu(tmp_path):
 
 
 def test_vulkan_artifact_runs_when_a_device_exists(tmp_path):
-    from lazy_mlir.pipeline.targets import driver_devices
+    from lazy_mlir.targets import driver_devices
     devices, why = driver_devices("vulkan")
     if not devices:
         pytest.skip(f"no Vulkan device ({why or 'none found'})")

@@ -13,8 +13,8 @@ import torch
 
 import lazy_mlir as lm
 from lazy_mlir.lazy.capture import value_of
-from lazy_mlir.lazy.graph import Graph
-from lazy_mlir.pipeline.config import PipelineConfig
+from lazy_mlir.graph.program import Graph
+from lazy_mlir.config import PipelineConfig
 from lazy_mlir.runtime.disk_cache import make_key
 
 SCRIPT = textwrap.dedent("""

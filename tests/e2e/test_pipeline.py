@@ -8,9 +8,9 @@ import torch
 import torch.nn.functional as F
 
 import lazy_mlir as lm
-from lazy_mlir.pipeline.config import ConfigError, PipelineConfig
+from lazy_mlir.config import ConfigError, PipelineConfig
 from lazy_mlir.pipeline.stages import IREE_PHASES
-from lazy_mlir.pipeline.targets import CPU_DATA_TILING
+from lazy_mlir.targets import CPU_DATA_TILING
 
 
 def mlp(x, w1, w2):
@@ -167,7 +167,7 @@ def test_cpu_conv_of_a_spatially_transposed_square_input_matches_eager():
 def test_failing_optional_flags_are_dropped_and_the_graph_compiled_again(caplog):
     from dataclasses import replace
 
-    from lazy_mlir.pipeline.targets import CPU
+    from lazy_mlir.targets import CPU
     bad = "--iree-no-such-option-for-this-test"  # iree-compile rejects it
     target = replace(CPU, flags=CPU.flags + (bad,), optional_flags=CPU.optional_flags + (bad,))
     lowered = lm.jit(mlp).lower(*ARGS)
@@ -246,7 +246,7 @@ def test_iree_torch_input_path_matches_linalg_path():
 
 
 def test_failed_pipeline_leaves_a_repro(tmp_path, monkeypatch):
-    from lazy_mlir.passes.runner import PipelineError, run_pipeline
+    from lazy_mlir.dialects.runner import PipelineError, run_pipeline
     monkeypatch.setenv("LAZY_MLIR_DUMP_DIR", str(tmp_path))
     text = ('func.func @main(%arg0: !torch.vtensor<[2],f32>) -> !torch.vtensor<[2],f32> {\n'
             '  %0 = torch.operator "aten.no_such_op"(%arg0) : (!torch.vtensor<[2],f32>) '
@@ -269,7 +269,7 @@ def _breaks_the_module(module):
 
 
 def test_a_failed_edit_leaves_a_repro_that_names_it(tmp_path, monkeypatch):
-    from lazy_mlir.passes.runner import PipelineError, run_pipeline
+    from lazy_mlir.dialects.runner import PipelineError, run_pipeline
     monkeypatch.setenv("LAZY_MLIR_DUMP_DIR", str(tmp_path))
     text = ("func.func @main(%arg0: !torch.vtensor<[2],f32>) -> !torch.vtensor<[2],f32> {\n"
             "  %0 = torch.aten.neg %arg0 : !torch.vtensor<[2],f32> -> !torch.vtensor<[2],f32>\n"
@@ -290,7 +290,7 @@ def test_pipeline_config_from_environment(tmp_path):
     f = tmp_path / "p.toml"
     f.write_text('linalg_after = ["canonicalize"]\n[iree_flags]\ncpu = ["--iree-opt-level=O1"]\n')
     code = ("import lazy_mlir as lm\n"
-            "from lazy_mlir.pipeline.config import current_config\n"
+            "from lazy_mlir.config import current_config\n"
             "c = current_config(); print(c.linalg_after, c.flags_for('cpu'))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env=dict(os.environ, LAZY_MLIR_PIPELINE=str(f)), check=True).stdout

@@ -173,7 +173,7 @@ def test_dropout_backward_uses_the_same_mask():
 
 
 def test_fallback_op_still_trains_with_one_warning(caplog):
-    from lazy_mlir.dialects import support
+    from lazy_mlir.ops import support
 
     class WithErf(nn.Module):
         def __init__(self):

@@ -17,8 +17,8 @@ import torch.nn.functional as F
 
 import lazy_mlir as lm
 from lazy_mlir.lazy.capture import value_of
-from lazy_mlir.lazy.ir import TensorSpec
-from lazy_mlir.pipeline.targets import get_target
+from lazy_mlir.graph.ir import TensorSpec
+from lazy_mlir.targets import get_target
 from lazy_mlir.runtime.session import Session, session_for
 
 NAMES = ("TransferToDevice", "TransferFromDevice", "ZeroCopyToDevice", "ZeroCopyFromDevice")
@@ -168,7 +168,7 @@ SCRIPT = textwrap.dedent("""
         return len(os.listdir("/proc/self/task"))
     before = threads()
     from lazy_mlir.runtime.session import session_for
-    from lazy_mlir.pipeline.targets import get_target
+    from lazy_mlir.targets import get_target
     session_for(get_target("cpu"))
     print(threads() - before)
 """)

@@ -2,7 +2,7 @@
 
 
 def test_view_dtype_rewritten_as_bitcast():
-    from lazy_mlir.dialects.bitcast import view_dtype_as_bitcast
+    from lazy_mlir.passes.bitcast import view_dtype_as_bitcast
     text = ("  %1 = torch.aten.view.dtype %arg0, %int3 : !torch.vtensor<[4,2],f32>, !torch.int"
             " -> !torch.vtensor<[4,2],si32>\n")
     out = view_dtype_as_bitcast(text)

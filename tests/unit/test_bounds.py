@@ -5,8 +5,8 @@ import torch
 
 from lazy_mlir.lazy import bounds
 from lazy_mlir.lazy.capture import emit
-from lazy_mlir.lazy.graph import Graph
-from lazy_mlir.lazy.ir import DeviceData, TensorSpec, Value
+from lazy_mlir.graph.program import Graph
+from lazy_mlir.graph.ir import DeviceData, TensorSpec, Value
 
 aten = torch.ops.aten
 

@@ -4,10 +4,10 @@ No compiler needed: the stages are IR texts written here.
 """
 from __future__ import annotations
 
-from lazy_mlir.pipeline.config import PipelineConfig
+from lazy_mlir.config import PipelineConfig
 from lazy_mlir.pipeline.contractions import largest_matmul
 from lazy_mlir.pipeline.stages import Provenance, Stage, iree_flags
-from lazy_mlir.pipeline.targets import CPU, CPU_DATA_TILING, LARGE_MATMUL_MACS
+from lazy_mlir.targets import CPU, CPU_DATA_TILING, LARGE_MATMUL_MACS
 
 SMALL = ("%4 = linalg.matmul ins(%collapsed, %transposed_11 : tensor<43x9xf32>, tensor<9x32xf32>)"
          " outs(%3 : tensor<43x32xf32>) -> tensor<43x32xf32>\n")

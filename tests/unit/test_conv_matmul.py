@@ -7,7 +7,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from lazy_mlir.passes import conv_matmul as cm
-from lazy_mlir.pipeline.config import ConfigError, PipelineConfig
+from lazy_mlir.config import ConfigError, PipelineConfig
 
 aten = torch.ops.aten
 

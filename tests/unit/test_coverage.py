@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import lazy_mlir as lm
-from lazy_mlir.dialects import support
-from lazy_mlir.lazy import metrics
+from lazy_mlir.ops import support
+from lazy_mlir import metrics
 from lazy_mlir.tools.cli import main
 
 

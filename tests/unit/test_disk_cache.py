@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lazy_mlir.lazy import metrics
+from lazy_mlir import metrics
 from lazy_mlir.runtime import disk_cache as dc
 from lazy_mlir.runtime.disk_cache import DiskCache, make_key
 

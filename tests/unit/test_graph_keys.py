@@ -6,7 +6,7 @@ import torch
 
 import lazy_mlir as lm  # noqa: F401  (registers the lazy device)
 from lazy_mlir.lazy.capture import value_of
-from lazy_mlir.lazy.graph import Graph
+from lazy_mlir.graph.program import Graph
 
 
 def _key(fn, *cpu_args):
@@ -53,7 +53,7 @@ def test_lifted_scalars_do_not_change_key():
 def test_key_is_stable_across_processes():
     code = ("import torch, lazy_mlir\n"
             "from lazy_mlir.lazy.capture import value_of\n"
-            "from lazy_mlir.lazy.graph import Graph\n"
+            "from lazy_mlir.graph.program import Graph\n"
             "x = torch.ones(2, 3).to('lazy')\n"
             "print(Graph.build([value_of((x @ x.T).relu().sum(0) * 3.5)]).key)\n")
     keys = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

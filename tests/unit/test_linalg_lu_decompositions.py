@@ -7,10 +7,11 @@ import pytest
 import torch
 import torch.fx as fx
 
-from lazy_mlir.dialects import linalg_lu_decompositions as D
-from lazy_mlir.dialects import matrix_exp_decompositions as M
-from lazy_mlir.lazy import argtree, decompose
-from lazy_mlir.lazy.ir import DeviceData, TensorSpec, Value
+from lazy_mlir.ops import linalg_lu_decompositions as D
+from lazy_mlir.ops import matrix_exp_decompositions as M
+from lazy_mlir.graph import argtree
+from lazy_mlir.lazy import decompose
+from lazy_mlir.graph.ir import DeviceData, TensorSpec, Value
 
 aten = torch.ops.aten
 GEN = torch.Generator().manual_seed(3)

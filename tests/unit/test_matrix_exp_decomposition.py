@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from lazy_mlir.dialects.matrix_exp_decompositions import linalg_matrix_exp
+from lazy_mlir.ops.matrix_exp_decompositions import linalg_matrix_exp
 
 
 def test_matches_aten_over_degrees_and_squarings():

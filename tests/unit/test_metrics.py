@@ -1,4 +1,4 @@
-from lazy_mlir.lazy import metrics
+from lazy_mlir import metrics
 
 
 def test_counters_and_report():

@@ -3,7 +3,7 @@ import torch
 
 import lazy_mlir as lm  # noqa: F401
 from lazy_mlir.lazy.capture import value_of
-from lazy_mlir.lazy.graph import Graph
+from lazy_mlir.graph.program import Graph
 
 
 def _inputs(t):

@@ -9,8 +9,8 @@ import math
 import pytest
 import torch
 
-from lazy_mlir.dialects import special_decompositions as err
-from lazy_mlir.dialects import special_gamma_decompositions as gam
+from lazy_mlir.ops import special_decompositions as err
+from lazy_mlir.ops import special_gamma_decompositions as gam
 
 SPECIAL = [0.0, -0.0, math.inf, -math.inf, math.nan, 1e-30, 1e-8, 0.5, 1.0, 2.0, 3.0, -1.0, -2.0,
            -3.0, -0.5, -1.5, -2.5, 1.5, 2.5, 7.5, 7.4999, 8.0, 10.0, 9.99, 50.0, 51.0, 5e7, 6e7,

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from lazy_mlir.pipeline import targets as T
-from lazy_mlir.pipeline.targets import TARGETS, Target, get_target
+from lazy_mlir import targets as T
+from lazy_mlir.targets import TARGETS, Target, get_target
 
 
 def test_table_has_the_three_targets():
@@ -172,7 +172,7 @@ def test_driver_that_cannot_create_a_device(monkeypatch):
 def test_cuda_session_without_gpu():
     """On a machine without CUDA the cuda target resolves (compile only) and
     its session fails with the clear error, not at import or compile time."""
-    from lazy_mlir.pipeline.targets import cuda_device_sms
+    from lazy_mlir.targets import cuda_device_sms
     from lazy_mlir.runtime.session import DeviceUnavailableError, Session
     if cuda_device_sms():
         pytest.skip("a CUDA device is present")
@@ -182,7 +182,7 @@ def test_cuda_session_without_gpu():
 
 
 def test_cpu_threads(monkeypatch):
-    from lazy_mlir.runtime.session import cpu_threads
+    from lazy_mlir.targets import cpu_threads
     monkeypatch.setenv("LAZY_MLIR_CPU_THREADS", "3")
     assert cpu_threads() == 3
     monkeypatch.setenv("LAZY_MLIR_CPU_THREADS", "0")

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import lazy_mlir as lm
-from lazy_mlir.pipeline.targets import get_target
+from lazy_mlir.targets import get_target
 
 
 @pytest.fixture(scope="module")

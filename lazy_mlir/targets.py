@@ -41,6 +41,7 @@ import functools
 import logging
 import os
 import re
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -210,7 +211,6 @@ def driver_devices(driver: str) -> tuple[tuple[dict, ...], str]:
         if driver not in rt.query_available_drivers():
             return (), f"this iree-base-runtime has no {driver!r} driver"
         if driver == "local-task":
-            from ..runtime.session import configure_cpu_threads
             configure_cpu_threads()
         return tuple(rt.get_driver(driver).query_available_devices()), ""
     except Exception as e:  # a driver whose library is missing raises here
@@ -405,3 +405,44 @@ def get_target(name: str | None = None) -> Target:
         raise ValueError(f"lazy-mlir: unknown target {name!r}; choose one of "
                          f"{', '.join(sorted(_BUILDERS))}") from None
     return builder(arch.strip() or None)
+
+
+# -- cpu worker threads ------------------------------------------------------
+
+_threads_lock = threading.Lock()
+_threads_applied: list[int | None] = [None]
+
+
+def cpu_threads() -> int:
+    """Worker threads for the cpu target: ``LAZY_MLIR_CPU_THREADS``, else
+    the number of cores this process may run on."""
+    env = os.environ.get("LAZY_MLIR_CPU_THREADS", "").strip()
+    if env:
+        try:
+            n = int(env)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise ValueError(f"lazy-mlir: LAZY_MLIR_CPU_THREADS={env!r}: expected a "
+                             "positive number of threads")
+        return n
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def configure_cpu_threads() -> int:
+    """Set the ``local-task`` driver's worker count (``cpu_threads()``)
+    through IREE's process-wide flags, once; returns the count in effect
+    for drivers created from now on. Call before the driver is first made."""
+    n = cpu_threads()
+    with _threads_lock:
+        if _threads_applied[0] != n:
+            import iree.runtime as rt
+            rt.flags.parse_flags(f"--task_topology_group_count={n}")
+            if _threads_applied[0] is not None:
+                log.debug("lazy-mlir: cpu threads changed to %d; the local-task driver "
+                          "already running keeps its workers", n)
+            _threads_applied[0] = n
+    return n

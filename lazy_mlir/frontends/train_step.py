@@ -56,12 +56,13 @@ import logging
 
 import torch
 
-from . import bounds, metrics, random
-from .capture import assign, emit, value_of
-from .ir import DeviceData, Value
-from .sync import current_target, execute, launch, mark_step, run_entry
-from .tensor import LazyTensor, wrap_value
-from ..pipeline.config import current_config
+from ..lazy import bounds, random
+from .. import metrics
+from ..lazy.capture import assign, emit, value_of
+from ..graph.ir import DeviceData, Value
+from ..lazy.sync import current_target, execute, launch, mark_step, run_entry
+from ..lazy.tensor import LazyTensor, wrap_value
+from ..config import current_config
 
 log = logging.getLogger("lazy_mlir")
 _HASHABLE = (int, float, bool, str, type(None), tuple, frozenset)

@@ -9,9 +9,10 @@ import math
 
 import torch
 
-from .special_decompositions import ERROR_FUNCTION_DECOMPOSITIONS, TRIG_CONSTANTS, _Consts, \
-    _cos_small, _sin, _sin_small, _add, _and, _div, _eq, _exp, _float_op, _full, \
-    _is_neg_zero_or_neg, _log, _lt, _mul, _or, _polevl, _sub, _where
+from .special_decompositions import (ERROR_FUNCTION_DECOMPOSITIONS, TRIG_CONSTANTS, _Consts,
+                                     _cos_small, _sin, _sin_small, _add, _and, _div, _eq, _exp,
+                                     _float_op, _full, _is_neg_zero_or_neg, _log, _lt, _mul, _or,
+                                     _polevl, _sub, _where)
 
 aten = torch.ops.aten
 

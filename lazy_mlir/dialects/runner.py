@@ -7,7 +7,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..dialects.torch_import import parse
+from .torch_import import parse
 
 
 class PipelineError(RuntimeError):
@@ -76,21 +76,14 @@ def _first_line(e: Exception) -> str:
     return lines[0].strip()
 
 
-def validate_config(config) -> None:
-    """Parse every pipeline of ``config``: a pass MLIR does not know raises a
-    ``ConfigError`` naming it, before anything is compiled."""
+def pipeline_parse_error(pipeline: str) -> str | None:
+    """Why MLIR's pass manager cannot parse ``pipeline`` (its first line), or None."""
     from torch_mlir.passmanager import PassManager
 
-    from ..dialects.torch_import import new_context
-    from ..pipeline.config import ConfigError
-    from . import pipelines
-    ctx = new_context()
-    for name, passes in (("torch-backend", pipelines.torch_backend(config)),
-                         ("linalg", pipelines.linalg(config))):
-        with ctx:
-            try:
-                PassManager.parse(pipelines.as_pipeline(passes))
-            except Exception as e:
-                raise ConfigError(f"the {name} pipeline does not parse: "
-                                  f"{str(e).strip().splitlines()[0]} (passes: "
-                                  f"{', '.join(passes)})") from None
+    from .torch_import import new_context
+    with new_context():
+        try:
+            PassManager.parse(pipeline)
+        except Exception as e:
+            return str(e).strip().splitlines()[0]
+    return None

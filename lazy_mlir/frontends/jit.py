@@ -12,9 +12,9 @@ import functools
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from .config import PipelineConfig, current_config
-from .stages import IREE_PHASES, Compiled, Stage, compile_stages, iree_phase, lower
-from .targets import Target, get_target
+from ..config import PipelineConfig, current_config
+from ..pipeline.stages import IREE_PHASES, Compiled, Stage, compile_stages, iree_phase, lower
+from ..targets import Target, get_target
 
 
 def jit(fn):
@@ -31,7 +31,7 @@ class Jitted:
         """Trace ``fn`` on lazy copies of ``args`` and lower it to linalg."""
         from ..lazy import bounds
         from ..lazy.capture import data_value, emit, value_of
-        from ..lazy.graph import Graph
+        from ..graph.program import Graph
         from ..lazy.sync import execute
         from ..lazy.tensor import LazyTensor, wrap_value
         if not args or not all(isinstance(a, torch.Tensor) for a in args):
@@ -62,7 +62,7 @@ class Lowered:
     """The lowered stages of a traced function."""
 
     def __init__(self, graph, out_tree, n_args: int, config: PipelineConfig, lazy_io: bool):
-        from .fx_graph import to_fx
+        from ..pipeline.fx_graph import to_fx
         self.graph = graph
         self.out_tree = out_tree
         self.n_args = n_args
@@ -121,10 +121,10 @@ class CompiledFunction:
         return self.compiled.flags
 
     def __call__(self, *args):
-        from ..lazy.ir import DeviceData
+        from ..graph.ir import DeviceData
         from ..lazy.sync import host_of, to_host
         from ..lazy.tensor import LazyTensor, wrap_value
-        from ..lazy.ir import Value
+        from ..graph.ir import Value
         expected = [d.spec for d in self.lowered.graph.inputs[:self.lowered.n_args]]
         if len(args) != len(expected):
             raise TypeError(f"expected {len(expected)} tensors, got {len(args)}")

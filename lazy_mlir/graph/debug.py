@@ -1,19 +1,16 @@
-"""Debugging aids: graph pictures and the recompile explainer.
+"""The recompile explainer, and the user's source line of each captured op.
 
-``render_graph(tensors)`` gives DOT (and SVG when graphviz's ``dot`` is
-installed) of the pending graph behind tensors. With ``LAZY_MLIR_DEBUG=1`` or
-``explain_recompiles()``, every uncached compile logs why: the nearest graph
-compiled before, what differs (op, shape, dtype, constant) and the Python line
-where the differing op was captured.
+With ``LAZY_MLIR_DEBUG=1`` or ``explain_recompiles()``, capture records the
+Python line of every op (``user_location``) and every uncached compile logs
+why it happened (``on_uncached_compile``): the nearest graph compiled before,
+what differs (op, shape, dtype, constant) and the line where the differing op
+was captured.
 """
 from __future__ import annotations
 
 import difflib
-import html
 import logging
 import os
-import shutil
-import subprocess
 import sys
 
 log = logging.getLogger("lazy_mlir")
@@ -112,43 +109,3 @@ def _diff(best, graph, lines) -> str:
                 out.append("  ...")
                 return "\n".join(out)
     return "\n".join(out) or "  (same structure: the inputs alias differently)"
-
-
-def render_graph(tensors, path: str | None = None) -> str:
-    """DOT of the pending graph computing ``tensors``; with ``path`` ending in
-    .svg (and graphviz installed) also writes the picture. Returns the DOT."""
-    from .capture import value_of
-    from .graph import Graph
-    from .ir import Value
-    if not isinstance(tensors, (list, tuple)):
-        tensors = [tensors]
-    values = [value_of(t) for t in tensors]
-    graph = Graph.build([v for v in values if v.pending])
-    ids = {}
-    lines = ["digraph lazy {", '  node [shape=box, fontname="monospace", fontsize=10];']
-    for i, d in enumerate(graph.inputs):
-        ids[id(d)] = f"in{i}"
-        lines.append(f'  in{i} [label="input {i}\\n{d.spec.signature()}", shape=ellipse];')
-    for i, n in enumerate(graph.nodes):
-        consts = [repr(a) for a in n.flat if type(a) is not Value]
-        label = n.op.__name__ + ("\\n" + html.escape(", ".join(consts))[:60] if consts else "")
-        label += "\\n" + ", ".join(v.spec.signature() for v in n.outputs)
-        lines.append(f'  n{i} [label="{label}"];')
-        for v in n.outputs:
-            ids[id(v)] = f"n{i}"
-        for v in n.inputs:
-            src = ids.get(id(v.data)) if v.data is not None else ids.get(id(v))
-            if src:
-                lines.append(f"  {src} -> n{i};")
-    for k, v in enumerate(graph.outputs):
-        lines.append(f'  out{k} [label="output {k}", shape=ellipse];')
-        lines.append(f"  {ids[id(v)]} -> out{k};")
-    lines.append("}")
-    dot = "\n".join(lines)
-    if path:
-        if path.endswith(".svg") and shutil.which("dot"):
-            subprocess.run(["dot", "-Tsvg", "-o", path], input=dot.encode(), check=True)
-        else:
-            with open(path if not path.endswith(".svg") else path[:-4] + ".dot", "w") as f:
-                f.write(dot)
-    return dot
