@@ -2,7 +2,7 @@
 made, for the project's linalg-stage passes (``passes/conv_channels_last.py``):
 what they need of the MLIR bindings, so the passes themselves import none.
 
-They edit the module in place, inside ``passes.runner.run_pipeline``: its
+They edit the module in place, inside ``dialects.runner.run_pipeline``: its
 context has every dialect the pipeline loaded (``tm_tensor`` too), which a
 fresh parse of the printed text would not know.
 """
