@@ -13,6 +13,8 @@ import math
 
 import torch
 
+from .registry import CAPTURE, register_decomposition
+
 aten = torch.ops.aten
 
 # From ATen/native/Math.h (chebyshev_coefficients_i0e_A/B, i1e_A/B<float>).
@@ -236,15 +238,13 @@ modified_bessel_k1 = _f32(lambda x: _mb_k(x, 1, scaled=False))
 scaled_modified_bessel_k0 = _f32(lambda x: _mb_k(x, 0, scaled=True))
 scaled_modified_bessel_k1 = _f32(lambda x: _mb_k(x, 1, scaled=True))
 
-BESSEL_DECOMPOSITIONS = {
-    aten.special_modified_bessel_i0.default: modified_bessel_i0,
-    aten.special_modified_bessel_i1.default: modified_bessel_i1,
-    aten.special_modified_bessel_k0.default: modified_bessel_k0,
-    aten.special_modified_bessel_k1.default: modified_bessel_k1,
-    aten.special_scaled_modified_bessel_k0.default: scaled_modified_bessel_k0,
-    aten.special_scaled_modified_bessel_k1.default: scaled_modified_bessel_k1,
-    aten.i0.default: i0,
-    aten.special_i0e.default: i0e,
-    aten.special_i1.default: i1,
-    aten.special_i1e.default: i1e,
-}
+register_decomposition(aten.special_modified_bessel_i0.default, scope=CAPTURE)(modified_bessel_i0)
+register_decomposition(aten.special_modified_bessel_i1.default, scope=CAPTURE)(modified_bessel_i1)
+register_decomposition(aten.special_modified_bessel_k0.default, scope=CAPTURE)(modified_bessel_k0)
+register_decomposition(aten.special_modified_bessel_k1.default, scope=CAPTURE)(modified_bessel_k1)
+register_decomposition(aten.special_scaled_modified_bessel_k0.default, scope=CAPTURE)(scaled_modified_bessel_k0)
+register_decomposition(aten.special_scaled_modified_bessel_k1.default, scope=CAPTURE)(scaled_modified_bessel_k1)
+register_decomposition(aten.i0.default, scope=CAPTURE)(i0)
+register_decomposition(aten.special_i0e.default, scope=CAPTURE)(i0e)
+register_decomposition(aten.special_i1.default, scope=CAPTURE)(i1)
+register_decomposition(aten.special_i1e.default, scope=CAPTURE)(i1e)

@@ -1,4 +1,6 @@
-"""Decompositions that give IEEE/C99 answers where the compiled op does not.
+"""Elementwise ops whose compiled form answers differently from eager.
+
+IEEE/C99 special values (import time).
 
 torch-mlir lowers float ``pow`` to ``math.powf`` / ``math.fpowi`` and
 ``atan2`` to ``math.atan2``; IREE expands them to ``exp(y * log(x))`` and a
@@ -10,26 +12,29 @@ eager PyTorch bit for bit in sign and class (0, inf, NaN). Also here: ops
 whose lowering uses a wrong constant (gelu's tanh approximation), and
 ``minimum``/``maximum``/``clamp``/``hardtanh``, whose lowerings drop a NaN
 first operand.
+
+Also here: comparisons with an int number, ops on bool operands lowered as
+signed i1 (import time), and ``angle``/``hypot``/``conj_physical`` of real
+tensors, which the dialect lacks (capture time).
 """
 from __future__ import annotations
 
 import math
-import threading
 
 import torch
 
+from ..dialects.torch_ops import torch_mlir_decompositions
+from .registry import CAPTURE, IMPORT, ReentryGuard, register_decomposition
+
 aten = torch.ops.aten
 
-_inside = threading.local()  # set while a decomposition traces its own kernel call
+_inside = ReentryGuard()  # set while a decomposition traces its own kernel call
 
 
 def _kernel(op, *args, **kwargs):
     """``op(*args)`` traced as is (not decomposed again by this module)."""
-    _inside.on = True
-    try:
+    with _inside:
         return op(*args, **kwargs)
-    finally:
-        _inside.on = False
 
 
 def _sign_bit(x):
@@ -74,22 +79,24 @@ def _pow_special(x, y, mag):
                            one, out)
 
 
+@register_decomposition(aten.pow.Tensor_Tensor, scope=IMPORT)
 def pow_tensor_tensor(x, y):
     dtype = torch.result_type(x, y)
-    if getattr(_inside, "on", False) or not dtype.is_floating_point:
+    if _inside.active or not dtype.is_floating_point:
         return NotImplemented
     x, y = (t if t.dtype == dtype else aten._to_copy.default(t, dtype=dtype) for t in (x, y))
     mag = _kernel(aten.pow.Tensor_Tensor, aten.abs.default(x), y)
     return _pow_special(x, y, mag)
 
 
+@register_decomposition(aten.pow.Tensor_Scalar, scope=IMPORT)
 def pow_tensor_scalar(x, e):
     """Integer powers keep ``fpowi`` (exact repeated multiplication) but a
     negative one is ``1 / x ** -e`` (``fpowi`` gives ``0 ** -1 == -inf``);
     +-0.5 are sqrt and rsqrt as in eager; other powers take the tensor path.
     (Comparisons use float scalars: torch-mlir folds ``gt.Scalar`` of a
     float splat constant and an int scalar to false.)"""
-    if getattr(_inside, "on", False) or not x.dtype.is_floating_point \
+    if _inside.active or not x.dtype.is_floating_point \
             or isinstance(e, (bool, complex)) or not isinstance(e, (int, float)):
         return NotImplemented
     if e in (0.5, -0.5):  # as eager: sqrt(-0) == -0, rsqrt(-0) == -inf
@@ -101,14 +108,16 @@ def pow_tensor_scalar(x, e):
     return pow_tensor_tensor(x, aten.full_like.default(x, e))
 
 
+@register_decomposition(aten.pow.Scalar, scope=IMPORT)
 def pow_scalar(s, y):
-    if getattr(_inside, "on", False) or not y.dtype.is_floating_point \
+    if _inside.active or not y.dtype.is_floating_point \
             or isinstance(s, (bool, complex)) or not isinstance(s, (int, float)):
         return NotImplemented
     x = aten.full_like.default(y, s)
     return pow_tensor_tensor(x, y)
 
 
+@register_decomposition(aten.atan2.default, scope=IMPORT)
 def atan2(y, x):
     """atan2 is odd in ``y`` (C99), so the kernel runs on ``|y|`` and the sign
     of ``y`` (also of a -0) is applied after: the kernel alone answers NaN for
@@ -117,7 +126,7 @@ def atan2(y, x):
     dtype = torch.result_type(y, x)
     if not dtype.is_floating_point and not dtype.is_complex:  # atan2 promotes ints to float
         dtype = torch.get_default_dtype()
-    if getattr(_inside, "on", False) or not dtype.is_floating_point:
+    if _inside.active or not dtype.is_floating_point:
         return NotImplemented
     # bool/int operands converted here, not in the kernel (which maps True to -1)
     y, x = (t if t.dtype == dtype else aten._to_copy.default(t, dtype=dtype) for t in (y, x))
@@ -134,6 +143,7 @@ def atan2(y, x):
     return aten.where.self(_sign_bit(y), aten.neg.default(out), out)
 
 
+@register_decomposition(aten.gelu.default, scope=IMPORT)
 def gelu(x, approximate="none"):
     """The tanh approximation through PyTorch's own decomposition
     (``torch._refs``): torch-mlir's lowering uses 0.797724 for sqrt(2/pi)
@@ -149,7 +159,7 @@ def _nan_of_first(op):
     torch-mlir lowers ``minimum``/``maximum``/``clamp`` as compare-and-select
     (``a < b ? a : b``), which picks the other operand for a NaN ``a``."""
     def decomposition(x, *args, **kwargs):
-        if getattr(_inside, "on", False) or not x.dtype.is_floating_point:
+        if _inside.active or not x.dtype.is_floating_point:
             return NotImplemented
         out = _kernel(op, x, *args, **kwargs)
         if not out.dtype.is_floating_point:
@@ -159,16 +169,162 @@ def _nan_of_first(op):
     return decomposition
 
 
-# (clamp_min/clamp_max.Tensor belong to bool_decompositions, which wins.)
-_NAN_OF_FIRST = [aten.minimum.default, aten.maximum.default, aten.clamp.default,
-                 aten.clamp.Tensor, aten.clamp_min.default, aten.clamp_max.default,
-                 aten.hardtanh.default]
+# (clamp_min/clamp_max.Tensor are the bool entries below.)
+for _op in (aten.minimum.default, aten.maximum.default, aten.clamp.default, aten.clamp.Tensor,
+            aten.clamp_min.default, aten.clamp_max.default, aten.hardtanh.default):
+    register_decomposition(_op, scope=IMPORT)(_nan_of_first(_op))
 
-IEEE_DECOMPOSITIONS = {
-    **{op: _nan_of_first(op) for op in _NAN_OF_FIRST},
-    aten.pow.Tensor_Tensor: pow_tensor_tensor,
-    aten.pow.Tensor_Scalar: pow_tensor_scalar,
-    aten.pow.Scalar: pow_scalar,
-    aten.atan2.default: atan2,
-    aten.gelu.default: gelu,
-}
+
+# -- comparisons of a float tensor with an int number ----------------------
+# torch-mlir folds ``gt.Scalar(splat 0.3, 0)`` (an int ``0``) to all-false:
+# ``torch.full_like(x, 0.3) > 0`` answered False. With the number as a float
+# the fold is right, and the comparison means the same (eager promotes it).
+
+def _float_number(op):
+    def decomposition(x, other):
+        if not x.dtype.is_floating_point or type(other) is not int:
+            return NotImplemented
+        return op(x, float(other))
+    return decomposition
+
+
+for _op in (aten.gt.Scalar, aten.lt.Scalar, aten.ge.Scalar, aten.le.Scalar, aten.eq.Scalar,
+            aten.ne.Scalar):
+    register_decomposition(_op, scope=IMPORT)(_float_number(_op))
+
+
+# -- bool operands of ops lowered as signed i1 --------------------------------
+# Bool operands of ops whose lowering treats i1 as signed (True == -1).
+#
+# torch-mlir lowers a bool operand of these ops with signed integer semantics:
+# ``clamp_min(True, False)`` is False, ``scatter_add``
+# of True + True is False (it wraps). (Its bool -> complex conversion, ``sitofp``,
+# gives -1 too; complex results are not captured at all.) Plain bool -> int/float
+# conversion is lowered right (``extui`` / ``uitofp``), so the scatters convert
+# their bool data operands to int32 and their result back with ``!= 0`` (eager's
+# logical or for a sum); masks and indices stay as they are. ``clamp_min`` /
+# ``clamp_max`` of bools are ``or`` / ``and``. (Also here, as
+# it shares the ``scatter_reduce`` entry: an integer ``mean`` rounds down.)
+
+_bool_inside = ReentryGuard()
+
+
+def _widen(t):
+    return aten._to_copy.default(t, dtype=torch.int32)
+
+
+def _narrow(t):
+    return aten.ne.Scalar(t, 0)
+
+
+def _as_int32(op, positions: tuple[int, ...]):
+    """A decomposition of ``op`` for bool data operands at ``positions``;
+    results that were bool come back bool."""
+
+    def decomposition(*args, **kwargs):
+        if _bool_inside.active or not any(
+                isinstance(args[i], torch.Tensor) and args[i].dtype == torch.bool
+                for i in positions if i < len(args)):
+            return NotImplemented
+        args = list(args)
+        for i in positions:
+            if i < len(args) and isinstance(args[i], torch.Tensor) \
+                    and args[i].dtype == torch.bool:
+                args[i] = _widen(args[i])
+        with _bool_inside:
+            out = op(*args, **kwargs)
+        if isinstance(out, (tuple, list)):
+            return type(out)(_narrow(o) if o.dtype == torch.int32 else o for o in out)
+        return _narrow(out)
+
+    return decomposition
+
+
+def _bool_only(op, logical):
+    """``clamp_min`` / ``clamp_max`` of two bool tensors as or / and; other
+    dtypes take torch-mlir's decomposition of ``op``."""
+    def decomposition(x, bound):
+        if x.dtype != torch.bool or bound.dtype != torch.bool:
+            theirs = torch_mlir_decompositions().get(op)
+            return theirs(x, bound) if theirs else NotImplemented
+        return logical(x, bound)
+    return decomposition
+
+
+_scatter_reduce_bool = _as_int32(aten.scatter_reduce.two, (0, 3))
+
+
+@register_decomposition(aten.scatter_reduce.two, scope=IMPORT)
+def scatter_reduce(x, dim, index, src, reduce, include_self=True):
+    """Bool operands as above; an integer ``mean`` rounds down like eager
+    (the lowering truncates toward zero): a floor division of the sum by the
+    count, computed here from the sum and a scatter of ones."""
+    if x.dtype == torch.bool or src.dtype == torch.bool:
+        return _scatter_reduce_bool(x, dim, index, src, reduce, include_self=include_self)
+    if reduce != "mean" or x.dtype.is_floating_point or x.dtype.is_complex \
+            or _bool_inside.active:
+        return NotImplemented
+    total = aten.scatter_reduce.two(x, dim, index, src, "sum", include_self=include_self)
+    base = aten.full_like.default(x, 1 if include_self else 0)
+    count = aten.scatter_add.default(base, dim, index, aten.full_like.default(src, 1))
+    count = aten.clamp_min.default(count, 1)
+    return aten.div.Tensor_mode(total, count, rounding_mode="floor")
+
+
+register_decomposition(aten.clamp_min.Tensor, scope=IMPORT)(  # max of bools
+    _bool_only(aten.clamp_min.Tensor, aten.logical_or.default))
+register_decomposition(aten.clamp_max.Tensor, scope=IMPORT)(  # min of bools
+    _bool_only(aten.clamp_max.Tensor, aten.logical_and.default))
+register_decomposition(aten.scatter_add.default, scope=IMPORT)(
+    _as_int32(aten.scatter_add.default, (0, 3)))
+register_decomposition(aten.index_put.default, scope=IMPORT)(
+    _as_int32(aten.index_put.default, (0, 2)))
+
+
+# -- capture time: ops the dialect lacks ---------------------------------------
+
+@register_decomposition(aten.angle.default, scope=CAPTURE)
+def angle(x):
+    """The argument of a real number: pi for negatives, 0 otherwise, NaN
+    kept (ATen's ``angle_impl``); integers give the default float dtype."""
+    if x.is_complex():
+        return NotImplemented
+    dtype = x.dtype if x.is_floating_point() else torch.get_default_dtype()
+    xf = aten._to_copy.default(x, dtype=dtype)
+    pi = torch.full((), math.pi, dtype=dtype, device=x.device)
+    zero = torch.zeros((), dtype=dtype, device=x.device)
+    out = aten.where.self(aten.lt.Scalar(xf, 0), pi, zero)
+    return aten.where.self(aten.isnan.default(xf), xf, out)
+
+
+@register_decomposition(aten.hypot.default, scope=CAPTURE)
+def hypot(a, b):
+    """sqrt(a^2 + b^2) without overflow or underflow: the larger magnitude
+    times sqrt(1 + r^2), r the ratio (<= 1); an infinite side gives inf even
+    with a NaN on the other, as C's hypot."""
+    if not (a.is_floating_point() and b.is_floating_point()):
+        return NotImplemented
+    ax, ay = aten.abs.default(a), aten.abs.default(b)
+    hi, lo = aten.maximum.default(ax, ay), aten.minimum.default(ax, ay)
+    one = torch.ones((), dtype=hi.dtype, device=hi.device)
+    r = aten.div.Tensor(lo, aten.where.self(aten.eq.Scalar(hi, 0), one, hi))
+    out = aten.mul.Tensor(hi, aten.sqrt.default(aten.add.Tensor(aten.mul.Tensor(r, r), one)))
+    # NaN explicitly: compiled maximum/minimum may drop a NaN operand.
+    either_nan = aten.logical_or.default(aten.isnan.default(ax), aten.isnan.default(ay))
+    out = aten.where.self(either_nan, aten.add.Tensor(ax, ay), out)
+    inf = torch.full((), math.inf, dtype=hi.dtype, device=hi.device)
+    either_inf = aten.logical_or.default(aten.isinf.default(ax), aten.isinf.default(ay))
+    return aten.where.self(either_inf, inf, out)
+
+
+@register_decomposition([aten._conj_physical.default, aten.conj_physical.default], scope=CAPTURE)
+def conj_physical(x):
+    """The conjugate of a real tensor is a copy of it."""
+    if x.is_complex():
+        return NotImplemented
+    return aten.clone.default(x)
+
+
+# Random ops, written as the host-drawn fills eager itself makes (``normal_``,
+# ``random_`` on an empty tensor, then arithmetic): the same generator
+# stream as eager CPU, so ``torch.manual_seed`` gives the same numbers.

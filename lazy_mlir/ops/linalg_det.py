@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import torch
 
+from .registry import CAPTURE, register_decomposition
+
 aten = torch.ops.aten
 
 
+@register_decomposition(aten._linalg_slogdet.default, scope=CAPTURE)
 def linalg_slogdet(a):
     """(sign, logabsdet, LU, pivots) of square ``a`` (..., n, n), real."""
     if a.dim() < 2 or a.shape[-1] != a.shape[-2] or not a.is_floating_point():
@@ -35,6 +38,3 @@ def linalg_slogdet(a):
     return sign, logabsdet, lu, pivots
 
 
-DET_DECOMPOSITIONS = {
-    aten._linalg_slogdet.default: linalg_slogdet,
-}

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import torch
 
-from .linalg_lu_decompositions import (MAX_N, _MAX_SQUARINGS, _THETAS, _f32, _t1, _t2, _t4, _t8,
+from .linalg_lu import (MAX_N, _MAX_SQUARINGS, _THETAS, _f32, _t1, _t2, _t4, _t8,
                                        _t12, _t18)
 
 aten = torch.ops.aten

@@ -19,7 +19,7 @@ order is fully determined:
 
 The index is read back from the sorted unique key (``key mod n``).
 
-``sort.default`` is replaced before import (the entry in ``decompositions.py``);
+``sort.default`` is replaced before import (``stable_sort``, scope IMPORT);
 ``sort.stable`` (what ``argsort(stable=...)`` calls) is recorded as
 ``sort.default`` at capture. A non-stable sort answers the stable order too,
 one of the orders eager's unspecified tie order allows.
@@ -33,13 +33,13 @@ the first NaN for ``median`` when there is one, or ``(n - nans - 1) / 2``
 """
 from __future__ import annotations
 
-import threading
-
 import torch
+
+from .registry import CAPTURE, IMPORT, ReentryGuard, register_decomposition
 
 aten = torch.ops.aten
 
-_inside = threading.local()  # set while our own unique-key sorts are traced
+_inside = ReentryGuard()  # set while our own unique-key sorts are traced
 
 _SORTABLE = (torch.float32, torch.float64, torch.int64, torch.int32, torch.int16, torch.int8,
              torch.uint8, torch.bool)
@@ -47,22 +47,20 @@ _SORTABLE = (torch.float32, torch.float64, torch.int64, torch.int32, torch.int16
 
 def _raw_sort(key, dim):
     """The compiled sort of keys unique along ``dim`` (no re-decomposition)."""
-    _inside.on = True
-    try:
+    with _inside:
         return aten.sort.default(key, dim)
-    finally:
-        _inside.on = False
 
 
 def _shape_along(n, dim, ndim):
     return [n if d == dim else 1 for d in range(ndim)]
 
 
+@register_decomposition(aten.sort.default, scope=IMPORT)
 def stable_sort(x, dim=-1, descending=False):
     """``(values, indices)`` of eager's stable CPU sort of ``x`` along ``dim``
     (module docstring): ties in index order, NaN last ascending and first
     descending, -0.0 and 0.0 equal (kept in index order, signs kept)."""
-    if getattr(_inside, "on", False) or x.dtype not in _SORTABLE:
+    if _inside.active or x.dtype not in _SORTABLE:
         return NotImplemented
     if x.dim() == 0:
         return aten.clone.default(x), torch.zeros((), dtype=torch.int64, device=x.device)
@@ -120,6 +118,7 @@ def _by_unique_key(x, key, n, dim):
     return aten.gather.default(x, dim, indices), indices
 
 
+@register_decomposition(aten.sort.stable, scope=CAPTURE)
 def sort_stable(x, *, stable=None, dim=-1, descending=False):
     """``sort.stable`` as ``sort.default``, which is stable here (above)."""
     if x.dtype not in _SORTABLE:
@@ -171,10 +170,12 @@ def _median_dim(x, dim, keepdim, ignore_nan):
     return _pick(values, indices, k, dim, keepdim)
 
 
+@register_decomposition(aten.median.dim, scope=CAPTURE)
 def median_dim(x, dim, keepdim=False):
     return _median_dim(x, dim, keepdim, ignore_nan=False)
 
 
+@register_decomposition(aten.nanmedian.dim, scope=CAPTURE)
 def nanmedian_dim(x, dim, keepdim=False):
     return _median_dim(x, dim, keepdim, ignore_nan=True)
 
@@ -191,15 +192,18 @@ def _median_all(x, ignore_nan):
     return value
 
 
+@register_decomposition(aten.median.default, scope=CAPTURE)
 def median(x):
     return _median_all(x, ignore_nan=False)
 
 
+@register_decomposition(aten.nanmedian.default, scope=CAPTURE)
 def nanmedian(x):
     return _median_all(x, ignore_nan=True)
 
 
 # Replaced before import (``sort.default`` is in the torch dialect).
+@register_decomposition(aten.topk.default, scope=IMPORT)
 def topk(x, k, dim=-1, largest=True, sorted=True):
     """Floating ``topk`` as the first ``k`` of the stable sort: NaN counts as
     the largest value, as in eager (torch-mlir's topk drops NaN); ties come
@@ -213,16 +217,222 @@ def topk(x, k, dim=-1, largest=True, sorted=True):
     return (aten.slice.Tensor(values, dim, 0, k), aten.slice.Tensor(indices, dim, 0, k))
 
 
-SORT_IMPORT_DECOMPOSITIONS = {
-    aten.sort.default: stable_sort,
-    aten.topk.default: topk,
-}
 
-# Recorded at capture in terms of ``sort.default``.
-SORT_DECOMPOSITIONS = {
-    aten.sort.stable: sort_stable,
-    aten.median.default: median,
-    aten.median.dim: median_dim,
-    aten.nanmedian.default: nanmedian,
-    aten.nanmedian.dim: nanmedian_dim,
-}
+# -- cummax, cummin, searchsorted ----------------------------------------------
+# ``cummax``/``cummin`` and ``searchsorted``, which the torch dialect lacks,
+# in aten ops it has, with eager's exact tie and NaN semantics.
+#
+# ``cummax``/``cummin`` (ATen's ``cummax_cummin_helper``): walking along
+# ``dim``, the running value is replaced when ``x`` is NaN or (the running
+# value is not NaN and) ``x >= out`` (``<=`` for cummin). So the value is NaN
+# from the first NaN on, and the index is the *last* position reaching the
+# running value (or the last NaN so far). Both are prefix scans, written as
+# ``ceil(log2 n)`` shift-and-combine steps (Hillis-Steele):
+#
+# - ``m``: prefix max (min) of ``x`` with NaN left out;
+# - ``c_j``: ``x_j`` is NaN, or equals ``m_j`` before any NaN. The last ``c``
+#   position up to ``i`` is the answer's index: before the first NaN the
+#   prefix value ``m_i`` is reached at some ``j <= i`` where ``c_j`` holds, and
+#   every later ``c`` position has ``m`` equal to it (``m`` is monotone and
+#   ``x_j <= m_j``); after a NaN only NaN positions have ``c``.
+#
+# ``searchsorted`` runs ATen's own bisection (``cus_lower_bound`` /
+# ``cus_upper_bound`` in ``ATen/native/Bucketization.cpp``) for every value at
+# once, ``bit_length(n)`` steps of a gather and a compare, so it answers as
+# eager even for sequences that are not sorted or hold NaN.
+
+_SCANNABLE = (torch.float32, torch.float64, torch.int64, torch.int32, torch.int16, torch.int8,
+              torch.uint8, torch.bool)
+
+
+def _shift(t, s, dim, fill):
+    """``t`` moved ``s`` places forward along ``dim``, ``fill`` shifted in."""
+    n = t.shape[dim]
+    pad = torch.full([s if d == dim else k for d, k in enumerate(t.shape)], fill,
+                     dtype=t.dtype, device=t.device)
+    return aten.cat.default([pad, aten.slice.Tensor(t, dim, 0, n - s)], dim)
+
+
+def _prefix(t, dim, combine, fill):
+    """Inclusive prefix scan of ``t`` along ``dim`` with ``combine``."""
+    s = 1
+    while s < t.shape[dim]:
+        t = combine(t, _shift(t, s, dim, fill))
+        s *= 2
+    return t
+
+
+def _cumextreme(x, dim, largest):
+    if x.dtype not in _SCANNABLE:
+        return NotImplemented
+    if x.dim() == 0:
+        return aten.clone.default(x), torch.zeros((), dtype=torch.int64, device=x.device)
+    dim = dim % x.dim()
+    n = x.shape[dim]
+    if x.numel() == 0 or n == 1:
+        return aten.clone.default(x), torch.zeros(x.shape, dtype=torch.int64, device=x.device)
+    src = aten._to_copy.default(x, dtype=torch.int32) if x.dtype == torch.bool else x
+    combine = aten.maximum.default if largest else aten.minimum.default
+    if src.dtype.is_floating_point:
+        fill = float("-inf") if largest else float("inf")
+        nan = aten.isnan.default(src)
+        # NaN kept out of the scan (a compiled maximum may drop it either way).
+        m = _prefix(aten.where.self(nan, torch.full((), fill, dtype=src.dtype,
+                                                      device=src.device), src),
+                    dim, combine, fill)
+        seen = aten.gt.Scalar(aten.cumsum.default(
+            aten._to_copy.default(nan, dtype=torch.int32), dim), 0)
+        c = aten.logical_or.default(
+            nan, aten.logical_and.default(aten.eq.Tensor(src, m), aten.logical_not.default(seen)))
+        values = aten.where.self(seen, torch.full((), float("nan"), dtype=src.dtype,
+                                                  device=src.device), m)
+    else:
+        info = torch.iinfo(src.dtype)
+        fill = info.min if largest else info.max
+        values = _prefix(src, dim, combine, fill)
+        c = aten.eq.Tensor(src, values)
+    pos = aten.arange.start_step(0, n, 1, dtype=torch.int64, device=x.device)
+    pos = aten.view.default(pos, [n if d == dim else 1 for d in range(x.dim())])
+    last = aten.where.self(c, pos, torch.full((), -1, dtype=torch.int64, device=x.device))
+    indices = _prefix(last, dim, aten.maximum.default, -1)
+    if x.dtype == torch.bool:
+        values = aten.ne.Scalar(values, 0)
+    return values, indices
+
+
+@register_decomposition(aten.cummax.default, scope=CAPTURE)
+def cummax(x, dim):
+    return _cumextreme(x, dim, largest=True)
+
+
+@register_decomposition(aten.cummin.default, scope=CAPTURE)
+def cummin(x, dim):
+    return _cumextreme(x, dim, largest=False)
+
+
+# Before import: ``isin``'s decomposition there makes ``searchsorted``.
+@register_decomposition(aten.searchsorted.Tensor, scope=IMPORT)
+def searchsorted(sorted_sequence, values, *, out_int32=False, right=False, side=None,
+                 sorter=None):
+    """ATen's bisection, vectorized: ``start``/``end`` per value, each step
+    halving every still-open interval (closed ones are left as they are)."""
+    seq = sorted_sequence
+    if not isinstance(values, torch.Tensor) or seq.dim() == 0:
+        return NotImplemented
+    common = torch.promote_types(seq.dtype, values.dtype)  # as ATen compares them
+    if common not in _SCANNABLE or common == torch.bool:
+        return NotImplemented
+    seq = aten._to_copy.default(seq, dtype=common) if seq.dtype != common else seq
+    values = aten._to_copy.default(values, dtype=common) if values.dtype != common else values
+    right = side == "right" if side is not None else right
+    out_dtype = torch.int32 if out_int32 else torch.int64
+    n = seq.shape[-1]
+    one_d = seq.dim() == 1
+    if not one_d and (values.dim() != seq.dim() or values.shape[:-1] != seq.shape[:-1]):
+        return NotImplemented
+    if n == 0 or values.numel() == 0:
+        return torch.zeros(values.shape, dtype=out_dtype, device=values.device)
+    if sorter is not None:
+        seq = aten.gather.default(seq, -1, sorter)
+    start = torch.zeros(values.shape, dtype=torch.int64, device=values.device)
+    end = torch.full(values.shape, n, dtype=torch.int64, device=values.device)
+    for _ in range(n.bit_length()):
+        open_ = aten.lt.Tensor(start, end)
+        mid = aten.add.Tensor(start, aten.floor_divide.default(aten.sub.Tensor(end, start), 2))
+        safe = aten.clamp_max.default(mid, n - 1)  # closed intervals may point at n
+        at_mid = aten.index.Tensor(seq, [safe]) if one_d else aten.gather.default(seq, -1, safe)
+        # lower bound: go right while !(mid >= v); upper bound: while !(mid > v).
+        ge = aten.gt.Tensor(at_mid, values) if right else aten.ge.Tensor(at_mid, values)
+        go_right = aten.logical_and.default(open_, aten.logical_not.default(ge))
+        go_left = aten.logical_and.default(open_, ge)
+        start = aten.where.self(go_right, aten.add.Scalar(mid, 1), start)
+        end = aten.where.self(go_left, mid, end)
+    return aten._to_copy.default(start, dtype=out_dtype)
+
+
+@register_decomposition(aten.searchsorted.Scalar, scope=IMPORT)
+def searchsorted_scalar(sorted_sequence, value, *, out_int32=False, right=False, side=None,
+                        sorter=None):
+    if sorted_sequence.dim() != 1 or type(value) not in (int, float):
+        return NotImplemented
+    # ATen makes the scalar a tensor of its own type (int64 or float64).
+    v = torch.full((), value, dtype=torch.int64 if type(value) is int else torch.float64,
+                   device=sorted_sequence.device)
+    return searchsorted(sorted_sequence, v, out_int32=out_int32, right=right, side=side,
+                        sorter=sorter)
+
+
+@register_decomposition(aten.bucketize.Tensor, scope=IMPORT)
+def bucketize(x, boundaries, *, out_int32=False, right=False):
+    """``searchsorted(boundaries, x)`` (ATen's ``bucketize_out_cpu``);
+    replaces torch-mlir's lowering, which answered ``len(boundaries)`` for
+    every value when the boundaries end in NaN."""
+    if boundaries.dim() != 1:
+        return NotImplemented
+    return searchsorted(boundaries, x, out_int32=out_int32, right=right)
+
+
+
+# -- mode ----------------------------------------------------------------------
+# ``mode`` as ATen's CPU kernel (``mode_kernel_impl`` in
+# ``ATen/native/cpu/TensorCompareKernel.cpp``) on the stable sort of
+# ``sort_decompositions.py``.
+#
+# The kernel sorts each slice by value (``std::sort`` with ``<``), walks the
+# runs of equal values (``!=`` ends a run) and keeps the first run longer than
+# every run before it: the mode is the smallest of the most frequent values,
+# its index the position of the last element of that run in the sorted order.
+# Here the sort is stable, so that index is the largest original index among
+# the elements equal to the mode; ``std::sort`` is an insertion sort (stable)
+# up to 16 elements, so eager agrees there, and above that its unstable
+# introsort returns some index of an element equal to the mode (the same
+# value: OpInfo's tie rule).
+#
+# NaN: ``!=`` makes every NaN a run of its own and the stable sort puts them
+# last, so NaN is the mode only of an all-NaN slice (index: its first element).
+# Eager's ``std::sort`` with ``<`` is not a valid ordering with NaN (a NaN
+# compares false both ways and elements cannot move past it), so its runs, and
+# its answer, depend on where the NaN sit: it agrees with this one when the NaN
+# come last in the slice, and may not otherwise (a value split into two runs by
+# a NaN counts less there). This is the one case not matched.
+#
+# Empty slices fall back (eager raises).
+
+_MODE_DTYPES = (torch.float32, torch.float64, torch.int64, torch.int32, torch.int16,
+                torch.int8, torch.uint8, torch.bool)
+
+
+@register_decomposition(aten.mode.default, scope=CAPTURE)
+def mode(x, dim=-1, keepdim=False):
+    """``(values, indices)`` of ``torch.mode`` (module docstring)."""
+    if x.dtype not in _MODE_DTYPES:
+        return NotImplemented
+    if x.dim() == 0:
+        return aten.clone.default(x), torch.zeros((), dtype=torch.int64, device=x.device)
+    dim = dim % x.dim()
+    n = x.shape[dim]
+    if x.numel() == 0:
+        return NotImplemented
+    xt = aten.movedim.int(x, dim, -1)
+    values, order = aten.sort.stable(xt, stable=True, dim=-1)
+    lead = list(values.shape[:-1])
+    pos = aten.arange.default(n, dtype=torch.int64, device=x.device)
+    true = torch.ones(lead + [1], dtype=torch.bool, device=x.device)
+    # ``!=`` of neighbours: a new run starts (NaN != NaN: each NaN its own run)
+    differs = aten.ne.Tensor(aten.slice.Tensor(values, -1, 1, n),
+                             aten.slice.Tensor(values, -1, 0, n - 1))
+    starts = aten.cat.default([true, differs], -1)
+    ends = aten.cat.default([differs, true], -1)
+    zero = torch.zeros((), dtype=torch.int64, device=x.device)
+    run_start = aten.cummax.default(aten.where.self(starts, pos, zero), -1)[0]
+    length = aten.where.self(ends, aten.add.Scalar(aten.sub.Tensor(pos, run_start), 1), zero)
+    longest = aten.amax.default(length, [-1], True)
+    best = aten.logical_and.default(ends, aten.eq.Tensor(length, longest))
+    # the first such run (smallest value): the kernel's strict ``>``
+    at = aten.amin.default(aten.where.self(best, pos, torch.full((), n, dtype=torch.int64,
+                                                                 device=x.device)), [-1], True)
+    value = aten.gather.default(values, -1, at)
+    index = aten.gather.default(order, -1, at)
+    if keepdim:
+        return aten.movedim.int(value, -1, dim), aten.movedim.int(index, -1, dim)
+    return aten.squeeze.dim(value, -1), aten.squeeze.dim(index, -1)
