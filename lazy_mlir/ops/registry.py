@@ -139,6 +139,12 @@ def registrations(op, scope: str | None = None) -> list[Registration]:
     return [r for s in scopes for r in _registry[s].get(op, [])]
 
 
+def registered(scope: str) -> list[Registration]:
+    """Every registration in ``scope``, per op lowest priority first."""
+    load_domains()
+    return [r for regs in list(_registry[scope].values()) for r in regs]
+
+
 def build_table(scope: str) -> dict:
     """op -> decomposition of our registrations in ``scope`` (see the module
     docstring for how priorities combine). A fresh dict on every call."""
