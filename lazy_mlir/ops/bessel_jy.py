@@ -4,7 +4,7 @@ computed as ATen computes them on the CPU (``*_forward`` in
 ``ATen/native/Math.h``: Cephes' rational approximations below 5, Hankel
 asymptotic forms above), same operations in the same order, ATen's tables
 (copied below) rounded to float32. Float32 only (integers go through
-float32; float64 falls back). Used by ``capture_decompositions.py``.
+float32; float64 falls back). Registered for capture time.
 """
 from __future__ import annotations
 

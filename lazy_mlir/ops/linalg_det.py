@@ -1,7 +1,7 @@
 """``slogdet`` (and so ``logdet``) from the LU factorization, applied at
 capture (``lazy/decompose.py``), as ATen computes it: the LU factors and
 pivots of ``linalg_lu_factor_ex`` (captured as the unrolled factorization in
-``linalg_lu_decompositions.py``), the sign the product of the signs of U's
+``linalg_lu.py``), the sign the product of the signs of U's
 diagonal and of the row swaps, the log-magnitude the sum of log |U_ii|. A
 singular matrix gives sign 0 and -inf, as eager.
 """

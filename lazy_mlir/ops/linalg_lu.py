@@ -1,7 +1,7 @@
 """The LU family of ``torch.linalg`` (``linalg_lu_factor_ex``, ``linalg_lu``,
 ``lu_unpack``, ``linalg_lu_solve``, ``_linalg_solve_ex``, ``linalg_inv_ex``)
 and the triangular solves (``linalg_solve_triangular``, ``triangular_solve``)
-in aten ops the torch dialect has, for ``capture_decompositions.py``.
+in aten ops the torch dialect has, registered for capture time.
 
 torch-mlir has no LAPACK ops, but shapes are static at capture: the
 classical algorithms are unrolled over the (small) matrix size, vectorized

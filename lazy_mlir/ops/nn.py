@@ -288,8 +288,10 @@ register_decomposition(aten._upsample_bilinear2d_aa.default, scope=CAPTURE)(_bil
 register_decomposition(aten._upsample_bilinear2d_aa.vec, scope=CAPTURE)(_resize_vec(_bilinear))
 register_decomposition(aten._upsample_bicubic2d_aa.default, scope=CAPTURE)(_bicubic)
 register_decomposition(aten._upsample_bicubic2d_aa.vec, scope=CAPTURE)(_resize_vec(_bicubic))
-register_decomposition(aten._upsample_bilinear2d_aa_backward.default, scope=CAPTURE)(_resize_backward(aten._upsample_bilinear2d_aa.default))
-register_decomposition(aten._upsample_bicubic2d_aa_backward.default, scope=CAPTURE)(_resize_backward(aten._upsample_bicubic2d_aa.default))
+register_decomposition(aten._upsample_bilinear2d_aa_backward.default, scope=CAPTURE)(
+    _resize_backward(aten._upsample_bilinear2d_aa.default))
+register_decomposition(aten._upsample_bicubic2d_aa_backward.default, scope=CAPTURE)(
+    _resize_backward(aten._upsample_bicubic2d_aa.default))
 
 
 # -- before import: ops torch-mlir imports but cannot lower -----------------

@@ -376,7 +376,7 @@ def bucketize(x, boundaries, *, out_int32=False, right=False):
 # -- mode ----------------------------------------------------------------------
 # ``mode`` as ATen's CPU kernel (``mode_kernel_impl`` in
 # ``ATen/native/cpu/TensorCompareKernel.cpp``) on the stable sort of
-# ``sort_decompositions.py``.
+# the stable sort above.
 #
 # The kernel sorts each slice by value (``std::sort`` with ``<``), walks the
 # runs of equal values (``!=`` ends a run) and keeps the first run longer than

@@ -1,6 +1,6 @@
 """Special functions (``erfc``, ``special_erfcx``, ``special_ndtri`` here;
 ``lgamma``, ``digamma``, ``polygamma``, ``special_zeta`` in
-``special_gamma_decompositions.py``) in aten elementwise ops, following
+``special_gamma.py``) in aten elementwise ops, following
 ATen's CPU code (``ATen/native/Math.h``) branch for branch, so results match
 eager within float32 rounding, with eager's answers at NaN, +-inf, +-0 and
 the poles. Also ``frexp`` and ``nextafter``, bit-exact without a bitcast.

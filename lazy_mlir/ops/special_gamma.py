@@ -1,5 +1,5 @@
 """The gamma family (``lgamma``, ``digamma``, ``polygamma``,
-``special_zeta``) in aten elementwise ops; see ``special_decompositions.py``
+``special_zeta``) in aten elementwise ops; see ``special.py``
 for the guarantees they share (float32 arithmetic, eager's answers at the
 special values, fixed loop counts that are exact rewrites of ATen's loops).
 """
