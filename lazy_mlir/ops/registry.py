@@ -104,8 +104,6 @@ def add(reg: Registration, *, overrides: bool = False) -> None:
     """Register ``reg`` (see ``register_decomposition`` for the checks)."""
     with _lock:
         regs = _registry[reg.scope].setdefault(reg.op, [])
-        if any(r.fn is reg.fn and r.priority == reg.priority for r in regs):
-            return  # the same registration again (a module imported twice)
         if regs and not overrides:
             raise ValueError(f"{reg.op} already has a {reg.scope} decomposition "
                              f"({regs[0].where}); {reg.where} must say overrides=True")
