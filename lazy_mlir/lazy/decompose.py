@@ -60,7 +60,7 @@ def _plan(func, vals, tree):
     table = capture_table()
     if func not in table:
         return "no decomposition"
-    from ..ops.capture_decompositions import SAME_RANDOM_STREAM
+    from ..ops.random_fills import SAME_RANDOM_STREAM
     random_ok = func in SAME_RANDOM_STREAM
     if torch.Tag.nondeterministic_seeded in func.tags and not random_ok:
         return "random op"

@@ -1,5 +1,5 @@
 """Coefficient tables of ATen's special functions (``ATen/native/Math.h``),
-copied digit for digit; used by ``special_decompositions.py``."""
+copied digit for digit; used by ``special.py``."""
 
 # erfcx_y100: 100 Chebyshev fits of erfcx on y100 = 400 / (4 + x) in [k, k + 1),
 # each c0 + (c1 + (c2 + ... + c6 * t) * t) * t in t = 2 * y100 - (2k + 1).

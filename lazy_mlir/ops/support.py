@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import functools
 
-from torch_mlir.dialects import _torch_ops_gen
-
 import torch
+
+from ..dialects.torch_ops import aten_op_names, torch_mlir_decompositions
+from .registry import CAPTURE, IMPORT, build_table
 
 aten = torch.ops.aten
 
@@ -24,32 +25,25 @@ DENIED: dict[str, str] = {
                  "contract)",
     "logcumsumexp": "torch-mlir lowers it as log(cumsum(exp(x))), which overflows to inf for "
                     "x > 88 (float32); captured as a prefix-max-shifted decomposition instead "
-                    "(precise_decompositions.py)",
+                    "(precise.py)",
     "tan": "IREE's tan (sin/cos) is up to 5e-4 relative off near the poles (x = 1.5707, "
-           "float32); captured as Cephes' tanf instead (precise_decompositions.py)",
+           "float32); captured as Cephes' tanf instead (precise.py)",
 }
 
 
 @functools.lru_cache(maxsize=1)
 def decomposition_table() -> dict:
-    """torch-mlir's recommended table plus ours (``decompositions.py``), which
-    cover ops torch-mlir imports but does not lower to linalg."""
-    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
-
-    from .decompositions import DECOMPOSITIONS
-    table = dict(get_decomposition_table())
-    table.update(DECOMPOSITIONS)
+    """torch-mlir's recommended table with our IMPORT-scope registrations
+    (``registry.build_table``) over it: ops torch-mlir imports but does not
+    lower to linalg, or lowers differently from eager."""
+    table = dict(torch_mlir_decompositions())
+    table.update(build_table(IMPORT))
     return table
 
 
-@functools.lru_cache(maxsize=1)
 def dialect_ops() -> frozenset[str]:
-    names = set()
-    for obj in vars(_torch_ops_gen).values():
-        name = getattr(obj, "OPERATION_NAME", None)
-        if isinstance(name, str) and name.startswith("torch.aten."):
-            names.add(name[len("torch.aten."):])
-    return frozenset(names)
+    """The aten ops the torch dialect defines (``add.Tensor`` form)."""
+    return aten_op_names()
 
 
 @functools.lru_cache(maxsize=None)
@@ -109,11 +103,10 @@ def denied_signature(func, signature_of) -> str | None:
 @functools.lru_cache(maxsize=1)
 def capture_decompositions() -> dict:
     """Decompositions capture may use for an op the compiler cannot take
-    (see ``lazy/decompose.py``): ours (``capture_decompositions.py``) before
-    PyTorch's (``torch._decomp``, which includes ``torch._refs``)."""
+    (see ``lazy/decompose.py``): our CAPTURE-scope registrations
+    (``registry.build_table``) over PyTorch's (``torch._decomp``, which
+    includes ``torch._refs``)."""
     from torch._decomp import decomposition_table as torch_table
-
-    from .capture_decompositions import CAPTURE_DECOMPOSITIONS
     table = dict(torch_table)
-    table.update(CAPTURE_DECOMPOSITIONS)
+    table.update(build_table(CAPTURE))
     return table

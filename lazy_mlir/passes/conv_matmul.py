@@ -41,6 +41,8 @@ import functools
 
 import torch
 
+from ..ops.registry import TARGET, register_decomposition
+
 aten = torch.ops.aten
 
 
@@ -308,6 +310,7 @@ def _pairs(*args):
     return out if all(len(a) == 2 for a in out) else None
 
 
+@register_decomposition(aten.convolution.default, scope=TARGET)
 def convolution(x, weight, bias, stride, padding, dilation, transposed, output_padding,
                 groups, direct=False):
     pairs = _pairs(stride, padding, dilation)
@@ -355,6 +358,7 @@ def _depthwise_backward(grad_out, x, weight, stride, padding, dilation, output_m
     return grad_input, grad_weight, grad_bias
 
 
+@register_decomposition(aten.convolution_backward.default, scope=TARGET)
 def convolution_backward(grad_out, x, weight, bias_sizes, stride, padding, dilation,
                          transposed, output_padding, groups, output_mask, direct=False,
                          split_k=False):

@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import torch
 
+from ..ops.registry import TARGET, register_decomposition
+
 aten = torch.ops.aten
 
 
@@ -105,6 +107,7 @@ def _input_grad(grad6, x):
     return _channels_first(grad)
 
 
+@register_decomposition(aten.max_pool2d_with_indices.default, scope=TARGET)
 def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
     win = _windows(x, kernel_size, stride, padding, dilation, ceil_mode)
     if win is None:
@@ -127,6 +130,7 @@ def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ce
     return _channels_first(best), _channels_first(idx)
 
 
+@register_decomposition(aten.max_pool2d_with_indices_backward.default, scope=TARGET)
 def max_pool2d_with_indices_backward(grad_output, x, kernel_size, stride, padding, dilation,
                                      ceil_mode, indices):
     win = _windows(x, kernel_size, stride, padding, dilation, ceil_mode)
@@ -142,6 +146,7 @@ def max_pool2d_with_indices_backward(grad_output, x, kernel_size, stride, paddin
     return _input_grad(aten.where(chosen, _per_window(grad_output, kh, kw), zero), x)
 
 
+@register_decomposition(aten.avg_pool2d.default, scope=TARGET)
 def avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
                divisor_override=None):
     win = _windows(x, kernel_size, stride, padding, 1, ceil_mode)
@@ -157,6 +162,7 @@ def avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_incl
     return _channels_first(aten.div(total, divisor_override or kh * kw))
 
 
+@register_decomposition(aten.avg_pool2d_backward.default, scope=TARGET)
 def avg_pool2d_backward(grad_output, x, kernel_size, stride, padding, ceil_mode,
                         count_include_pad, divisor_override):
     win = _windows(x, kernel_size, stride, padding, 1, ceil_mode)

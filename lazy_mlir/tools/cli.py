@@ -33,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_export(sub)
     add_doctor(sub)
     add_coverage(sub)
+    from .explain_cmd import add_parser as add_explain; add_explain(sub)  # noqa: E702
     return p
 
 

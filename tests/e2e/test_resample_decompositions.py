@@ -35,7 +35,7 @@ def test_antialiased_resize_gradient(counters):
 
 def test_non_separable_weights_are_refused():
     """The guard: weights that do not reproduce ATen's resize are not used."""
-    from lazy_mlir.ops import resample_decompositions as rd
+    from lazy_mlir.ops import nn as rd
     aten = torch.ops.aten
     assert rd._weights(aten._upsample_bilinear2d_aa.default, (10, 20), (3, 3), False,
                        (None, None)) is not None

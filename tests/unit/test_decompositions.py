@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from lazy_mlir.ops.decompositions import avg_pool2d_backward
+from lazy_mlir.ops.nn import avg_pool2d_backward
 
 aten = torch.ops.aten
 
@@ -27,7 +27,7 @@ def test_avg_pool2d_backward_declines_what_it_does_not_cover():
 
 
 def test_native_batch_norm_eval():
-    from lazy_mlir.ops.decompositions import native_batch_norm
+    from lazy_mlir.ops.nn import native_batch_norm
     x, w, b = torch.randn(2, 4, 3, 3), torch.randn(4), torch.randn(4)
     rm, rv = torch.randn(4), torch.rand(4) + 0.5
     expected = aten.native_batch_norm.default(x, w, b, rm, rv, False, 0.1, 1e-5)[0]

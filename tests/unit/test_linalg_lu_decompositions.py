@@ -1,4 +1,4 @@
-"""The LU-family decompositions (``dialects/linalg_lu_decompositions.py``) run
+"""The LU-family decompositions (``ops/linalg_lu.py``) run
 eagerly against ATen's LAPACK kernels, and traced as capture plans (only ops
 the dialect has, no value read). Nothing here compiles."""
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.fx as fx
 
-from lazy_mlir.ops import linalg_lu_decompositions as D
-from lazy_mlir.ops import matrix_exp_decompositions as M
+from lazy_mlir.ops import linalg_lu as D
+from lazy_mlir.ops import linalg_matrix_exp as M
 from lazy_mlir.graph import argtree
 from lazy_mlir.lazy import decompose
 from lazy_mlir.graph.ir import DeviceData, TensorSpec, Value

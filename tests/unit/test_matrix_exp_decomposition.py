@@ -1,11 +1,11 @@
-"""The Scalar-free scaling and squaring of ``dialects/matrix_exp_decompositions.py``,
+"""The Scalar-free scaling and squaring of ``ops/linalg_matrix_exp.py``,
 run eagerly: the same values as ATen's ``matrix_exp`` (same degrees, same
 squaring count, exact powers of two), NaN for non-finite norms."""
 from __future__ import annotations
 
 import torch
 
-from lazy_mlir.ops.matrix_exp_decompositions import linalg_matrix_exp
+from lazy_mlir.ops.linalg_matrix_exp import linalg_matrix_exp
 
 
 def test_matches_aten_over_degrees_and_squarings():

@@ -1,5 +1,5 @@
-"""The special-function decompositions (``dialects/special_decompositions.py``,
-``special_gamma_decompositions.py``) run eagerly on CPU tensors match eager
+"""The special-function decompositions (``ops/special.py``,
+``special_gamma.py``) run eagerly on CPU tensors match eager
 ATen over a grid with the special values (NaN, +-inf, +-0, poles, large
 arguments) and on integer inputs; float64 is left to eager."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ import math
 import pytest
 import torch
 
-from lazy_mlir.ops import special_decompositions as err
-from lazy_mlir.ops import special_gamma_decompositions as gam
+from lazy_mlir.ops import special as err
+from lazy_mlir.ops import special_gamma as gam
 
 SPECIAL = [0.0, -0.0, math.inf, -math.inf, math.nan, 1e-30, 1e-8, 0.5, 1.0, 2.0, 3.0, -1.0, -2.0,
            -3.0, -0.5, -1.5, -2.5, 1.5, 2.5, 7.5, 7.4999, 8.0, 10.0, 9.99, 50.0, 51.0, 5e7, 6e7,

@@ -1,7 +1,7 @@
 """The LU family of ``torch.linalg`` (``linalg_lu_factor_ex``, ``linalg_lu``,
 ``lu_unpack``, ``linalg_lu_solve``, ``_linalg_solve_ex``, ``linalg_inv_ex``)
 and the triangular solves (``linalg_solve_triangular``, ``triangular_solve``)
-in aten ops the torch dialect has, for ``capture_decompositions.py``.
+in aten ops the torch dialect has, registered for capture time.
 
 torch-mlir has no LAPACK ops, but shapes are static at capture: the
 classical algorithms are unrolled over the (small) matrix size, vectorized
@@ -33,6 +33,8 @@ from __future__ import annotations
 import struct
 
 import torch
+
+from .registry import CAPTURE, register_decomposition
 
 aten = torch.ops.aten
 
@@ -120,6 +122,7 @@ def _empty_lu(a):
     return aten.clone.default(a), pivots, info
 
 
+@register_decomposition(aten.linalg_lu_factor_ex.default, scope=CAPTURE)
 def linalg_lu_factor_ex(a, pivot=True, check_errors=False):
     """``linalg_lu_factor_ex``; ``pivot=False`` (an error on CPU) and
     ``check_errors`` (raises from values) fall back."""
@@ -164,6 +167,7 @@ def _take_rows(b, perm):
     return aten.gather.default(b, -2, idx)
 
 
+@register_decomposition(aten.lu_unpack.default, scope=CAPTURE)
 def lu_unpack(lu, pivots, unpack_data=True, unpack_pivots=True):
     """``lu_unpack`` as ATen: ``L = tril(LU, -1) + I`` (m x k), ``U =
     triu(LU)`` (k x n), ``P`` from the pivots' swaps (``A = P L U``);
@@ -199,6 +203,7 @@ def lu_unpack(lu, pivots, unpack_data=True, unpack_pivots=True):
     return P, L, U
 
 
+@register_decomposition(aten.linalg_lu.default, scope=CAPTURE)
 def linalg_lu(a, pivot=True):
     """``linalg_lu``: ``lu_factor_ex`` then ``lu_unpack``, as ATen."""
     if not pivot:
@@ -274,6 +279,7 @@ def _numel(shape) -> int:
     return out
 
 
+@register_decomposition(aten.linalg_solve_triangular.default, scope=CAPTURE)
 def linalg_solve_triangular(a, b, *, upper, left=True, unitriangular=False):
     """``linalg_solve_triangular``."""
     if not _ok(a, b) or a.dtype != b.dtype or a.dim() < 2 or b.dim() < 2:
@@ -287,6 +293,7 @@ def linalg_solve_triangular(a, b, *, upper, left=True, unitriangular=False):
     return solve_triangular_unrolled(a, b, upper=upper, left=left, unitriangular=unitriangular)
 
 
+@register_decomposition(aten.triangular_solve.default, scope=CAPTURE)
 def triangular_solve(b, a, upper=True, transpose=False, unitriangular=False):
     """``triangular_solve``: ``(X, A)`` with ``op(A) X = b``, ``A``'s copy
     broadcast to the batch shape."""
@@ -327,6 +334,7 @@ def lu_solve_unrolled(lu, pivots, b, left=True, adjoint=False):
     return _take_rows(z, _inverse_perm(perm))
 
 
+@register_decomposition(aten.linalg_lu_solve.default, scope=CAPTURE)
 def linalg_lu_solve(lu, pivots, b, *, left=True, adjoint=False):
     """``linalg_lu_solve``."""
     if not _ok(lu, b) or lu.dtype != b.dtype or lu.dim() < 2 or b.dim() < 2:
@@ -341,6 +349,7 @@ def linalg_lu_solve(lu, pivots, b, *, left=True, adjoint=False):
     return lu_solve_unrolled(lu, pivots, b, left, adjoint)
 
 
+@register_decomposition(aten._linalg_solve_ex.default, scope=CAPTURE)
 def _linalg_solve_ex(a, b, *, left=True, check_errors=False):
     """``_linalg_solve_ex`` as ATen on the CPU: ``lu_factor_ex(A)`` (its
     ``LU`` and ``pivots`` are returned, those of ``A`` whatever its layout),
@@ -363,6 +372,7 @@ def _linalg_solve_ex(a, b, *, left=True, check_errors=False):
     return x, lu, piv, info
 
 
+@register_decomposition(aten.linalg_inv_ex.default, scope=CAPTURE)
 def linalg_inv_ex(a, *, check_errors=False):
     """``linalg_inv_ex`` as ATen: ``linalg_solve_ex(A, I)``."""
     if check_errors or not _ok(a) or a.dim() < 2:
@@ -485,15 +495,3 @@ def _t18(a):
     return aten.add.Tensor(b[1], aten.matmul.default(aten.add.Tensor(b[2], b3), b3))
 
 
-LINALG_LU_DECOMPOSITIONS: dict = {
-    aten.linalg_lu_factor_ex.default: linalg_lu_factor_ex,
-    aten.linalg_lu.default: linalg_lu,
-    aten.lu_unpack.default: lu_unpack,
-    aten.linalg_lu_solve.default: linalg_lu_solve,
-    aten.linalg_solve_triangular.default: linalg_solve_triangular,
-    aten.triangular_solve.default: triangular_solve,
-    aten._linalg_solve_ex.default: _linalg_solve_ex,
-    aten.linalg_inv_ex.default: linalg_inv_ex,
-    # linalg_matrix_exp: matrix_exp_decompositions.py (its degree polynomials
-    # are the ones above), not registered yet (see there why).
-}

@@ -4,7 +4,7 @@ computed as ATen computes them on the CPU (``*_forward`` in
 ``ATen/native/Math.h``: Cephes' rational approximations below 5, Hankel
 asymptotic forms above), same operations in the same order, ATen's tables
 (copied below) rounded to float32. Float32 only (integers go through
-float32; float64 falls back). Used by ``capture_decompositions.py``.
+float32; float64 falls back). Registered for capture time.
 """
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import math
 
 import torch
 
-from .bessel_decompositions import _f32
+from .bessel import _f32
+from .registry import CAPTURE, register_decomposition
 
 aten = torch.ops.aten
 
@@ -266,10 +267,8 @@ def _spherical_j0(x):
     return aten.where.self(aten.isinf.default(x), torch.zeros_like(x), out)
 
 
-BESSEL_JY_DECOMPOSITIONS = {
-    aten.special_bessel_j0.default: _f32(_j0),
-    aten.special_bessel_j1.default: _f32(_j1),
-    aten.special_bessel_y0.default: _f32(_y0),
-    aten.special_bessel_y1.default: _f32(_y1),
-    aten.special_spherical_bessel_j0.default: _f32(_spherical_j0),
-}
+register_decomposition(aten.special_bessel_j0.default, scope=CAPTURE)(_f32(_j0))
+register_decomposition(aten.special_bessel_j1.default, scope=CAPTURE)(_f32(_j1))
+register_decomposition(aten.special_bessel_y0.default, scope=CAPTURE)(_f32(_y0))
+register_decomposition(aten.special_bessel_y1.default, scope=CAPTURE)(_f32(_y1))
+register_decomposition(aten.special_spherical_bessel_j0.default, scope=CAPTURE)(_f32(_spherical_j0))

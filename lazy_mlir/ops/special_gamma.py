@@ -1,5 +1,5 @@
 """The gamma family (``lgamma``, ``digamma``, ``polygamma``,
-``special_zeta``) in aten elementwise ops; see ``special_decompositions.py``
+``special_zeta``) in aten elementwise ops; see ``special.py``
 for the guarantees they share (float32 arithmetic, eager's answers at the
 special values, fixed loop counts that are exact rewrites of ATen's loops).
 """
@@ -9,10 +9,10 @@ import math
 
 import torch
 
-from .special_decompositions import (ERROR_FUNCTION_DECOMPOSITIONS, TRIG_CONSTANTS, _Consts,
-                                     _cos_small, _sin, _sin_small, _add, _and, _div, _eq, _exp,
-                                     _float_op, _full, _is_neg_zero_or_neg, _log, _lt, _mul, _or,
-                                     _polevl, _sub, _where)
+from .special import (TRIG_CONSTANTS, _Consts, _cos_small, _sin, _sin_small, _add, _and, _div,
+                      _eq, _exp, _float_op, _full, _is_neg_zero_or_neg, _log, _lt, _mul, _or,
+                      _polevl, _sub, _where)
+from .registry import CAPTURE, IMPORT, register_decomposition
 
 aten = torch.ops.aten
 
@@ -219,6 +219,7 @@ def _zeta(x, q):
     return _where(aten.eq.Scalar(x, 1), k[math.inf], out)
 
 
+@register_decomposition(aten.polygamma.default, scope=CAPTURE)
 def polygamma(n, x):
     """ATen: digamma for n = 0, trigamma for n = 1, else
     (-1)^(n+1) n! zeta(n + 1, x)."""
@@ -241,21 +242,13 @@ digamma = _float_op(_digamma)
 zeta = _float_op(_zeta)
 
 
+@register_decomposition(aten.special_polygamma.default, scope=CAPTURE)
 def special_polygamma(n, x):
     return polygamma(n, x)
 
 
-GAMMA_DECOMPOSITIONS = {
-    aten.lgamma.default: lgamma,
-    aten.digamma.default: digamma,
-    aten.polygamma.default: polygamma,
-    aten.special_polygamma.default: special_polygamma,
-    aten.special_zeta.default: zeta,
-}
-
-SPECIAL_DECOMPOSITIONS = {**ERROR_FUNCTION_DECOMPOSITIONS, **GAMMA_DECOMPOSITIONS}
-
-# Also applied before import (``decompositions.py``): torch-mlir's own
-# decompositions of special_log_ndtr and mvlgamma, applied there, produce them.
-SPECIAL_IMPORT_DECOMPOSITIONS = {op: SPECIAL_DECOMPOSITIONS[op] for op in (
-    aten.erfc.default, aten.special_erfcx.default, aten.lgamma.default)}
+# lgamma also before import: torch-mlir's decomposition of mvlgamma makes it.
+register_decomposition(aten.lgamma.default, scope=CAPTURE)(lgamma)
+register_decomposition(aten.lgamma.default, scope=IMPORT)(lgamma)
+register_decomposition(aten.digamma.default, scope=CAPTURE)(digamma)
+register_decomposition(aten.special_zeta.default, scope=CAPTURE)(zeta)

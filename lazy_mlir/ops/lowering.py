@@ -32,13 +32,15 @@ import math
 import torch
 from torch._decomp import get_decompositions
 
+from .registry import IMPORT, register_decomposition
+
 aten = torch.ops.aten
 
 # Ops that take ``self`` first and reduce or scan along ``dim``.
 _RANK0_OPS = [
     aten.amax.default, aten.amin.default, aten.argmax.default, aten.argmin.default,
     aten.all.dim, aten.any.dim, aten.max.dim, aten.min.dim, aten.prod.dim_int,
-    aten.cumsum.default, aten.cumprod.default,
+    aten.cumsum.default,  # cumprod: its own entry below (a dtype converts first)
     aten._softmax.default, aten._log_softmax.default,  # 0-d: the linalg pipeline hangs
 ]
 
@@ -58,12 +60,14 @@ def _on_1d(op):
 _cumprod_on_0d = _on_1d(aten.cumprod.default)
 
 
+@register_decomposition(aten.flip.default, scope=IMPORT)
 def flip(x, dims):
     """A 0-d tensor flipped is itself (torch-mlir's rank-0 flip fails to
     compile, and a failed compile stops ``flip`` compiling in the process)."""
     return aten.clone.default(x) if x.dim() == 0 else NotImplemented
 
 
+@register_decomposition(aten.gather.default, scope=IMPORT)
 def gather(x, dim, index, *, sparse_grad=False):
     """``gather`` of a 0-d tensor by a 0-d index (necessarily 0) is the tensor
     (torch-mlir's rank-0 gather fails to compile; see ``flip``)."""
@@ -72,6 +76,7 @@ def gather(x, dim, index, *, sparse_grad=False):
     return NotImplemented
 
 
+@register_decomposition(aten.cumprod.default, scope=IMPORT)
 def cumprod(x, dim, dtype=None):
     """torch-mlir lowers ``cumprod`` only without ``dtype``: convert first."""
     if dtype is not None:
@@ -82,6 +87,7 @@ def cumprod(x, dim, dtype=None):
 _SCATTER_REDUCE = {"add": "sum", "multiply": "prod"}
 
 
+@register_decomposition(aten.scatter.reduce, scope=IMPORT)
 def scatter_reduce(x, dim, index, src, reduce):
     """The deprecated ``scatter(..., reduce=)`` is ``scatter_reduce`` keeping
     ``self`` (which torch-mlir lowers)."""
@@ -90,6 +96,7 @@ def scatter_reduce(x, dim, index, src, reduce):
     return aten.scatter_reduce.two(x, dim, index, src, _SCATTER_REDUCE[reduce], include_self=True)
 
 
+@register_decomposition(aten.scatter.value_reduce, scope=IMPORT)
 def scatter_value_reduce(x, dim, index, value, reduce):
     src = aten.full.default(list(index.shape), value, dtype=x.dtype, device=x.device)
     return scatter_reduce(x, dim, index, src, reduce)
@@ -110,6 +117,7 @@ def _positions(x):
                                 list(x.shape))
 
 
+@register_decomposition(aten.diagonal_scatter.default, scope=IMPORT)
 def diagonal_scatter(x, src, offset=0, dim1=0, dim2=1):
     """Written at the positions of the diagonal (an ``arange`` seen diagonally)."""
     where = aten.diagonal.default(_positions(x), offset, dim1, dim2)
@@ -127,6 +135,7 @@ def _overlaps(size, stride) -> bool:
     return False
 
 
+@register_decomposition(aten.as_strided_scatter.default, scope=IMPORT)
 def as_strided_scatter(x, src, size, stride, storage_offset=None):
     """On a contiguous ``x`` storage positions are flat positions, so the view
     is the same ``as_strided`` of an ``arange``; overlapping views (whose
@@ -144,6 +153,7 @@ def _squeeze0(out):
     return aten.squeeze.dim(out, 0)
 
 
+@register_decomposition(aten.adaptive_max_pool2d.default, scope=IMPORT)
 def adaptive_max_pool2d(x, output_size):
     """Unbatched inputs get a batch of one (torch-mlir's own decomposition of
     the op makes a 3-d ``max_pool2d`` it cannot lower)."""
@@ -173,6 +183,7 @@ def _max_pool(op, n):
     return decomposition
 
 
+@register_decomposition(aten.avg_pool3d.default, scope=IMPORT)
 def avg_pool3d(x, kernel_size, stride=(), padding=(0,), ceil_mode=False,
                count_include_pad=True, divisor_override=None):
     """Without padding, input a window never reaches is cut off first: IREE
@@ -208,6 +219,7 @@ def _horner(coefficients, w):
     return p
 
 
+@register_decomposition(aten.erfinv.default, scope=IMPORT)
 def erfinv(x):
     """Giles' approximation and one Newton step on ``erf`` (float32 and
     narrower; integers as float32). torch-mlir has no lowering for erfinv."""
@@ -230,6 +242,7 @@ def erfinv(x):
     return aten._to_copy.default(r, dtype=out_dtype)
 
 
+@register_decomposition(aten.take.default, scope=IMPORT)
 def take(x, index):
     """``x.flatten()[index]`` as an ``index.Tensor`` (which wraps negative
     indices): PyTorch's decomposition indexes with the tensor itself, which
@@ -239,6 +252,7 @@ def take(x, index):
     return aten.reshape.default(out, list(index.shape))
 
 
+@register_decomposition(aten.nonzero_static.default, scope=IMPORT)
 def nonzero_static(x, *, size, fill_value=-1):
     """The coordinates of the first ``size`` nonzero elements (row-major),
     rows past them ``fill_value``: each nonzero element's rank among the
@@ -276,6 +290,7 @@ def _nan_ignoring(extreme):
     return decomposition
 
 
+@register_decomposition(aten.addbmm.default, scope=IMPORT)
 def addbmm(x, batch1, batch2, *, beta=1, alpha=1):
     """Integers (torch-mlir lowers only the float op): beta*x + alpha * the
     sum over the batch of bmm, in the same integer arithmetic."""
@@ -290,6 +305,7 @@ def addbmm(x, batch1, batch2, *, beta=1, alpha=1):
     return aten.add.Tensor(out, x if beta == 1 else aten.mul.Scalar(x, beta))
 
 
+@register_decomposition(aten.empty_strided.default, scope=IMPORT)
 def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
     """Uninitialized memory has no values to keep; the compiled graph has value
     semantics, so the strides are the capture's business, not the compiler's."""
@@ -297,15 +313,18 @@ def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory
                                     pin_memory=pin_memory)
 
 
+@register_decomposition(aten.new_empty_strided.default, scope=IMPORT)
 def new_empty_strided(x, size, stride, dtype=None, layout=None, device=None, pin_memory=None):
     return aten.new_empty.default(x, size, dtype=dtype, layout=layout, device=device,
                                   pin_memory=pin_memory)
 
 
+@register_decomposition(aten.log10.default, scope=IMPORT)
 def log10(x):
     return aten.mul.Tensor(aten.log.default(x), 1.0 / math.log(10.0))
 
 
+@register_decomposition(aten.as_strided.default, scope=IMPORT)
 def as_strided(x, size, stride, storage_offset=None):
     """A 0-d ``as_strided`` is one element of the flat input: torch-mlir's
     lowering of a rank-0 result crashes the process (SIGSEGV/SIGABRT)."""
@@ -318,30 +337,13 @@ _FROM_TORCH = [
     aten.view_copy.default, aten.permute_copy.default, aten.as_strided_copy.default,
     aten.unbind_copy.int, aten.upsample_bilinear2d.default,
 ]
+for _op, _fn in get_decompositions(_FROM_TORCH).items():
+    register_decomposition(_op, scope=IMPORT)(_fn)
+for _op in _RANK0_OPS:
+    register_decomposition(_op, scope=IMPORT)(_on_1d(_op))
 
-LOWERING_DECOMPOSITIONS = {
-    **get_decompositions(_FROM_TORCH),
-    **{op: _on_1d(op) for op in _RANK0_OPS},
-    aten.cumprod.default: cumprod,
-    aten.flip.default: flip,
-    aten.gather.default: gather,
-    aten.max_pool2d.default: _max_pool(aten.max_pool2d.default, 2),
-    aten.max_pool2d_with_indices.default: _max_pool(aten.max_pool2d_with_indices.default, 2),
-    aten.max_pool3d_with_indices.default: _max_pool(aten.max_pool3d_with_indices.default, 3),
-    aten.avg_pool3d.default: avg_pool3d,
-    aten.adaptive_max_pool2d.default: adaptive_max_pool2d,
-    aten.diagonal_scatter.default: diagonal_scatter,
-    aten.as_strided_scatter.default: as_strided_scatter,
-    aten.as_strided.default: as_strided,
-    aten.scatter.reduce: scatter_reduce,
-    aten.scatter.value_reduce: scatter_value_reduce,
-    aten.log10.default: log10,
-    aten.addbmm.default: addbmm,
-    aten.fmax.default: _nan_ignoring(aten.maximum.default),
-    aten.fmin.default: _nan_ignoring(aten.minimum.default),
-    aten.nonzero_static.default: nonzero_static,
-    aten.take.default: take,
-    aten.erfinv.default: erfinv,
-    aten.empty_strided.default: empty_strided,
-    aten.new_empty_strided.default: new_empty_strided,
-}
+for _op, _n in ((aten.max_pool2d.default, 2), (aten.max_pool2d_with_indices.default, 2),
+               (aten.max_pool3d_with_indices.default, 3)):
+    register_decomposition(_op, scope=IMPORT)(_max_pool(_op, _n))
+register_decomposition(aten.fmax.default, scope=IMPORT)(_nan_ignoring(aten.maximum.default))
+register_decomposition(aten.fmin.default, scope=IMPORT)(_nan_ignoring(aten.minimum.default))

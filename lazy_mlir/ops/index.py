@@ -5,22 +5,25 @@ offsets as they are: a negative index (valid in PyTorch, counted from the
 end) wrote outside the tensor, losing the write and corrupting memory. Each
 integer index is wrapped once (``i + size`` where ``i < 0``) before the op,
 which is then traced as itself. (Reads, ``index.Tensor``, wrap correctly.)
-A single bool mask becomes a ``where`` (``_masked_write``).
+A single bool mask becomes a ``where`` (``_masked_write``). All before import.
+
+Also here, at capture: ``put`` (a flat ``index_put``) and ``index_reduce``
+(a ``scatter_reduce``).
 """
 from __future__ import annotations
 
-import threading
-
 import torch
 
+from .registry import CAPTURE, IMPORT, ReentryGuard, register_decomposition
+
 aten = torch.ops.aten
-_wrapping = threading.local()
+_wrapping = ReentryGuard()
 
 
 def _wrapped(x, indices):
     """``indices`` with negative entries counted from the end, or None when
     there is nothing this rewrite can do (bool masks shift the dims)."""
-    if getattr(_wrapping, "on", False):
+    if _wrapping.active:
         return None  # the op re-entered from our own decomposition
     out = []
     for dim, i in enumerate(indices):
@@ -77,27 +80,61 @@ def _wrapping_decomposition(op, then):
             rest, kwargs = rest[:2], {k: v for k, v in kwargs.items() if k != "unsafe"}
         wrapped = _wrapped(x, indices)
         if wrapped is None:
-            if getattr(_wrapping, "on", False) or not rest:
+            if _wrapping.active or not rest:
                 return NotImplemented
             out = _masked_write(x, indices, rest[0],
                                 rest[1] if len(rest) > 1 else kwargs.get("accumulate", False))
             return NotImplemented if out is None else out
-        _wrapping.on = True  # nested calls of the op are traced as they are
-        try:
+        with _wrapping:  # nested calls of the op are traced as they are
             if then is not None:
                 out = then(x, wrapped, *rest, **kwargs)
                 if out is not NotImplemented:
                     return out
             return target(x, wrapped, *rest, **kwargs)
-        finally:
-            _wrapping.on = False
 
     decomposition.__name__ = f"{op.__name__}_wrapping_negative_indices"
     return decomposition
 
 
-def wrap_negative_indices(table: dict) -> dict:
-    """Decompositions of the indexed writes that wrap negative indices first,
-    chained to what ``table`` already does for them."""
-    return {op: _wrapping_decomposition(op, table.get(op))
-            for op in (aten.index_put.default, aten._index_put_impl.default)}
+@register_decomposition(aten.put.default, scope=CAPTURE)
+def put(x, index, source, accumulate=False):
+    """``x.flatten()[index] = source`` (or ``+=``) as an ``index_put`` on the
+    flattened tensor."""
+    flat = aten.reshape.default(x, [-1])
+    index = aten.reshape.default(index, [-1])
+    # Negative indices counted from the end here: the compiled index_put
+    # does not wrap them (it writes out of bounds).
+    index = aten.where.self(aten.lt.Scalar(index, 0), aten.add.Scalar(index, flat.numel()), index)
+    out = aten.index_put.default(flat, [index], aten.reshape.default(source, [-1]), accumulate)
+    return aten.reshape.default(out, list(x.shape))
+
+
+# Chained over the registrations below them (the bool ``index_put`` of
+# ``elementwise.py``): priority 10, after every plain import-time entry.
+register_decomposition([aten.index_put.default, aten._index_put_impl.default], scope=IMPORT,
+                       priority=10, overrides=True, chained=True)(_wrapping_decomposition)
+
+
+# -- index_reduce --------------------------------------------------------------
+# ``index_reduce`` as ``scatter_reduce.two``, which the torch dialect has.
+#
+# ``index_reduce(x, dim, index, source, reduce)`` reduces slice ``source[..., i,
+# ...]`` (``i`` along ``dim``) into ``x[..., index[i], ...]``: the scatter whose
+# index is ``index`` broadcast to ``source``'s shape along ``dim``. ATen's
+# ``index_reduce`` and ``scatter_reduce`` share the reduction semantics
+# (``prod``, ``mean`` counting ``x`` itself when ``include_self``, ``amax`` /
+# ``amin`` propagating NaN; integer ``mean`` rounds down, see
+# ``bool_decompositions.scatter_reduce``).
+
+@register_decomposition(aten.index_reduce.default, scope=CAPTURE)
+def index_reduce(x, dim, index, source, reduce, *, include_self=True):
+    if index.dim() > 1 or x.dim() != source.dim():
+        return NotImplemented
+    if x.dim() == 0:  # a 0-d x and source are one-element rows
+        out = index_reduce(aten.reshape.default(x, [1]), 0, aten.reshape.default(index, [-1]),
+                           aten.reshape.default(source, [1]), reduce, include_self=include_self)
+        return aten.reshape.default(out, [])
+    dim = dim % x.dim()
+    shape = [index.shape[0] if d == dim else 1 for d in range(source.dim())]
+    expanded = aten.expand.default(aten.view.default(index, shape), list(source.shape))
+    return aten.scatter_reduce.two(x, dim, expanded, source, reduce, include_self=include_self)

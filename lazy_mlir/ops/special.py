@@ -1,6 +1,6 @@
 """Special functions (``erfc``, ``special_erfcx``, ``special_ndtri`` here;
 ``lgamma``, ``digamma``, ``polygamma``, ``special_zeta`` in
-``special_gamma_decompositions.py``) in aten elementwise ops, following
+``special_gamma.py``) in aten elementwise ops, following
 ATen's CPU code (``ATen/native/Math.h``) branch for branch, so results match
 eager within float32 rounding, with eager's answers at NaN, +-inf, +-0 and
 the poles. Also ``frexp`` and ``nextafter``, bit-exact without a bitcast.
@@ -30,6 +30,7 @@ import numpy
 import torch
 
 from .special_tables import ERFCX_Y100
+from .registry import CAPTURE, IMPORT, register_decomposition
 
 aten = torch.ops.aten
 
@@ -258,6 +259,7 @@ def _ndtri(y0):
 
 # ----------------------------------------------------------------- frexp
 
+@register_decomposition(aten.frexp.Tensor, scope=CAPTURE)
 def frexp(x):
     """C's frexp without a bitcast (the compiler lowers none): x = m 2^e with
     0.5 <= |m| < 1, e from floor(log2 |x|) + 1 corrected by one step either
@@ -293,6 +295,7 @@ def frexp(x):
     return m, aten._to_copy.default(e, dtype=torch.int32)
 
 
+@register_decomposition(aten.nextafter.default, scope=CAPTURE)
 def nextafter(x, y):
     """C's nextafter without a bitcast: x moved by one ulp towards y, the ulp
     2^(e - 24) from ``frexp`` (half of it moving down from a power of two),
@@ -327,10 +330,9 @@ erfc = _float_op(_erfc)
 erfcx = _float_op(_erfcx)
 ndtri = _float_op(_ndtri)
 
-ERROR_FUNCTION_DECOMPOSITIONS = {
-    aten.erfc.default: erfc,
-    aten.special_erfcx.default: erfcx,
-    aten.special_ndtri.default: ndtri,
-    aten.frexp.Tensor: frexp,
-    aten.nextafter.default: nextafter,
-}
+# erfc and erfcx also before import: torch-mlir's own decomposition of
+# special_log_ndtr, applied there, produces them.
+for _scope in (CAPTURE, IMPORT):
+    register_decomposition(aten.erfc.default, scope=_scope)(erfc)
+    register_decomposition(aten.special_erfcx.default, scope=_scope)(erfcx)
+register_decomposition(aten.special_ndtri.default, scope=CAPTURE)(ndtri)

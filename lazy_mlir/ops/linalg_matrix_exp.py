@@ -1,5 +1,5 @@
 """``linalg_matrix_exp`` for capture: ATen's ``mexp`` (its degree
-polynomials are in ``linalg_lu_decompositions.py``), with the scaling and
+polynomials are in ``linalg_lu.py``), with the scaling and
 squaring counted without per-step Scalars.
 
 An earlier version compared the norm with 62 powers of two as Python floats;
@@ -14,9 +14,8 @@ degree thresholds are compared against one constant tensor for the same
 reason. Values are as ATen's (float32
 only, NaN for a non-finite norm or more than 62 squarings).
 
-Not registered yet (``MATRIX_EXP_DECOMPOSITIONS`` is not merged into
-``capture_decompositions.py``): it now compiles and loads (a 5x5 matrix: no
-fallback, 1e-6 from eager), but on OpInfo's batch of 5x5 matrices with
+Not registered (no ``register_decomposition``: capture never uses it): it
+now compiles and loads (a 5x5 matrix: no fallback, 1e-6 from eager), but on OpInfo's batch of 5x5 matrices with
 1-norms near 27 (four squarings) eager's own float32 result is 2.4e-3
 (relative) off the float64 answer and this one 5.7e-4, so they differ by
 1.8e-3, over the sweep's 1.3e-4 float32 tolerance: the sweep would report
@@ -27,8 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from .linalg_lu_decompositions import (MAX_N, _MAX_SQUARINGS, _THETAS, _f32, _t1, _t2, _t4, _t8,
-                                       _t12, _t18)
+from .linalg_lu import MAX_N, _MAX_SQUARINGS, _THETAS, _f32, _t1, _t2, _t4, _t8, _t12, _t18
 
 aten = torch.ops.aten
 
@@ -82,8 +80,3 @@ def linalg_matrix_exp(a):
     bad = aten.logical_not.default(aten.isfinite.default(norm))
     bad = aten.unsqueeze.default(aten.unsqueeze.default(bad, -1), -1)
     return aten.where.self(bad, torch.full((), float("nan"), dtype=dt, device=dev), out)
-
-
-MATRIX_EXP_DECOMPOSITIONS = {
-    aten.linalg_matrix_exp.default: linalg_matrix_exp,
-}

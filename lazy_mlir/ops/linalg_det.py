@@ -1,7 +1,7 @@
 """``slogdet`` (and so ``logdet``) from the LU factorization, applied at
 capture (``lazy/decompose.py``), as ATen computes it: the LU factors and
 pivots of ``linalg_lu_factor_ex`` (captured as the unrolled factorization in
-``linalg_lu_decompositions.py``), the sign the product of the signs of U's
+``linalg_lu.py``), the sign the product of the signs of U's
 diagonal and of the row swaps, the log-magnitude the sum of log |U_ii|. A
 singular matrix gives sign 0 and -inf, as eager.
 """
@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import torch
 
+from .registry import CAPTURE, register_decomposition
+
 aten = torch.ops.aten
 
 
+@register_decomposition(aten._linalg_slogdet.default, scope=CAPTURE)
 def linalg_slogdet(a):
     """(sign, logabsdet, LU, pivots) of square ``a`` (..., n, n), real."""
     if a.dim() < 2 or a.shape[-1] != a.shape[-2] or not a.is_floating_point():
@@ -35,6 +38,3 @@ def linalg_slogdet(a):
     return sign, logabsdet, lu, pivots
 
 
-DET_DECOMPOSITIONS = {
-    aten._linalg_slogdet.default: linalg_slogdet,
-}

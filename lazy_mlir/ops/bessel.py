@@ -4,7 +4,7 @@
 computes them on the CPU: Cephes' Chebyshev expansions on two intervals,
 evaluated by the same recurrence (``chbevl``) in the same order, with ATen's
 coefficient tables (``ATen/native/Math.h``, copied below) rounded to float32.
-Used by ``capture_decompositions.py``; float32 only (half, bfloat16 and
+Registered for capture time; float32 only (half, bfloat16 and
 integers go through float32, as in ATen; float64 falls back).
 """
 from __future__ import annotations
@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 
 import torch
+
+from .registry import CAPTURE, register_decomposition
 
 aten = torch.ops.aten
 
@@ -236,15 +238,12 @@ modified_bessel_k1 = _f32(lambda x: _mb_k(x, 1, scaled=False))
 scaled_modified_bessel_k0 = _f32(lambda x: _mb_k(x, 0, scaled=True))
 scaled_modified_bessel_k1 = _f32(lambda x: _mb_k(x, 1, scaled=True))
 
-BESSEL_DECOMPOSITIONS = {
-    aten.special_modified_bessel_i0.default: modified_bessel_i0,
-    aten.special_modified_bessel_i1.default: modified_bessel_i1,
-    aten.special_modified_bessel_k0.default: modified_bessel_k0,
-    aten.special_modified_bessel_k1.default: modified_bessel_k1,
-    aten.special_scaled_modified_bessel_k0.default: scaled_modified_bessel_k0,
-    aten.special_scaled_modified_bessel_k1.default: scaled_modified_bessel_k1,
-    aten.i0.default: i0,
-    aten.special_i0e.default: i0e,
-    aten.special_i1.default: i1,
-    aten.special_i1e.default: i1e,
-}
+for _op, _fn in ((aten.special_modified_bessel_i0.default, modified_bessel_i0),
+                 (aten.special_modified_bessel_i1.default, modified_bessel_i1),
+                 (aten.special_modified_bessel_k0.default, modified_bessel_k0),
+                 (aten.special_modified_bessel_k1.default, modified_bessel_k1),
+                 (aten.special_scaled_modified_bessel_k0.default, scaled_modified_bessel_k0),
+                 (aten.special_scaled_modified_bessel_k1.default, scaled_modified_bessel_k1),
+                 (aten.i0.default, i0), (aten.special_i0e.default, i0e),
+                 (aten.special_i1.default, i1), (aten.special_i1e.default, i1e)):
+    register_decomposition(_op, scope=CAPTURE)(_fn)

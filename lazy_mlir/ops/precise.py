@@ -19,6 +19,8 @@ import math
 
 import torch
 
+from .registry import CAPTURE, register_decomposition
+
 aten = torch.ops.aten
 
 # Cephes' tanf: pi/4 in three parts whose products with the octant count are
@@ -32,6 +34,7 @@ def _scalar(value, like):
     return torch.full((), value, dtype=like.dtype, device=like.device)
 
 
+@register_decomposition(aten.tan.default, scope=CAPTURE)
 def tan(x):
     """Cephes ``tanf`` in float32; other floating dtypes are not covered
     (float64 needs the double-precision polynomial and reduction)."""
@@ -68,6 +71,7 @@ def tan(x):
 _SCAN_LIMIT = 2048  # elements along the scanned dim
 
 
+@register_decomposition(aten.logcumsumexp.default, scope=CAPTURE)
 def logcumsumexp(x, dim):
     """ATen's running log-add-exp, NaN propagating from where it appears,
     -inf for an all -inf prefix, +inf once a +inf is seen."""
@@ -103,7 +107,3 @@ def logcumsumexp(x, dim):
     return aten.movedim.int(out, -1, dim)
 
 
-PRECISE_DECOMPOSITIONS = {
-    aten.tan.default: tan,
-    aten.logcumsumexp.default: logcumsumexp,
-}

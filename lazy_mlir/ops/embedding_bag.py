@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import torch
 
+from .registry import CAPTURE, register_decomposition
+
 aten = torch.ops.aten
 
 _FLOATS = (torch.float32, torch.float64)
@@ -142,6 +144,7 @@ def _bag_max(rows, used, indices, n, bags, cols):
     return value, word
 
 
+@register_decomposition(aten.embedding_renorm.default, scope=CAPTURE)
 def embedding_renorm(weight, indices, max_norm, norm_type):
     """``embedding_renorm_`` (what ``max_norm`` does before the lookup), as
     ``embedding_renorm_cpu_``: every row named by ``indices`` (once) whose
@@ -169,16 +172,13 @@ def embedding_renorm(weight, indices, max_norm, norm_type):
     return aten.where.self(aten.unsqueeze.default(shrink, 1), scaled, weight)
 
 
+@register_decomposition(aten._embedding_bag_forward_only.default, scope=CAPTURE)
 def embedding_bag_forward_only(*args, **kwargs):
     return _embedding_bag(*args, **kwargs, forward_only=True)
 
 
+@register_decomposition(aten._embedding_bag.default, scope=CAPTURE)
 def embedding_bag(*args, **kwargs):
     return _embedding_bag(*args, **kwargs, forward_only=False)
 
 
-EMBEDDING_BAG_DECOMPOSITIONS = {
-    aten._embedding_bag_forward_only.default: embedding_bag_forward_only,
-    aten._embedding_bag.default: embedding_bag,
-    aten.embedding_renorm.default: embedding_renorm,
-}

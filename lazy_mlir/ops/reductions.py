@@ -1,27 +1,13 @@
-"""``histc`` and ``histogram`` as ATen's CPU kernel computes them
-(``ATen/native/Histogram.cpp``, ``ATen/native/cpu/HistogramKernel.cpp``),
-with the bin count static. ``histc`` below; ``histogram`` (edges from a bin
-count, or given as a tensor; weights, density) at ``histogram_bin_ct`` and
-``histogram_bins_tensor``.
+"""Reductions the compiler lacks or gets wrong.
 
-The outer edges: ``min``/``max`` rounded to the input dtype; when they are
-equal (the default 0, 0) and the input is not empty, the input's own min and
-max, computed in the graph; equal edges are then widened by 1 on each side.
-An element ``x`` in ``[lo, hi]`` (NaN and elements outside skipped) falls in
-bin ``int64((x - lo) * bins / (hi - lo))``, each operation rounded in the
-input dtype as in the kernel's ``LINEAR_INTERPOLATION`` (no search among the
-edges), the last bin keeping its right edge. Counts are exact (integers,
-converted to the dtype at the end, as the kernel's float additions of 1 are
-below 2**24).
-
-Differences from eager, each by construction, not rounding:
-
-- eager raises when the data range is not finite (the input has NaN or
-  infinities and ``min == max``); a graph cannot raise, so every bin is NaN;
-- a range given as ``min > max``, or a non-finite one, raises in eager: not
-  decomposed (falls back and raises there).
-
-Only float32/float64, and a bounded (elements x bins) one-hot comparison.
+NaN in arg-reductions (import time): ``argmax``/``argmin`` (and the indices of
+``max``/``min`` along a dim) of a float tensor with a NaN give the index of
+the first NaN in eager (NaN is treated as the extreme);
+torch-mlir's lowering compares with ``>``/``<`` and skips it. The first NaN
+is found with an integer argmax of the NaN mask and chosen where a row has
+one; the decomposition registered below it (0-d inputs, ``lowering.py``)
+runs after. Also here (capture time): ``segment_reduce``, ``histc`` and
+``histogram``.
 """
 from __future__ import annotations
 
@@ -30,7 +16,167 @@ import struct
 
 import torch
 
+from .registry import CAPTURE, IMPORT, ReentryGuard, register_decomposition
+
 aten = torch.ops.aten
+_inside = ReentryGuard()
+
+
+def _nan_aware(op, then):
+    def decomposition(x, dim=None, keepdim=False):
+        if _inside.active:
+            return NotImplemented
+        if x.dim() == 0 or not x.dtype.is_floating_point:  # no NaN to find (0-d: index 0)
+            return then(x, dim, keepdim) if then is not None else NotImplemented
+        with _inside:  # nested calls of the op are traced as they are
+            plain = then(x, dim, keepdim) if then is not None else NotImplemented
+            if plain is NotImplemented:
+                plain = op(x, dim, keepdim)
+            nan = aten.isnan.default(x)
+            first_nan = aten.argmax.default(aten._to_copy.default(nan, dtype=torch.int32),
+                                            dim, keepdim)
+            if dim is None:
+                any_nan = aten.any.default(nan)
+            else:
+                any_nan = aten.any.dim(nan, dim, keepdim)
+            if isinstance(plain, tuple):  # max.dim / min.dim: (values, indices)
+                return plain[0], aten.where.self(any_nan, first_nan, plain[1])
+            return aten.where.self(any_nan, first_nan, plain)
+
+    decomposition.__name__ = f"{op.__name__}_nan_first"
+    return decomposition
+
+
+# Chained over the registrations below them (``lowering._on_1d`` for 0-d
+# inputs): priority 10, after every plain import-time entry.
+for _op in (aten.argmax.default, aten.argmin.default, aten.max.dim, aten.min.dim):
+    register_decomposition(_op, scope=IMPORT, priority=10, overrides=True, chained=True)(
+        _nan_aware)
+
+
+# -- segment_reduce ------------------------------------------------------------
+# ``segment_reduce`` (``torch._segment_reduce``) with ``lengths`` or
+# ``offsets``, as ATen's CPU kernel (``_segment_reduce_lengths_cpu_kernel1``
+# in ``ATen/native/SegmentReduce.cpp``) computes it.
+#
+# The segments come from a tensor (values read in the graph): with lengths,
+# segment ``s`` of each outer slice covers ``[cumsum - length, cumsum)``; with
+# offsets, ``[offsets[s], offsets[s + 1])``. The number of segments is static.
+# Per segment, starting from ``initial`` (else the reduction's identity:
+# -inf for max, inf for min, 0 for sum and mean, 1 for prod):
+#
+# - sum / prod: the sum / product of the elements and the start value;
+# - max / min: as ``isnan(v) ? v : std::max(acc, v)``: a NaN element makes the
+#   result NaN (``std::max`` keeps a NaN accumulator);
+# - mean: the sum over the length; an empty segment gives NaN without
+#   ``initial``, ``initial`` with it.
+#
+# Elements are selected by a (segments x axis length) mask with ``where``, so
+# values outside a segment (NaN, infinities) never reach it. Eager raises on
+# negative lengths and ``indices``; those and non-float data fall back (values
+# are not checked in the graph).
+
+_FLOATS = (torch.float32, torch.float64)
+_REDUCES = ("sum", "prod", "max", "min", "mean")
+_MAX_MASKED = 1 << 24
+
+
+@register_decomposition(aten.segment_reduce.default, scope=CAPTURE)
+def segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, axis=0,
+                   unsafe=False, initial=None):
+    """``segment_reduce`` (module docstring)."""
+    if data.dtype not in _FLOATS or reduce not in _REDUCES or indices is not None \
+            or (lengths is None) == (offsets is None) or data.dim() == 0:
+        return NotImplemented
+    seg = lengths if lengths is not None else offsets
+    axis = axis % data.dim()
+    if seg.dtype not in (torch.int64, torch.int32) or seg.dim() != axis + 1 \
+            or list(seg.shape[:axis]) != list(data.shape[:axis]):
+        return NotImplemented
+    if initial is not None:
+        initial = float(initial)
+        if math.isnan(initial):
+            return NotImplemented
+    count = seg.shape[axis] - (1 if offsets is not None else 0)
+    length = data.shape[axis]
+    inner = list(data.shape[axis + 1:])
+    if count < 0 or data.numel() * max(count, 1) > _MAX_MASKED:
+        return NotImplemented
+    dev, dt = data.device, data.dtype
+    seg = aten._to_copy.default(seg, dtype=torch.int64)
+    if lengths is not None:
+        ends = aten.cumsum.default(seg, axis)
+        starts = aten.sub.Tensor(ends, seg)
+        sizes = seg
+    else:
+        starts = aten.slice.Tensor(seg, axis, 0, count)
+        ends = aten.slice.Tensor(seg, axis, 1, count + 1)
+        sizes = aten.sub.Tensor(ends, starts)
+    pos = aten.arange.default(length, dtype=torch.int64, device=dev)
+    # mask: outer + [count, length] + [1] * len(inner)
+    inside = aten.logical_and.default(
+        aten.le.Tensor(aten.unsqueeze.default(starts, -1), pos),
+        aten.lt.Tensor(pos, aten.unsqueeze.default(ends, -1)))
+    mask = aten.view.default(inside, list(inside.shape) + [1] * len(inner))
+    vals = aten.unsqueeze.default(data, axis)                # outer + [1, length] + inner
+    red = axis + 1
+
+    def full(v):
+        return torch.full((), v, dtype=dt, device=dev)
+
+    if reduce in ("sum", "mean"):
+        out = aten.sum.dim_IntList(aten.where.self(mask, vals, full(0.0)), [red])
+        if initial is not None:
+            out = aten.add.Scalar(out, initial)
+    elif reduce == "prod":
+        out = aten.prod.dim_int(aten.where.self(mask, vals, full(1.0)), red)
+        if initial is not None:
+            out = aten.mul.Scalar(out, initial)
+    else:
+        largest = reduce == "max"
+        fill = -math.inf if largest else math.inf
+        # NaN explicitly: a compiled max/min may drop it
+        picked = aten.where.self(mask, vals, full(fill))
+        nan = aten.isnan.default(picked)
+        picked = aten.where.self(nan, full(fill), picked)
+        out = (aten.amax if largest else aten.amin).default(picked, [red])
+        if initial is not None:
+            bound = full(initial)
+            out = (aten.maximum if largest else aten.minimum).default(out, bound)
+        out = aten.where.self(aten.any.dim(nan, red), full(math.nan), out)
+    if reduce == "mean":
+        n = aten.view.default(sizes, list(sizes.shape) + [1] * len(inner))
+        divided = aten.div.Tensor(out, aten._to_copy.default(n, dtype=dt))
+        empty = aten.eq.Scalar(n, 0)
+        out = aten.where.self(empty, full(initial if initial is not None else math.nan), divided)
+    return out
+
+
+# -- histc, histogram ----------------------------------------------------------
+# ``histc`` and ``histogram`` as ATen's CPU kernel computes them
+# (``ATen/native/Histogram.cpp``, ``ATen/native/cpu/HistogramKernel.cpp``),
+# with the bin count static. ``histc`` below; ``histogram`` (edges from a bin
+# count, or given as a tensor; weights, density) at ``histogram_bin_ct`` and
+# ``histogram_bins_tensor``.
+#
+# The outer edges: ``min``/``max`` rounded to the input dtype; when they are
+# equal (the default 0, 0) and the input is not empty, the input's own min and
+# max, computed in the graph; equal edges are then widened by 1 on each side.
+# An element ``x`` in ``[lo, hi]`` (NaN and elements outside skipped) falls in
+# bin ``int64((x - lo) * bins / (hi - lo))``, each operation rounded in the
+# input dtype as in the kernel's ``LINEAR_INTERPOLATION`` (no search among the
+# edges), the last bin keeping its right edge. Counts are exact (integers,
+# converted to the dtype at the end, as the kernel's float additions of 1 are
+# below 2**24).
+#
+# Differences from eager, each by construction, not rounding:
+#
+# - eager raises when the data range is not finite (the input has NaN or
+#   infinities and ``min == max``); a graph cannot raise, so every bin is NaN;
+# - a range given as ``min > max``, or a non-finite one, raises in eager: not
+#   decomposed (falls back and raises there).
+#
+# Only float32/float64, and a bounded (elements x bins) one-hot comparison.
 
 _FLOATS = (torch.float32, torch.float64)
 _MAX_ONE_HOT = 1 << 24
@@ -66,6 +212,7 @@ def _bin_counts(x, lo, hi, bins: int, weight=None):
     return aten.sum.dim_IntList(aten.where.self(hot, aten.unsqueeze.default(weight, 1), zero), [0])
 
 
+@register_decomposition(aten.histc.default, scope=CAPTURE)
 def histc(x, bins=100, min=0, max=0):
     """``torch.histc`` (module docstring)."""
     if x.dtype not in _FLOATS or not isinstance(bins, int) or bins <= 0:
@@ -188,6 +335,7 @@ def _histogram_ok(x, weight):
                                                       and weight.numel() == x.numel()))
 
 
+@register_decomposition(aten.histogram.bin_ct, scope=CAPTURE)
 def histogram_bin_ct(x, bins=100, *, range=None, weight=None, density=False):
     """``torch.histogram(x, bins: int)``: ``bins + 1`` linspace edges over
     ``range``, else the data's min and max (equal ends widened by 0.5), else
@@ -234,6 +382,7 @@ def histogram_bin_ct(x, bins=100, *, range=None, weight=None, density=False):
     return aten.where.self(ok, hist, nan), aten.where.self(ok, edges, nan)
 
 
+@register_decomposition(aten.histogram.bins_tensor, scope=CAPTURE)
 def histogram_bins_tensor(x, bins, *, weight=None, density=False):
     """``torch.histogram(x, bins: Tensor)``: the given edges (copied), each
     element's bin by ``upper_bound`` over all of them (``BINARY_SEARCH``).
@@ -251,10 +400,3 @@ def histogram_bins_tensor(x, bins, *, weight=None, density=False):
         return hist, edges
     flat = aten.reshape.default(x, [-1])
     return _histogram_counts(flat, edges, False, weight, density), edges
-
-
-HISTOGRAM_DECOMPOSITIONS = {
-    aten.histc.default: histc,
-    aten.histogram.bin_ct: histogram_bin_ct,
-    aten.histogram.bins_tensor: histogram_bins_tensor,
-}

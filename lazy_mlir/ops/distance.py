@@ -31,6 +31,8 @@ import math
 
 import torch
 
+from .registry import CAPTURE, register_decomposition
+
 aten = torch.ops.aten
 
 _FLOATS = (torch.float32, torch.float64)
@@ -81,6 +83,7 @@ def _euclidean_dist(x1, x2):
     return aten.sqrt.default(sq)
 
 
+@register_decomposition(aten._cdist_forward.default, scope=CAPTURE)
 def cdist_forward(x1, x2, p, compute_mode=None):
     """``_cdist_forward`` as ``cdist_impl`` (module docstring)."""
     if x1.dtype not in _FLOATS or x2.dtype != x1.dtype or x1.dim() < 2 or x2.dim() < 2:
@@ -109,6 +112,7 @@ def cdist_forward(x1, x2, p, compute_mode=None):
     return aten.reshape.default(out, out_shape)
 
 
+@register_decomposition(aten._pdist_forward.default, scope=CAPTURE)
 def pdist_forward(x, p=2.0):
     """``_pdist_forward``: the distances of rows ``i < j`` of the 2-d ``x``
     in row-major pair order (module docstring)."""
@@ -131,7 +135,3 @@ def pdist_forward(x, p=2.0):
     return _map_reduce(aten.abs.default(diff), p, nan_max=True)
 
 
-DISTANCE_DECOMPOSITIONS = {
-    aten._cdist_forward.default: cdist_forward,
-    aten._pdist_forward.default: pdist_forward,
-}

@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import torch
 
-from .linalg_cholesky_decompositions import MAX_DIM, fortran
+from .linalg_cholesky import MAX_DIM, fortran
+from .registry import CAPTURE, register_decomposition
 
 aten = torch.ops.aten
 _FLOATS = (torch.float32, torch.float64)
@@ -157,6 +158,7 @@ def _eye(m, n, like, batch):
     return aten.expand.default(eye, list(batch) + [m, n])
 
 
+@register_decomposition(aten.geqrf.default, scope=CAPTURE)
 def geqrf(a):
     """``torch.geqrf``."""
     if not _ok(a) or a.dim() < 2:
@@ -165,6 +167,7 @@ def geqrf(a):
     return fortran(out), tau
 
 
+@register_decomposition(aten.linalg_householder_product.default, scope=CAPTURE)
 def householder_product(a, tau):
     """``torch.linalg.householder_product`` (``orgqr``): the first n columns
     of H_0 ... H_{k-1}, accumulated backwards from the identity as ``org2r``."""
@@ -177,6 +180,7 @@ def householder_product(a, tau):
     return fortran(_apply_left(a, tau, q, range(k - 1, -1, -1)))
 
 
+@register_decomposition(aten.ormqr.default, scope=CAPTURE)
 def ormqr(a, tau, c, left=True, transpose=False):
     """``torch.ormqr``: Q C, Q^T C, C Q or C Q^T for Q = H_0 ... H_{k-1}."""
     if not _ok(a, c) or a.dim() < 2 or c.dim() != a.dim() or tau.dim() != a.dim() - 1 \
@@ -196,6 +200,7 @@ def ormqr(a, tau, c, left=True, transpose=False):
     return fortran(out)
 
 
+@register_decomposition(aten.linalg_qr.default, scope=CAPTURE)
 def linalg_qr(a, mode="reduced"):
     """``torch.linalg.qr``: ``geqrf`` then ``orgqr``."""
     if not _ok(a) or a.dim() < 2 or mode not in ("reduced", "complete", "r"):
@@ -212,9 +217,3 @@ def linalg_qr(a, mode="reduced"):
     return fortran(q), r
 
 
-QR_DECOMPOSITIONS = {
-    aten.geqrf.default: geqrf,
-    aten.linalg_householder_product.default: householder_product,
-    aten.ormqr.default: ormqr,
-    aten.linalg_qr.default: linalg_qr,
-}

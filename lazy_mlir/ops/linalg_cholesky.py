@@ -29,6 +29,8 @@ import math
 
 import torch
 
+from .registry import CAPTURE, register_decomposition
+
 aten = torch.ops.aten
 
 # Largest matrix dimension unrolled: the graph grows with n (one step per
@@ -108,6 +110,7 @@ def _factor(a, upper):
     return cholesky_lower(a)
 
 
+@register_decomposition(aten.linalg_cholesky_ex.default, scope=CAPTURE)
 def linalg_cholesky_ex(a, *, upper=False, check_errors=False):
     """``torch.linalg.cholesky_ex``; ``check_errors=True`` (an error raised
     from a value) falls back."""
@@ -117,6 +120,7 @@ def linalg_cholesky_ex(a, *, upper=False, check_errors=False):
     return fortran(L), info
 
 
+@register_decomposition(aten.cholesky.default, scope=CAPTURE)
 def cholesky(a, upper=False):
     """``torch.cholesky``: NaN where eager would raise (not positive
     definite)."""
@@ -154,6 +158,7 @@ def _lower_factor(f, upper):
     return aten.transpose.int(f, -2, -1) if upper else f
 
 
+@register_decomposition(aten.cholesky_solve.default, scope=CAPTURE)
 def cholesky_solve(b, f, upper=False):
     """``torch.cholesky_solve(B, F)``: A^-1 B for A = F F^T (F^T F if
     ``upper``), batch dims broadcast."""
@@ -171,6 +176,7 @@ def cholesky_solve(b, f, upper=False):
     return fortran(solve_triangular(aten.transpose.int(L, -2, -1), y, lower=False))
 
 
+@register_decomposition(aten.cholesky_inverse.default, scope=CAPTURE)
 def cholesky_inverse(f, upper=False):
     """``torch.cholesky_inverse(F)``: (F F^T)^-1 (``potri``: L^-T L^-1);
     NaN where eager raises (a zero pivot)."""
@@ -187,9 +193,3 @@ def cholesky_inverse(f, upper=False):
     return fortran(aten.where.self(bad, _full((), math.nan, f), out))
 
 
-CHOLESKY_DECOMPOSITIONS = {
-    aten.linalg_cholesky_ex.default: linalg_cholesky_ex,
-    aten.cholesky.default: cholesky,
-    aten.cholesky_solve.default: cholesky_solve,
-    aten.cholesky_inverse.default: cholesky_inverse,
-}

@@ -1,0 +1,337 @@
+"""Neural-network layers: ``fractional_max_pool2d``/``3d``,
+``grid_sampler_3d`` and anti-aliased resampling at capture time;
+``avg_pool2d_backward`` and inference ``native_batch_norm`` before import.
+
+Fractional max pooling (``F.fractional_max_pool2d``/``3d``), applied at
+capture (``lazy/decompose.py``), as ATen's CPU kernel computes it
+(FractionalMaxPool2d.cpp, FractionalMaxPool3d.cpp).
+
+Each plane's window starts come from its random sample ``u`` (drawn by the
+caller, on the host like every random number here): with
+``alpha = (in - pool) / (out - 1)``, start ``i`` is
+``int((i + u) * alpha) - int(u * alpha)`` and the last window ends at the
+border. The same float operations in the same order give the same starts.
+The windows are gathered (static shape: out x pool per axis) and reduced as
+ATen scans them: the first maximum wins a tie, and a NaN anywhere makes the
+result NaN with the index of the last NaN.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from .registry import CAPTURE, IMPORT, register_decomposition
+
+aten = torch.ops.aten
+
+
+def _starts(samples, size, out, pool):
+    """(N, C, out) int64 window starts along one axis from (N, C) samples."""
+    if out == 1:
+        return torch.full(samples.shape + (1,), size - pool, dtype=torch.int64,
+                          device=samples.device)
+    # ATen: static_cast<scalar_t>(in - pool) / static_cast<scalar_t>(out - 1), in scalar_t.
+    alpha = torch.div(torch.full((), float(size - pool), dtype=samples.dtype,
+                                 device=samples.device),
+                      torch.full((), float(out - 1), dtype=samples.dtype, device=samples.device))
+    i = torch.arange(out - 1, dtype=samples.dtype, device=samples.device)
+    u = samples.unsqueeze(-1)
+    starts = ((i + u) * alpha).to(torch.int32) - (u * alpha).to(torch.int32)
+    last = torch.full(samples.shape + (1,), size - pool, dtype=torch.int32, device=samples.device)
+    return torch.cat([starts, last], -1).to(torch.int64)
+
+
+def _fractional_max_pool(x, kernel_size, output_size, samples, nd):
+    if not x.is_floating_point() or x.dtype == torch.float64 or x.dim() not in (nd + 1, nd + 2):
+        return NotImplemented
+    batched = x.dim() == nd + 2
+    if not batched:
+        x = x.unsqueeze(0)
+    n, c = x.shape[:2]
+    sizes = list(x.shape[2:])
+    if any(k > s for k, s in zip(kernel_size, sizes)):
+        return NotImplemented  # eager raises its error
+    out_shape = [n, c] + list(output_size)
+    if 0 in out_shape:  # nothing to pool: empty results
+        values = aten.new_zeros.default(x, out_shape)
+        indices = aten.new_zeros.default(x, out_shape, dtype=torch.int64)
+        return (values, indices) if batched else (values.squeeze(0), indices.squeeze(0))
+    # ATen's sample order: (W, H) in 2-d, (T, H, W) in 3-d.
+    order = [1, 0] if nd == 2 else [0, 1, 2]
+    flat = torch.zeros((), dtype=torch.int64, device=x.device)
+    for axis in range(nd):
+        starts = _starts(samples[..., order[axis]], sizes[axis], output_size[axis],
+                         kernel_size[axis])
+        pos = starts.unsqueeze(-1) + torch.arange(kernel_size[axis], device=x.device)  # N,C,o,k
+        stride = 1
+        for s in sizes[axis + 1:]:
+            stride *= s
+        shape = [n, c] + [1] * nd + [1] * nd
+        shape[2 + axis], shape[2 + nd + axis] = output_size[axis], kernel_size[axis]
+        flat = flat + (pos * stride).reshape(shape)
+    k = 1
+    for s in kernel_size:
+        k *= s
+    index = flat.reshape(n, c, -1, k)                                    # N,C,prod(out),K
+    vals = torch.gather(x.reshape(n, c, 1, -1).expand(n, c, index.shape[2], -1), 3, index)
+    nan = torch.isnan(vals)
+    any_nan = nan.any(-1, keepdim=True)
+    last_nan = (k - 1) - torch.argmax(torch.flip(nan, [-1]).to(torch.int32), -1, keepdim=True)
+    first_max = torch.argmax(torch.where(nan, float("-inf"), vals), -1, keepdim=True)
+    pick = torch.where(any_nan, last_nan, first_max)
+    values = torch.gather(vals, 3, pick).reshape(out_shape)
+    indices = torch.gather(index, 3, pick).reshape(out_shape)
+    if not batched:
+        values, indices = values.squeeze(0), indices.squeeze(0)
+    return values, indices
+
+
+@register_decomposition(aten.fractional_max_pool2d.default, scope=CAPTURE)
+def fractional_max_pool2d(x, kernel_size, output_size, random_samples):
+    return _fractional_max_pool(x, list(kernel_size), list(output_size), random_samples, 2)
+
+
+@register_decomposition(aten.fractional_max_pool3d.default, scope=CAPTURE)
+def fractional_max_pool3d(x, kernel_size, output_size, random_samples):
+    return _fractional_max_pool(x, list(kernel_size), list(output_size), random_samples, 3)
+
+
+# -- grid_sampler_3d -----------------------------------------------------------
+# ``grid_sampler_3d`` (``F.grid_sample`` of a volume), applied at capture
+# (``lazy/decompose.py``): PyTorch decomposes only the 2-d sampler. This is
+# the same construction one dimension up, following ATen's CPU kernel
+# (GridSampler.cpp): unnormalize the grid, pad by zeros, border or
+# reflection, then a trilinear blend of the 8 neighbours (zero weight outside
+# the volume) or the nearest voxel (round half to even, as ``nearbyint``).
+
+def _unnormalize(coords, size, align_corners):
+    if align_corners:
+        return (coords + 1) / 2 * (size - 1)
+    return ((coords + 1) * size - 1) / 2
+
+
+def _reflect(coords, twice_low, twice_high):
+    if twice_low == twice_high:
+        return torch.zeros_like(coords)
+    low = twice_low / 2
+    span = (twice_high - twice_low) / 2
+    coords = (coords - low).abs()
+    # fmod by a 0-d tensor: torch-mlir cannot lower fmod.Scalar of a float
+    # constant (span 1.0 is kept as a constant, not a graph input).
+    extra = torch.fmod(coords, torch.full((), span, dtype=coords.dtype, device=coords.device))
+    flips = torch.floor(coords / span)
+    even = torch.floor(flips / 2) * 2 == flips
+    return torch.where(even, extra + low, span + low - extra)
+
+
+def _clip(coords, size):
+    """ATen's clip_coordinates, min(size - 1, max(x, 0)) with std::min and
+    std::max: a NaN coordinate comes out as size - 1."""
+    return torch.where(torch.isnan(coords), size - 1, torch.clamp(coords, 0, size - 1))
+
+
+def _source_index(coords, size, padding_mode, align_corners):
+    coords = _unnormalize(coords, size, align_corners)
+    if padding_mode == 1:  # border
+        return _clip(coords, size)
+    if padding_mode == 2:  # reflection
+        if align_corners:
+            coords = _reflect(coords, 0, 2 * (size - 1))
+        else:
+            coords = _reflect(coords, -1, 2 * size - 1)
+        return _clip(coords, size)
+    return coords
+
+
+@register_decomposition(aten.grid_sampler_3d.default, scope=CAPTURE)
+def grid_sampler_3d(a, grid, interpolation_mode, padding_mode, align_corners):
+    """Trilinear (0) or nearest (1) sampling of ``a`` (N, C, D, H, W) at
+    ``grid`` (N, oD, oH, oW, 3) holding (x, y, z) in [-1, 1]."""
+    if interpolation_mode not in (0, 1) or padding_mode not in (0, 1, 2):
+        return NotImplemented
+    if not a.is_floating_point() or a.dtype == torch.float64 or a.dim() != 5:
+        return NotImplemented
+    n, c, d, h, w = a.shape
+    _, od, oh, ow, _ = grid.shape
+    if 0 in (n, c, d, h, w, od, oh, ow):
+        return NotImplemented
+    ix = _source_index(grid[..., 0], w, padding_mode, align_corners)
+    iy = _source_index(grid[..., 1], h, padding_mode, align_corners)
+    iz = _source_index(grid[..., 2], d, padding_mode, align_corners)
+    n_idx = torch.arange(n, device=a.device).view(n, 1, 1, 1, 1)
+    c_idx = torch.arange(c, device=a.device).view(1, c, 1, 1, 1)
+
+    def sample(x, y, z, weight):
+        inside = (x >= 0) & (x < w) & (y >= 0) & (y < h) & (z >= 0) & (z < d)
+        xi, yi, zi = (torch.where(inside, t, 0).to(torch.int64).unsqueeze(1) for t in (x, y, z))
+        weight = torch.where(inside, weight, 0).unsqueeze(1)
+        # A NaN coordinate is outside (its comparisons are false): weight 0, as ATen.
+        return a[n_idx, c_idx, zi, yi, xi] * weight
+
+    if interpolation_mode == 1:
+        x, y, z = torch.round(ix), torch.round(iy), torch.round(iz)
+        return sample(x, y, z, torch.ones_like(ix))
+    x0, y0, z0 = torch.floor(ix), torch.floor(iy), torch.floor(iz)
+    fx, fy, fz = ix - x0, iy - y0, iz - z0
+    out = None
+    for dz in (0, 1):
+        wz = fz if dz else 1 - fz
+        for dy in (0, 1):
+            wy = fy if dy else 1 - fy
+            for dx in (0, 1):
+                wx = fx if dx else 1 - fx
+                term = sample(x0 + dx, y0 + dy, z0 + dz, wx * wy * wz)
+                out = term if out is None else out + term
+    return out
+
+
+# -- anti-aliased resampling ---------------------------------------------------
+# Antialiased resizing (``F.interpolate(..., antialias=True)``) as two
+# matmuls with weight matrices that depend on the sizes alone, applied at
+# capture (``lazy/decompose.py``).
+#
+# ATen resizes separably: each output row is a normalized, weighted sum of
+# input rows (the filter's support widened by the downscale factor), then the
+# same along the columns. So ``out = A @ x @ B^T`` with ``A`` (OH x H) and
+# ``B`` (OW x W). The matrices are made by ATen itself, on the host, from
+# unit inputs (no user data is read): resizing H images, image k all ones on
+# row k and zeros elsewhere, gives ``A`` column by column (each output row's
+# weights sum to 1 along the other axis), and likewise ``B``. Before first use each pair
+# is checked against ATen's own resize of a fixed pseudo-random image, and the
+# op falls back if it does not match: a guard against a filter that is not
+# separable. The gradient is ``A^T @ g @ B``.
+
+_MAX_SIDE = 1024  # weight matrices up to 1024 x 1024 per side
+_MAX_UNIT_ELEMENTS = 1 << 24  # host work to make them: n unit images of h x w
+
+
+def _weights(op, in_hw, out_hw, align_corners, scales) -> tuple | None:
+    """(A, B) float64 host matrices for ``op`` (the default overload) or None,
+    computed on real host tensors outside the capture's tracing modes."""
+    from torch.utils._python_dispatch import _disable_current_modes
+    with _disable_current_modes():
+        return _host_weights(op, in_hw, out_hw, align_corners, scales)
+
+
+@functools.lru_cache(maxsize=256)
+def _host_weights(op, in_hw, out_hw, align_corners, scales) -> tuple | None:
+    (h, w), (oh, ow) = in_hw, out_hw
+    if max(h * h * w, w * w * h) > _MAX_UNIT_ELEMENTS:
+        return None
+
+    def unit_rows(n, along_h):  # n images, image k constant 1 on row (column) k
+        eye = torch.eye(n, dtype=torch.float64)
+        shape = (n, 1, n, 1) if along_h else (n, 1, 1, n)
+        return eye.reshape(shape).expand(n, 1, h, w)
+
+    a = op(unit_rows(h, True), [oh, ow], align_corners, *scales)[:, 0, :, 0].T.contiguous()
+    b = op(unit_rows(w, False), [oh, ow], align_corners, *scales)[:, 0, 0, :].T.contiguous()
+    probe = torch.rand(2, 1, h, w, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    expected = op(probe, [oh, ow], align_corners, *scales)
+    if not torch.allclose(a @ probe @ b.T, expected, rtol=1e-9, atol=1e-12):
+        return None
+    return a, b
+
+
+def _matrices(op, like, in_hw, out_hw, align_corners, scales):
+    """(A, B) in ``like``'s dtype and device, or None when not covered."""
+    if not like.is_floating_point() or like.dtype == torch.float64:
+        return None
+    if max(*in_hw, *out_hw) > _MAX_SIDE or 0 in (*in_hw, *out_hw):
+        return None
+    ab = _weights(op, tuple(in_hw), tuple(out_hw), align_corners, scales)
+    return None if ab is None else [t.to(dtype=like.dtype, device=like.device) for t in ab]
+
+
+def _resize(op):
+    def resize(x, output_size, align_corners, scales_h=None, scales_w=None):
+        ab = _matrices(op, x, x.shape[-2:], output_size, align_corners, (scales_h, scales_w)) \
+            if x.dim() == 4 else None
+        if ab is None:
+            return NotImplemented
+        out = aten.matmul.default(x, aten.t.default(ab[1]))         # (N, C, H, OW)
+        return aten.matmul.default(ab[0], out)                       # (N, C, OH, OW)
+    resize.__name__ = op.__name__.split(".")[0]
+    return resize
+
+
+def _resize_vec(default):
+    def resize_vec(x, output_size, align_corners, scale_factors):
+        if x.dim() != 4:
+            return NotImplemented
+        if output_size is None:  # ATen's rule: floor(size * scale), the scale kept for the kernel
+            output_size = [int(s * f) for s, f in zip(x.shape[-2:], scale_factors)]
+            scales = list(scale_factors)
+        else:
+            scales = [None, None]
+        return default(x, list(output_size), align_corners, *scales)
+    return resize_vec
+
+
+def _resize_backward(op):
+    def resize_backward(grad, output_size, input_size, align_corners, scales_h=None,
+                        scales_w=None):
+        ab = _matrices(op, grad, input_size[-2:], output_size, align_corners,
+                       (scales_h, scales_w)) if len(input_size) == 4 else None
+        if ab is None:
+            return NotImplemented
+        out = aten.matmul.default(grad, ab[1])                       # (N, C, OH, W)
+        return aten.matmul.default(aten.t.default(ab[0]), out)       # (N, C, H, W)
+    return resize_backward
+
+
+_bilinear = _resize(aten._upsample_bilinear2d_aa.default)
+_bicubic = _resize(aten._upsample_bicubic2d_aa.default)
+
+register_decomposition(aten._upsample_bilinear2d_aa.default, scope=CAPTURE)(_bilinear)
+register_decomposition(aten._upsample_bilinear2d_aa.vec, scope=CAPTURE)(_resize_vec(_bilinear))
+register_decomposition(aten._upsample_bicubic2d_aa.default, scope=CAPTURE)(_bicubic)
+register_decomposition(aten._upsample_bicubic2d_aa.vec, scope=CAPTURE)(_resize_vec(_bicubic))
+register_decomposition(aten._upsample_bilinear2d_aa_backward.default, scope=CAPTURE)(
+    _resize_backward(aten._upsample_bilinear2d_aa.default))
+register_decomposition(aten._upsample_bicubic2d_aa_backward.default, scope=CAPTURE)(
+    _resize_backward(aten._upsample_bicubic2d_aa.default))
+
+
+# -- before import: ops torch-mlir imports but cannot lower -----------------
+
+def _pair(v):
+    return [v[0], v[0]] if len(v) == 1 else list(v)
+
+
+@register_decomposition(aten.avg_pool2d_backward.default, scope=IMPORT)
+def avg_pool2d_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                        divisor_override):
+    """The input gradient of average pooling is a transposed convolution of
+    the output gradient with a constant 1/(kh*kw) kernel, each channel on its
+    own (channels folded into the batch: torch-mlir 20261001 miscompiles
+    grouped transposed convolutions)."""
+    kh, kw = _pair(kernel_size)
+    sh, sw = _pair(stride) if stride else (kh, kw)
+    ph, pw = _pair(padding)
+    if ceil_mode or divisor_override or (not count_include_pad and (ph or pw)) or x.dim() != 4:
+        return NotImplemented
+    n, c, h, w = x.shape
+    weight = torch.full((1, 1, kh, kw), 1.0 / (kh * kw), dtype=grad.dtype, device=grad.device)
+    oh = h - ((grad.shape[2] - 1) * sh - 2 * ph + kh)
+    ow = w - ((grad.shape[3] - 1) * sw - 2 * pw + kw)
+    folded = aten.reshape.default(grad, [n * c, 1, grad.shape[2], grad.shape[3]])
+    out = aten.convolution.default(folded, weight, None, [sh, sw], [ph, pw], [1, 1], True,
+                                   [oh, ow], 1)
+    return aten.reshape.default(out, [n, c, h, w])
+
+
+@register_decomposition(aten.native_batch_norm.default, scope=IMPORT)
+def native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum,
+                      eps):
+    """Inference batch norm as ``_native_batch_norm_legit_no_training`` (what
+    torch.export emits). PyTorch's own decomposition returns empty saved
+    statistics in eval mode while the meta kernel (and so the captured graph)
+    gives them the channel count; the statistics are unused in eval, so they
+    come back as the running statistics to keep the shapes the graph expects."""
+    if training:
+        return NotImplemented
+    out = aten._native_batch_norm_legit_no_training.default(input, weight, bias, running_mean,
+                                                             running_var, momentum, eps)[0]
+    return out, aten.clone.default(running_mean), aten.clone.default(running_var)
