@@ -19,7 +19,7 @@ from ..graph import debug
 from .. import metrics
 from ..graph.ir import DeviceData, TensorSpec, Value, make_node, node_key
 from .kinds import kind as _kind
-from .state import dry_run as _dry_run, emit_plans as _emit_plans, record_plans as _plans
+from .state import dry_run as _dry_run, emit_plans as _emit_plans
 from .state import scalar_tensors as _scalar_data
 from .tensor import LazyTensor, live_storages, wrap_value
 from .views import IDENTITY, scatter

@@ -202,12 +202,12 @@ def _self_update(func):
     return how
 
 
-# In-place calls whose shape and dtype check passed, keyed as ``_checked_key``
-# says. A float argument enters by its type only: the check compares shapes
-# and dtypes, and Adam's step size, a new float every step, would otherwise
-# run the meta kernel on every step. A value the op itself refuses is still
-# refused, by the functional op's own shape inference or by the compile.
-_inplace_checked: set = set()
+# ``_inplace_checked`` (state.py): in-place calls whose shape and dtype check
+# passed, keyed as ``_checked_key`` says. A float argument enters by its type
+# only: the check compares shapes and dtypes, and Adam's step size, a new float
+# every step, would otherwise run the meta kernel on every step. A value the op
+# itself refuses is still refused, by the functional op's own shape inference
+# or by the compile.
 
 
 def _checked_key(info, flat, tree):

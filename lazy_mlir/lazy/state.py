@@ -17,7 +17,8 @@ from ..ops import support
 from ..runtime.cache import memory_cache
 from .tensor import live_storages
 
-# -- capture (capture.py, dispatch.py)
+# -- capture (shapes.py, capture.py, dispatch.py)
+shape_memo: dict = {}       # shapes.infer: (op, tree, specs, constants) -> output specs
 record_plans: dict = {}     # record: what an op's checks decided, by (op, specs, constants)
 emit_plans: dict = {}       # emit: the same for ops capture records itself (views, scatters)
 scalar_tensors: dict = {}   # (value, type, dtype) -> the 0-dim lazy tensor of a lifted scalar
@@ -66,7 +67,7 @@ def reset() -> None:
     one is no longer computed by ``mark_step``, but still by reading it."""
     if dry_run[0] is not None:
         raise RuntimeError("lazy-mlir: reset() inside lm.check_coverage")
-    for table in (record_plans, emit_plans, scalar_tensors, inplace_checked, host_checks_passed,
+    for table in (shape_memo, record_plans, emit_plans, scalar_tensors, inplace_checked, host_checks_passed,
                   decompose_plans, import_checks, fallback_warned):
         table.clear()
     trace_seconds[0] = 0.0
