@@ -3,10 +3,10 @@
 The modules, bottom to top (each imports only modules listed before it):
 
 - ``tensor``      LazyTensor, Storage, live storages; the hooks set from above
-- ``shapes``, ``views``, ``scalars``, ``empty_inputs``, ``capturable``,
-  ``module_ties``: leaf helpers (meta shape inference, view steps, scalar
-  lifting, empty-input folding, optimizer and module patches)
 - ``state``       every mutable table capture keeps, and ``reset()``
+- ``shapes``, ``views``, ``scalars``, ``empty_inputs``, ``capturable``,
+  ``module_ties``: helpers (meta shape inference, view steps, scalar lifting,
+  empty-input folding, optimizer and module patches)
 - ``kinds``       which kind of op an overload is (functional, view, special, ...)
 - ``supported``   what the compiler takes; the fallback log
 - ``bounds``      index and divisor checks (guards take ``emit`` as an argument)

@@ -8,7 +8,8 @@ place, never rebound, so ``reset()`` reaches every user.
 Not listed: memos of static facts about an op, which no run can make wrong
 (``func._lazy_mlir`` from ``capture.op_info``, ``func._lazy_mlir_self_update``,
 the ``functools.lru_cache`` tables of ``kinds``, ``foreach.plan``,
-``scalars`` and ``bounds._schemas``).
+``scalars`` and ``bounds._schemas``), and ``module_ties._inside``, a
+thread-local guard that is set only while one ``Module.to`` call runs.
 """
 from __future__ import annotations
 
