@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-
 from torch.utils._pytree import tree_unflatten
 
 from ..graph import argtree, debug

@@ -392,4 +392,6 @@ _SPECIAL = {aten.copy_.default: _copy_, aten._to_copy.default: _to_copy,
             aten._native_batch_norm_legit_no_training.default: _native_batch_norm}
 _SPECIAL.update({f: _random for f in _RANDOM})
 _SPECIAL.update(RESIZE)
-assert _SPECIAL.keys() == SPECIAL_OPS, "kinds.SPECIAL_OPS must name the ops _SPECIAL handles"
+if _SPECIAL.keys() != SPECIAL_OPS:  # kinds.kind routes these ops here: the two must agree
+    raise ImportError(f"lazy-mlir: kinds.SPECIAL_OPS and dispatch._SPECIAL differ: "
+                      f"{set(_SPECIAL) ^ SPECIAL_OPS}")
