@@ -1,0 +1,26 @@
+"""Capture: lazy tensors, recording aten ops as graph nodes, routing, sync.
+
+The modules, bottom to top (each imports only modules listed before it):
+
+- ``tensor``      LazyTensor, Storage, live storages; the hooks set from above
+- ``state``       every mutable table capture keeps, and ``reset()``
+- ``shapes``, ``views``, ``scalars``, ``empty_inputs``, ``capturable``,
+  ``module_ties``: helpers (meta shape inference, view steps, scalar lifting,
+  empty-input folding, optimizer and module patches)
+- ``kinds``       which kind of op an overload is (functional, view, special, ...)
+- ``supported``   what the compiler takes; the fallback log
+- ``bounds``      index and divisor checks (guards take ``emit`` as an argument)
+- ``capture``     recording: values, ``emit``, ``assign``, record plans
+- ``random``, ``resize``: in-graph random bits; ``resize_``
+- ``sync``        mark_step: cut, compile or reuse, run; ``to_host``
+- ``fallback``, ``foreach``, ``decompose``: eager fallback, foreach ops,
+  decompositions replayed at capture
+- ``dispatch``    routing ``__torch_dispatch__``: ``dispatch``, ``record``, op handlers
+- ``device``, ``coverage``, ``render``: the ``lazy`` device's kernels, the
+  dry run of ``lm.check_coverage``, pictures of graphs
+
+Hooks: ``tensor._dispatch`` (set by ``dispatch``) and ``tensor._to_host``
+(set by ``sync``). Importing this package imports both, so they are set
+before any lazy tensor exists.
+"""
+from . import dispatch, sync  # noqa: F401  (install the hooks in tensor.py)

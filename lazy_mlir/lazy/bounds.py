@@ -39,8 +39,9 @@ import torch
 
 from ..graph import argtree
 from ..graph import debug
-from .coverage import _active as _dry_run
 from ..graph.ir import Value
+from .state import bounds_mode as _state, dry_run as _dry_run
+from .state import host_checks_passed as _passed, index_checks as _pending
 from .tensor import wrap_value
 
 aten = torch.ops.aten
@@ -59,8 +60,8 @@ class Check:
         self.message = message
 
 
-_pending: list[Check] = []
-_state = {"unchecked": 0, "outer": None, "in_graph": 0}
+# ``_pending`` (the Checks waiting for a graph) and ``_state`` (the depths of
+# the context managers below) live in state.py.
 
 
 @contextlib.contextmanager
@@ -283,7 +284,7 @@ def _location() -> str:
 # and a CPU index tensor is often reused. ``_version`` moves on any in-place
 # write, so a changed tensor is checked again. Keyed by id (a tensor's ``==``
 # is elementwise), each entry dropped with its tensor.
-_passed: dict[int, tuple[weakref.ref, set]] = {}
+# (``_passed``: id -> (weakref, set of ranges), in state.py.)
 
 
 def _host_check(func, host, n, lo, ignore, d, exc, fmt) -> None:
@@ -445,14 +446,14 @@ def pending() -> bool:
     return bool(_pending)
 
 
-def take_flag(order: dict, everything: bool):
+def take_flag(order: dict, everything: bool, emit):
     """The pending checks a graph over the nodes ``order`` (id -> position)
     can compute (their index is in it or is data; all of them with
     ``everything``, as mark_step does), removed from the pending list, and
-    one Value holding their flags (or (None, []))."""
+    one Value holding their flags (or (None, [])); ``emit`` (capture's)
+    records the stack of several flags."""
     if not _pending:
         return None, []
-    from .capture import emit
     taken, kept = [], []
     for c in _pending:
         i = c.index

@@ -17,13 +17,17 @@ from dataclasses import dataclass, field
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_unflatten
 
-from ..graph import debug
+from ..graph import argtree, debug
 from .. import metrics
 from ..graph.ir import DeviceData, TensorSpec, Value
-
-# The dry run in progress (one per process: backward runs on other threads).
-_active: list = [None]
+from ..ops import support as _support
+from .capture import _to_value, emit_flat
+from .state import dry_run as _active  # the dry run in progress (state.py)
+from .supported import UNSUPPORTED_DTYPES
+from .sync import wait_device_ops
+from .tensor import LazyTensor, live_storages, wrap_value
 
 
 class DryRunStop(Exception):
@@ -85,7 +89,6 @@ class CoverageReport:
 
 class _DryRun:
     def __init__(self, max_steps: int | None):
-        from .tensor import live_storages
         self.report = CoverageReport()
         self.max_steps = max_steps
         self.journal: dict = {}  # Storage -> its value before the dry run
@@ -99,10 +102,6 @@ class _DryRun:
     def stand_in(self, func, args, kwargs, why: str | None = None):
         """Record ``func`` as a fallback and return outputs of the right shape
         from a node that is never compiled."""
-        from ..graph import argtree
-        from .capture import _to_value, emit_flat
-        from .tensor import wrap_value
-        from torch.utils._pytree import tree_unflatten
         name = func.__name__.split(".")[0]
         flat, tree = argtree.flatten(args, kwargs)
         vals = [_to_value(a, host_ok=True) for a in flat]
@@ -137,7 +136,6 @@ class _DryRun:
 
     # -- undo
     def restore(self) -> None:
-        from .tensor import live_storages
         for storage, value in self.journal.items():
             storage.value = value
             storage.version += 1  # views cached during the dry run must re-read
@@ -183,17 +181,15 @@ class _HostWriteJournal(TorchDispatchMode):
 
 
 def _why(func, vals) -> str:
-    from ..ops.support import DENIED, mlir_name, op_is_supported
-    from .fallback import UNSUPPORTED_DTYPES
     for v in vals:
         if isinstance(v, Value) and v.spec.dtype in UNSUPPORTED_DTYPES:
             return f"dtype {str(v.spec.dtype)[6:]} is not compiled"
         if isinstance(v, complex):
             return "complex scalar argument"
-    name = mlir_name(func)
-    if name in DENIED:
-        return DENIED[name]
-    if op_is_supported(func):
+    name = _support.mlir_name(func)
+    if name in _support.DENIED:
+        return _support.DENIED[name]
+    if _support.op_is_supported(func):
         return "in-place op without a functional form"
     return "not in torch-mlir's torch dialect and no decomposition"
 
@@ -206,7 +202,6 @@ def dry_run(fn, args=(), kwargs=None, max_steps: int | None = None) -> CoverageR
     """Run ``fn(*args, **kwargs)`` as a dry run; see the module docstring."""
     if _active[0] is not None:
         raise RuntimeError("lazy-mlir: check_coverage cannot be nested")
-    from .sync import wait_device_ops
     wait_device_ops()  # graphs launched before keep their real results
     run = _DryRun(max_steps)
     counters = metrics.snapshot()
@@ -242,7 +237,6 @@ def check_coverage(fn, *args, **kwargs) -> CoverageReport:
         report = lm.check_coverage(train_step, model, x, y)
         print(report)            # or report.fallbacks, report.ok, report.to_json()
     """
-    from .tensor import LazyTensor
     moved = [a.to("lazy") if isinstance(a, torch.Tensor) and not isinstance(a, LazyTensor)
              else a for a in args]
     return dry_run(fn, moved, kwargs)

@@ -22,12 +22,19 @@ from torch.utils._pytree import tree_map
 from ..graph import argtree
 from .. import metrics
 from ..graph.ir import Value
+from ..ops import support as _support  # by attribute: tests replace its tables
+from .capture import data_value
+from .kinds import RANDOM as _RANDOM, functional_of as _functional_of, kind as _kind
 from .shapes import const_key
+from .state import decompose_plans as _plans, decompose_table as _table_cache
+from .state import import_checks as _import_checks
+from .supported import UNSUPPORTED_DTYPES
+from .tensor import LazyTensor, wrap_value
 
-# (op, argument tree, specs and constants) -> traced GraphModule, or the reason
-# the op is not decomposed (a str).
-_plans: dict = {}
-_table_cache: list = [None, None]  # [DENIED snapshot, table]
+# In state.py: ``_plans``, (op, argument tree, specs and constants) -> traced
+# GraphModule, or the reason the op is not decomposed (a str); ``_import_checks``
+# the same for ``import_decomposition_reads_values``; ``_table_cache``,
+# [DENIED snapshot, table].
 
 
 def capture_table() -> dict:
@@ -35,13 +42,11 @@ def capture_table() -> dict:
     denied at run time included): ours first, then PyTorch's. Views,
     in-place ops and random fills are capture's own business (an in-place op
     is recorded as its functional form, which may then be decomposed)."""
-    from ..ops.support import DENIED, capture_decompositions, op_is_supported
-    from .capture import _kind
-    denied = frozenset(DENIED)
+    denied = frozenset(_support.DENIED)
     if _table_cache[0] != denied:
-        _table_cache[1] = {op: fn for op, fn in capture_decompositions().items()
+        _table_cache[1] = {op: fn for op, fn in _support.capture_decompositions().items()
                            if isinstance(op, torch._ops.OpOverload) and op.namespace == "aten"
-                           and not op_is_supported(op) and _kind(op) == "functional"}
+                           and not _support.op_is_supported(op) and _kind(op) == "functional"}
         _table_cache[0] = denied
     return _table_cache[1]
 
@@ -74,12 +79,10 @@ def import_decomposition_reads_values(func, vals: list, tree) -> bool:
     """True when the decomposition applied before import (``support.
     decomposition_table``) of an op the dialect lacks reads a tensor's value
     on these arguments (``take`` of a 0-dim index): it could not be compiled."""
-    from ..ops.support import decomposition_table
     return _memo(_import_checks, func, vals, tree, lambda: _trace(
-        func, vals, tree, decomposition_table()) == _READS_VALUES)
+        func, vals, tree, _support.decomposition_table()) == _READS_VALUES)
 
 
-_import_checks: dict = {}
 _READS_VALUES = "reads tensor values"
 
 
@@ -129,9 +132,6 @@ def _uncapturable(gm: fx.GraphModule, random_ok: bool = False) -> str | None:
     """Why some op of the trace cannot be captured, or None. With
     ``random_ok``, the random fills capture draws on the host as eager does
     are allowed."""
-    from ..ops.support import op_is_supported
-    from .capture import _RANDOM, _functional_of, _kind
-    from .fallback import UNSUPPORTED_DTYPES
     for node in gm.graph.nodes:
         val = node.meta.get("val")
         vals = val if isinstance(val, (list, tuple)) else [val]
@@ -151,15 +151,14 @@ def _uncapturable(gm: fx.GraphModule, random_ok: bool = False) -> str | None:
             op = _functional_of(op)
             if op is None:
                 return f"mutating op {node.target}"
-        if kind in ("functional", "mutating") and not op_is_supported(op):
+        if kind in ("functional", "mutating") and not _support.op_is_supported(op):
             return f"produces {op}"
     return None
 
 
-def run(func, gm: fx.GraphModule, args, kwargs):
-    """Replay the traced decomposition ``gm`` of ``func`` on lazy tensors."""
-    from .capture import data_value, dispatch
-    from .tensor import LazyTensor, wrap_value
+def run(func, gm: fx.GraphModule, args, kwargs, dispatch):
+    """Replay the traced decomposition ``gm`` of ``func`` on lazy tensors,
+    each op through ``dispatch`` (the router's, which calls this)."""
     flat, _ = argtree.flatten(args, kwargs)
     inputs = iter(a for a in flat if isinstance(a, torch.Tensor))
     env: dict = {}

@@ -10,9 +10,12 @@ import warnings
 
 import torch
 
-from .capture import _copy_, data_value, emit
-from ..graph.ir import TensorSpec
-from .tensor import LAZY, LazyTensor, wrap_value
+from .capture import data_value, emit
+from .capturable import allow_lazy
+from .dispatch import _copy_
+from .module_ties import keep_ties
+from .sync import to_host
+from .tensor import LazyTensor, wrap_value
 
 aten = torch.ops.aten
 _lib = None
@@ -40,7 +43,6 @@ def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memor
 def _copy_from(self, dst, non_blocking=False):
     if isinstance(dst, LazyTensor):
         return _copy_(None, (dst, self), {})
-    from .sync import to_host
     dst.copy_(to_host(self))
     return dst
 
@@ -79,7 +81,5 @@ def register() -> None:
             base, _, overload = name.partition(".")
             op = getattr(getattr(aten, base), overload or "default")
             _lib.impl(name, _host_factory(op), "Lazy")
-    from .capturable import allow_lazy
     allow_lazy()  # Adam(..., capturable=True) on lazy parameters
-    from .module_ties import keep_ties
     keep_ties()  # tied weights stay tied through model.to("lazy")

@@ -2,59 +2,25 @@
 
 Inputs are materialized, the op runs eagerly, and its results come back as
 lazy device data. Each fallback counts ``aten::<op>``; the first one of each
-op logs a warning naming it.
+op logs a warning naming it (``supported.note_fallback``, whose names are also
+available here).
 """
 from __future__ import annotations
-
-import logging
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from .. import metrics
-from ..graph.ir import Value
-
-log = logging.getLogger("lazy_mlir")
-_warned: set[str] = set()
-
-# dtypes the pipeline does not lower (complex and quantized types).
-UNSUPPORTED_DTYPES = {torch.complex32, torch.complex64, torch.complex128, torch.qint8,
-                      torch.quint8, torch.qint32, torch.quint4x2,
-                      torch.float8_e4m3fn, torch.float8_e5m2}
-
-
-def supported(func, values) -> bool:
-    """True when ``func`` on these arguments can be compiled."""
-    from ..ops.support import op_is_supported
-    return op_is_supported(func) and dtypes_supported(values)
-
-
-def dtypes_supported(values) -> bool:
-    """No argument is complex (or of another dtype the pipeline does not lower)."""
-    for v in values:
-        if isinstance(v, Value) and v.spec.dtype in UNSUPPORTED_DTYPES:
-            return False
-        if isinstance(v, complex):
-            return False
-    return True
-
-
-def note_fallback(name: str, why: str) -> None:
-    metrics.counter_inc("aten::" + name)
-    if name not in _warned:
-        _warned.add(name)
-        log.warning("lazy-mlir: aten::%s runs eagerly on the CPU (%s); it is counted "
-                    "as a fallback in lm.metrics", name, why)
+from .capture import assign, data_value
+from .state import dry_run as _dry_run
+from .supported import UNSUPPORTED_DTYPES, dtypes_supported, note_fallback, supported  # noqa: F401
+from .sync import to_host
+from .tensor import LazyTensor, wrap_value
 
 
 def run_eagerly(func, args, kwargs, why: str | None = None):
     """Run ``func`` on host copies of its lazy arguments; results are lazy."""
-    from .capture import assign, data_value
-    from .sync import to_host
-    from .tensor import LazyTensor, wrap_value
-    from .coverage import active
-    if active() is not None:  # lm.check_coverage: record it, run nothing
-        return active().stand_in(func, args, kwargs, why)
+    if _dry_run[0] is not None:  # lm.check_coverage: record it, run nothing
+        return _dry_run[0].stand_in(func, args, kwargs, why)
     note_fallback(func.__name__.split(".")[0], why or "not supported by the compiler")
     flat, tree = tree_flatten((args, kwargs))
     host = [to_host(a).clone() if isinstance(a, LazyTensor) else

@@ -28,8 +28,14 @@ import functools
 
 import torch
 
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
 from .. import metrics
-from .tensor import LazyTensor
+from .capture import assign, data_value
+from .state import dry_run as _dry_run
+from .supported import note_fallback
+from .sync import to_host
+from .tensor import LazyTensor, wrap_value
 
 aten = torch.ops.aten
 PREFIX = "_foreach_"
@@ -158,14 +164,8 @@ def run_eagerly(func, args, kwargs, why: str):
     foreach ops without a per-tensor mapping, and for capture's other ops
     that return nothing but write their arguments
     (``_amp_foreach_non_finite_check_and_unscale_``, ``_fused_adam_``)."""
-    from .capture import assign, data_value
-    from .coverage import active
-    from .fallback import note_fallback
-    from .sync import to_host
-    from .tensor import wrap_value
-    from torch.utils._pytree import tree_flatten, tree_unflatten
-    if active() is not None:  # lm.check_coverage: record it, run nothing
-        return active().stand_in(func, args, kwargs, why)
+    if _dry_run[0] is not None:  # lm.check_coverage: record it, run nothing
+        return _dry_run[0].stand_in(func, args, kwargs, why)
     note_fallback(func.__name__.split(".")[0], why)
     flat, tree = tree_flatten((args, kwargs))
     host = [to_host(a).clone() if isinstance(a, LazyTensor) else a for a in flat]

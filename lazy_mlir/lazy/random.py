@@ -14,6 +14,8 @@ import math
 import torch
 
 from ..graph.ir import Value
+from .capture import data_value
+from .state import seed_logs as _seed_logs
 
 aten = torch.ops.aten
 _CPU = torch.device("cpu")
@@ -31,11 +33,7 @@ def _op(emit, func, *args) -> Value:
     return emit(func, args, {})[0]
 
 
-_seed_logs: list[list] = []
-
-
 def new_seed() -> Value:
-    from .capture import data_value
     seed = torch.randint(-(1 << 63), (1 << 63) - 1, (), dtype=torch.int64)
     v = data_value(seed)
     for log in _seed_logs:

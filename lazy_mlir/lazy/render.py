@@ -6,13 +6,14 @@ import html
 import shutil
 import subprocess
 
+from ..graph.ir import Value
+from ..graph.program import Graph
+from .capture import value_of
+
 
 def render_graph(tensors, path: str | None = None) -> str:
     """DOT of the pending graph computing ``tensors``; with ``path`` ending in
     .svg (and graphviz installed) also writes the picture. Returns the DOT."""
-    from .capture import value_of
-    from ..graph.program import Graph
-    from ..graph.ir import Value
     if not isinstance(tensors, (list, tuple)):
         tensors = [tensors]
     values = [value_of(t) for t in tensors]

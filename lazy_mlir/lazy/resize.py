@@ -11,14 +11,15 @@ import math
 
 import torch
 
+from .. import metrics
+from .capture import value_of
+from ..graph.ir import TensorSpec
+from .tensor import Storage, live_storages
+
 aten = torch.ops.aten
 
 
 def resize_(func, args, kwargs):
-    from .. import metrics
-    from .capture import value_of
-    from ..graph.ir import TensorSpec
-    from .tensor import Storage, live_storages
     t, size = args[0], [int(s) for s in args[1]]
     if list(t.shape) == size:
         return t

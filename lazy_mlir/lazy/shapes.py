@@ -13,8 +13,8 @@ from torch.utils._pytree import tree_flatten
 from ..graph.argtree import unflatten
 
 from ..graph.ir import TensorSpec
+from .state import shape_memo as _memo  # (op, tree, specs, constants) -> outputs
 
-_memo: dict = {}
 META = torch.device("meta")
 
 

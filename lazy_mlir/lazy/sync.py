@@ -15,31 +15,30 @@ import time
 import torch
 
 from . import bounds
+from . import tensor as _tensor
 from .. import metrics
-from .capture import dispatch_depth, trace_seconds
-from .coverage import _active as _dry_run
-from .fallback import note_fallback
+from .capture import emit, value_of
 from ..graph.program import Graph
 from ..graph.ir import DeviceData, Value
+from .state import dispatch_depth, dry_run as _dry_run, target as _target, trace_seconds
+from .supported import note_fallback
 from .tensor import LazyTensor, live_storages
 from ..config import current_config
 from ..runtime.modules import EagerEntry, module_for
 from ..runtime import worker
+from ..targets import get_target
 
 log = logging.getLogger("lazy_mlir")
-_state = {"target": None}
 
 
 def current_target():
-    from ..targets import get_target
-    if _state["target"] is None:
-        _state["target"] = get_target()
-    return _state["target"]
+    if _target[0] is None:
+        _target[0] = get_target()
+    return _target[0]
 
 
 def set_target(name: str) -> None:
-    from ..targets import get_target
-    _state["target"] = get_target(name)
+    _target[0] = get_target(name)
 
 
 def execute(values: list[Value], everything: bool = False) -> None:
@@ -71,7 +70,7 @@ def launch(roots: list[Value], leading=(), everything: bool = False):
     checks = []
 
     def flags(order):
-        flag, taken = bounds.take_flag(order, everything)
+        flag, taken = bounds.take_flag(order, everything, emit)
         checks.extend(taken)
         return [flag]
 
@@ -104,7 +103,7 @@ def run_entry(entry, inputs: list[DeviceData], outputs: list[DeviceData], checks
 def _run(entry, inputs: list[DeviceData], outputs: list[DeviceData], target,
          checks=()) -> None:
     """In the worker: run one graph and fill its output data."""
-    from ..runtime.session import session_for
+    from ..runtime.session import session_for  # (IREE's runtime: loaded on the first run)
     t0 = time.perf_counter()
     session = session_for(target)
     if isinstance(entry, EagerEntry):
@@ -156,7 +155,6 @@ def to_host(t: torch.Tensor) -> torch.Tensor:
         return t
     if _dry_run[0] is not None:
         return _dry_run[0].host_stand_in(t)
-    from .capture import value_of
     v = value_of(t)
     if v.pending:
         execute([v])
@@ -185,3 +183,6 @@ def mark_step() -> None:
 def wait_device_ops() -> None:
     """Block until all launched graphs have run; raise a worker error."""
     worker.wait_all()
+
+
+_tensor._to_host = to_host  # the hook LazyTensor.__repr__ calls (tensor.py)

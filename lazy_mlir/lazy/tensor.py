@@ -15,7 +15,20 @@ import torch
 from ..graph.ir import TensorSpec, Value
 
 LAZY = torch.device("lazy", 0)
-_dispatch = None  # capture.dispatch, set when capture.py is imported
+
+
+def _not_installed(*args, **kwargs):
+    raise RuntimeError("lazy-mlir: lazy_mlir.lazy.dispatch and .sync are not imported "
+                       "(import lazy_mlir, which imports them)")
+
+
+# Hooks into the layers above (this module is the bottom of lazy/): each is
+# installed once, when its module is imported, and lazy/__init__ imports both,
+# so no lazy tensor exists before they are set. Module globals, not imports:
+# ``__torch_dispatch__`` runs on every op, and an import statement there costs
+# a module lookup each time.
+_dispatch = _not_installed  # dispatch.dispatch(func, args, kwargs): routes every aten op
+_to_host = _not_installed   # sync.to_host(t): the host value of a lazy tensor (repr)
 
 
 class Storage:
@@ -94,15 +107,10 @@ class LazyTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        # Not an import statement here: it costs a module lookup on every op.
-        dispatch = _dispatch
-        if dispatch is None:
-            from .capture import dispatch
-        return dispatch(func, args, kwargs or {})
+        return _dispatch(func, args, kwargs or {})
 
     def __repr__(self, *, tensor_contents=None):
-        from .sync import to_host
-        host = to_host(self)
+        host = _to_host(self)
         contents = torch._tensor_str._tensor_str(host, len("tensor("))
         text = torch._tensor_str._str_intern(self, tensor_contents=contents)
         return "tensor(" + text[len(type(self).__name__) + 1:]

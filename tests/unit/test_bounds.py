@@ -3,7 +3,7 @@ is checked now, which flags a graph takes. Nothing here compiles."""
 import pytest
 import torch
 
-from lazy_mlir.lazy import bounds
+from lazy_mlir.lazy import bounds, state
 from lazy_mlir.lazy.capture import emit
 from lazy_mlir.graph.program import Graph
 from lazy_mlir.graph.ir import DeviceData, TensorSpec, Value
@@ -22,9 +22,9 @@ def host_value(t):
 
 @pytest.fixture(autouse=True)
 def no_pending():
-    bounds._pending.clear()
+    state.reset()
     yield
-    bounds._pending.clear()
+    state.reset()
 
 
 def test_host_index_raises_like_eager_at_capture():
@@ -106,7 +106,7 @@ def test_a_graph_takes_the_flags_it_can_compute():
     taken = []
 
     def extra(order):
-        flag, checks = bounds.take_flag(order, everything=False)
+        flag, checks = bounds.take_flag(order, False, emit)
         taken.extend(checks)
         return [flag]
 
@@ -114,14 +114,14 @@ def test_a_graph_takes_the_flags_it_can_compute():
     assert len(taken) == 1 and len(graph.outputs) == 2  # the result and its flag
     assert graph.outputs[1].spec.shape == ()
     assert len(bounds._pending) == 1  # ``outside`` waits for a graph that computes it
-    flag, checks = bounds.take_flag({}, everything=True)  # mark_step takes every flag
+    flag, checks = bounds.take_flag({}, True, emit)  # mark_step takes every flag
     assert len(checks) == 1 and not bounds._pending
 
 
 def test_graph_key_unchanged_without_pending_checks():
     v = emit(aten.mul.Scalar, (device_value(2), 2), {})[0]
     plain = Graph.build([v])
-    with_hook = Graph.build([v], extra=lambda order: bounds.take_flag(order, False)[:1])
+    with_hook = Graph.build([v], extra=lambda order: bounds.take_flag(order, False, emit)[:1])
     assert plain.key == with_hook.key and len(with_hook.outputs) == 1
 
 

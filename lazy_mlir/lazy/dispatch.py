@@ -1,0 +1,397 @@
+"""Routing: ``dispatch`` is the ``__torch_dispatch__`` of ``LazyTensor``.
+
+It sorts each op by its kind (``kinds.kind``) into one of: a sync (the op
+returns a Python value), a view, an in-place or ``out=`` op (recorded in its
+functional form, then written back through views), an op with a handler of
+its own (``_SPECIAL``: copies, random fills, dropout, batch norm, resize), a
+foreach op, or a plain op, which ``record`` records (from its plan when it
+has one), decomposes, or runs eagerly on the CPU (fallback). Recording
+itself is ``capture.py``'s.
+
+Importing this module installs ``dispatch`` as ``tensor._dispatch``.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
+
+from ..graph import argtree
+from .. import metrics
+from ..graph.ir import TensorSpec, Value, arg_signature
+from ..ops import support as _support
+from . import bounds, decompose, empty_inputs, fallback, random, shapes
+from . import foreach as _foreach
+from . import tensor as _tensor
+from .capture import (LAZY_TYPE, _EXACT_CONSTS, _PLANS_MAX, _guarded, _make_scalar, _node,
+                      _placeholders, _plan_key, _run_plan, _store_plan, _to_value, assign,
+                      data_value, emit, op_info, value_of)
+from .kinds import RANDOM as _RANDOM, SPECIAL_OPS, functional_of as _functional_of
+from .kinds import written_args as _written_args
+from .resize import SPECIAL as RESIZE
+from .scalars import lift_scalars
+from .state import dispatch_depth, dry_run as _dry_run, inplace_checked as _inplace_checked
+from .state import record_plans as _plans, trace_seconds
+from .supported import UNSUPPORTED_DTYPES, dtypes_supported
+from .sync import to_host
+from .tensor import LazyTensor, wrap_value
+from .views import functional_view_op
+
+aten = torch.ops.aten
+
+# What shape inference raises for an op whose output shape depends on the
+# values (or that has no meta kernel): such an op runs eagerly, on real data.
+_NO_STATIC_SHAPE = (NotImplementedError, torch._subclasses.fake_tensor.DynamicOutputShapeException,
+                    torch._subclasses.fake_tensor.DataDependentOutputException)
+
+
+def record(func, args, kwargs, bare=False):
+    """Record a functional op on lazy tensors; returns lazy tensors. With
+    ``bare``, an op of one output recorded from its plan returns its Value
+    instead (no wrapper tensor): the in-place path only assigns it."""
+    func, args, kwargs = lift_scalars(func, args, kwargs, LazyTensor, _make_scalar, record)
+    info = op_info(func)
+    flat, tree = argtree.flatten(args, kwargs)
+    host_ok = info.host_index
+    vals = [_to_value(a, host_ok) for a in flat]
+    key = _plan_key(info, vals, tree)
+    plan = _plans.get(key) if key is not None else None
+    denied = (_support.denied_signature(func, lambda: arg_signature(vals))
+              if _support.DENIED_SIGNATURES else None)
+    if (plan is not None and _dry_run[0] is None and _support.op_is_supported(func)
+            and denied is None):
+        if info.bounds:
+            vals = _guarded(func, vals, tree)
+        return _run_plan(plan, info, func, vals, tree, bare)
+    # (``fallback.run_eagerly`` by attribute: tests and the OpInfo sweep wrap it)
+    run_eagerly = fallback.run_eagerly
+    if empty_inputs.runs_eagerly(func, vals, tree):
+        folded = empty_inputs.fold(func, vals, tree) if empty_inputs.all_inputs_empty(vals) else None
+        if folded is not None:
+            metrics.counter_inc("folded::" + func.__name__.split(".")[0])
+            return tree_map(lambda o: wrap_value(data_value(o.clone()))
+                            if isinstance(o, torch.Tensor) else o, folded)
+        return run_eagerly(func, args, kwargs, why="a non-empty result of an empty input")
+    if not dtypes_supported(vals):
+        return run_eagerly(func, args, kwargs, why="unsupported dtype")
+    if denied is not None:
+        return run_eagerly(func, args, kwargs, why=denied.split("\n")[0])
+    if not _support.op_is_supported(func):
+        how = decompose.plan(func, vals, tree)
+        if type(how) is not str:
+            if info.bounds:
+                args, kwargs = bounds.guard(func, args, kwargs, emit, value_of)
+            elif bounds.takes_integer_tensors(vals):
+                return decompose.run(func, how, args, kwargs, dispatch)
+            with bounds.within(func):  # its own index ops: checked above, or made in range
+                return decompose.run(func, how, args, kwargs, dispatch)
+        return run_eagerly(func, args, kwargs)
+    if _support.decomposed_before_import(func):
+        if decompose.import_decomposition_reads_values(func, vals, tree):
+            return run_eagerly(func, args, kwargs, why="its decomposition reads tensor values")
+    inputs, placeholders = _placeholders(vals)
+    try:
+        out_flat, out_tree = shapes.infer(func, placeholders, tree)
+    except _NO_STATIC_SHAPE as e:  # nonzero, masked_select, unique_consecutive, ...
+        return run_eagerly(func, args, kwargs,
+                           why=f"output shape depends on the data ({type(e).__name__})")
+    for o in out_flat:
+        if type(o) is TensorSpec and o.dtype in UNSUPPORTED_DTYPES:  # .cdouble(), ...
+            return run_eagerly(func, args, kwargs, why=f"unsupported dtype {o.dtype}")
+    _store_plan(_plans, key, func, vals, tree, out_flat, out_tree)
+    if info.bounds:
+        vals = _guarded(func, vals, tree)
+        inputs = [v for v in vals if type(v) is Value]
+    outs = _node(func, vals, tree, inputs, out_flat)
+    metrics.counter_inc(info.counter)
+    if len(out_flat) == 1 and out_tree is None:
+        return wrap_value(outs[0])
+    it = iter(outs)
+    result = [wrap_value(next(it)) if type(o) is TensorSpec else o for o in out_flat]
+    return tree_unflatten(result, out_tree)
+
+
+# ------------------------------------------------------------------ dispatch
+def dispatch(func, args, kwargs):
+    t0 = time.perf_counter()
+    dispatch_depth[0] += 1
+    try:
+        try:  # op_info, inlined: a call less on every dispatch
+            kind = func._lazy_mlir.kind
+        except AttributeError:
+            kind = op_info(func).kind
+        if kind == "functional":
+            return record(func, args, kwargs)
+        if kind == "view":
+            return _view(func, args, kwargs)
+        if kind == "mutating":
+            return _mutating(func, args, kwargs)
+        if kind == "special":
+            return _SPECIAL[func](func, args, kwargs)
+        if kind == "inplace_view":
+            return _inplace_view(func, args, kwargs)
+        if kind == "foreach":
+            return _foreach.dispatch(func, args, kwargs)
+        return _sync_op(func, args, kwargs)
+    finally:
+        dispatch_depth[0] -= 1
+        trace_seconds[0] += time.perf_counter() - t0
+
+
+_tensor._dispatch = dispatch  # the hook LazyTensor.__torch_dispatch__ calls (tensor.py)
+
+
+def _view(func, args, kwargs):
+    base = args[0]
+    info = op_info(func)
+    if info.identity:
+        return LazyTensor(base.spec, base._storage, base._view)
+    placeholders, tree = argtree.flatten((shapes.Placeholder(base.spec), *args[1:]), kwargs)
+    out_flat, out_tree = shapes.infer(func, placeholders, tree)
+    metrics.counter_inc(info.counter)
+    result = []
+    rest, kw = tuple(args[1:]), dict(kwargs)  # shared by the outputs' steps: never written
+    for i, spec in enumerate(out_flat):
+        result.append(LazyTensor(spec, base._storage, base._view + ((func, rest, kw, i),)))
+    if out_tree is None:
+        return result[0]
+    return tree_unflatten(result, out_tree)
+
+
+def _inplace_view(func, args, kwargs):
+    """``t_``, ``transpose_``, ...: the tensor becomes a view of what it was."""
+    t = args[0]
+    step = (functional_view_op(func), tuple(args[1:]), dict(kwargs), 0)
+    with torch.utils._mode_utils.no_dispatch():
+        # Change the wrapper's sizes and strides the way PyTorch's own
+        # return_and_correct_aliasing does: run the op with meta in TLS.
+        was = torch._C._meta_in_tls_dispatch_include()
+        torch._C._set_meta_in_tls_dispatch_include(True)
+        try:
+            func(*args, **kwargs)
+        finally:
+            torch._C._set_meta_in_tls_dispatch_include(was)
+    t._view = t._view + (step,)
+    t._cache = None
+    t.spec = TensorSpec(tuple(t.shape), tuple(t.stride()), t.storage_offset(), t.dtype)
+    metrics.counter_inc("lazy::" + func.__name__.split(".")[0])
+    return t
+
+
+_OTHER_WRITES = object()
+
+
+def _self_update(func):
+    """For an op that writes only its first positional argument (``add_``,
+    ``lerp_``): its functional form (None when it has none); for any other
+    mutating op ``_OTHER_WRITES``. Kept on the op: ``func._schema.arguments``
+    builds new Python objects on every read."""
+    try:
+        return func._lazy_mlir_self_update
+    except AttributeError:
+        pass
+    if _written_args(func) == ("self",) and not func._schema.arguments[0].kwarg_only:
+        how = _functional_of(func)
+    else:
+        how = _OTHER_WRITES
+    try:
+        func._lazy_mlir_self_update = how
+    except (AttributeError, TypeError):
+        pass
+    return how
+
+
+# ``_inplace_checked`` (state.py): in-place calls whose shape and dtype check
+# passed, keyed as ``_checked_key`` says. A float argument enters by its type
+# only: the check compares shapes and dtypes, and Adam's step size, a new float
+# every step, would otherwise run the meta kernel on every step. A value the op
+# itself refuses is still refused, by the functional op's own shape inference
+# or by the compile.
+
+
+def _checked_key(info, flat, tree):
+    parts = []
+    for a in flat:
+        t = type(a)
+        if t is LazyTensor:
+            parts.append(a.spec)
+        elif t is float:
+            parts.append(float)
+        elif t in _EXACT_CONSTS:
+            parts.append((t, a))
+        else:
+            return None
+    return (info, tree, tuple(parts))
+
+
+def _mutating(func, args, kwargs):
+    fn = _self_update(func)
+    if fn is not _OTHER_WRITES:
+        self = args[0]
+        if fn is None:
+            return fallback.run_eagerly(func, args, kwargs)
+        # Check shapes and dtypes the way the in-place kernel would.
+        flat, tree = argtree.flatten(args, kwargs)
+        key = _checked_key(op_info(func), flat, tree)
+        if key is None or key not in _inplace_checked:
+            shapes.infer(func, [shapes.Placeholder(a.spec) if isinstance(a, LazyTensor)
+                                else a for a in flat], tree)
+            if key is not None:
+                if len(_inplace_checked) >= _PLANS_MAX:
+                    _inplace_checked.clear()
+                _inplace_checked.add(key)
+        out = record(fn, args, kwargs, bare=True)
+        if type(out) is Value:  # recorded from its plan
+            if out.spec.dtype == self.dtype:  # the common case: no cast
+                assign(self, out)
+                return self
+            out = wrap_value(out)
+        if out.dtype != self.dtype:
+            out = aten._to_copy.default(out, dtype=self.dtype)
+        assign(self, value_of(out))
+        return self
+    written = _written_args(func)
+    if not all(n.startswith("out") for n in written):
+        return _mutating_args(func, written, args, kwargs)
+    # out= variants: compute functionally, then copy into the outputs.
+    outs = [kwargs[n] for n in written if n in kwargs]
+    rest = {k: v for k, v in kwargs.items() if k not in written}
+    result = func.overloadpacket(*args, **rest)
+    results = result if isinstance(result, (tuple, list)) else (result,)
+    for o, r in zip(outs, results):
+        if tuple(o.shape) != tuple(r.shape):
+            raise RuntimeError(
+                f"lazy-mlir: {func} would resize its out= tensor from {tuple(o.shape)} to "
+                f"{tuple(r.shape)}; call the op without out= on lazy tensors")
+        o.copy_(r)
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _functional_variant(func):
+    """``native_batch_norm`` -> ``_native_batch_norm_legit_functional``: the op
+    functionalization uses, returning the mutated arguments' new values last."""
+    if func is aten.native_batch_norm.default:
+        return aten._native_batch_norm_legit_functional.default
+    packet = getattr(aten, func.__name__.split(".")[0] + "_functional", None)
+    if packet is not None and "default" in packet.overloads():
+        return packet.default
+    return None
+
+
+def _mutating_args(func, written, args, kwargs):
+    """Ops that write arguments other than ``self`` (batch norm's running
+    statistics): record the functional variant, then write the new values."""
+    names = [a.name for a in func._schema.arguments]
+    bound = dict(zip(names, args), **kwargs)
+    targets = [bound.get(n) for n in written]
+    if all(t is None for t in targets):  # nothing to write: a plain functional call
+        return record(func, args, kwargs)
+    variant = _functional_variant(func)
+    if variant is None or not all(isinstance(t, LazyTensor) for t in targets):
+        return fallback.run_eagerly(func, args, kwargs)
+    outs = record(variant, args, kwargs)
+    n = len(func._schema.returns)
+    for t, new in zip(targets, outs[n:]):
+        assign(t, value_of(new))
+    return tuple(outs[:n]) if n > 1 else outs[0]
+
+
+def _sync_op(func, args, kwargs):
+    """Ops that return Python values (``item``, ``equal``, ...): run on host."""
+    if func._schema.is_mutable:  # (_amp_foreach_*_, _fused_adam_): to_host gives the
+        # device data's own host tensor, which must not be written: copies, written back
+        return _foreach.run_eagerly(func, args, kwargs, "it writes arguments and returns nothing")
+    metrics.counter_inc("sync::" + func.__name__.split(".")[0])
+    flat, tree = argtree.flatten(args, kwargs)  # (not torch's pytree: a step's item() pays it)
+    hargs, hkwargs = argtree.unflatten(
+        [to_host(a) if isinstance(a, LazyTensor) else a for a in flat], tree)
+    return func(*hargs, **hkwargs)
+
+
+# ------------------------------------------------------------ special ops
+def _copy_(func, args, kwargs):
+    dst, src = args[0], args[1]
+    if isinstance(src, LazyTensor):
+        out = src
+        if src.dtype != dst.dtype:
+            out = aten._to_copy.default(src, dtype=dst.dtype)
+        if tuple(out.shape) != tuple(dst.shape):
+            out = aten.expand.default(out, list(dst.shape))
+        if dst._view or tuple(out.shape) != tuple(dst.shape) or out is src:
+            out = aten.clone.default(out)
+        assign(dst, value_of(out))
+    else:
+        host = src.detach().to(dst.dtype).expand(dst.shape).contiguous().clone()
+        assign(dst, data_value(host))
+    return dst
+
+
+def _to_copy(func, args, kwargs):
+    src = args[0]
+    device = kwargs.get("device")
+    if device is not None and torch.device(device).type != LAZY_TYPE:
+        host = to_host(src)
+        rest = {k: v for k, v in kwargs.items() if k != "device"}
+        out = aten._to_copy.default(host, **rest)
+        return out if out is not host else host.clone()
+    kwargs = {k: v for k, v in kwargs.items() if k not in ("device", "non_blocking")}
+    return record(func, args, kwargs)
+
+
+def _random(func, args, kwargs):
+    """Random fills are drawn on the host from PyTorch's CPU generator, so
+    ``torch.manual_seed`` gives the same numbers as eager CPU."""
+    t = args[0]
+    flat, tree = tree_flatten((args[1:], kwargs))
+    host_flat = [to_host(a) if isinstance(a, LazyTensor) else a for a in flat]
+    hargs, hkwargs = tree_unflatten(host_flat, tree)
+    host = torch.empty(t.shape, dtype=t.dtype)
+    func(host, *hargs, **hkwargs)
+    assign(t, data_value(host))
+    return t
+
+
+def _native_dropout(func, args, kwargs):
+    """Dropout with its mask drawn inside the graph (see ``random``)."""
+    x, p = args[0], args[1]
+    train = args[2] if len(args) > 2 else kwargs.get("train")
+    if not train or p == 0:
+        return x.clone(), torch.ones_like(x, dtype=torch.bool)
+    metrics.counter_inc("lazy::native_dropout")
+    out, keep = random.dropout(emit, value_of(x), p)
+    return wrap_value(out), wrap_value(keep)
+
+
+
+def _native_batch_norm(func, args, kwargs):
+    """Its schema says functional, but in training it updates the running
+    statistics in place, as the CPU and CUDA kernels do."""
+    names = [a.name for a in func._schema.arguments]
+    bound = dict(zip(names, args), **kwargs)
+    if bound.get("training"):
+        return _mutating_args(func, ["running_mean", "running_var"], args, kwargs)
+    if func is aten._native_batch_norm_legit.default:
+        out = _mutating_args(func, ["running_mean", "running_var"], args, kwargs)
+    else:
+        out = record(func, args, kwargs)
+    return _no_saved_stats(out)
+
+
+def _no_saved_stats(out):
+    """Batch norm in eval mode saves no statistics: the CPU kernels return
+    them empty, although the meta kernels (and so the graph) say [C]."""
+    empty = [torch.empty(0, dtype=o.dtype, device=o.device) for o in out[1:3]]
+    return (out[0], *empty, *out[3:])
+
+
+_SPECIAL = {aten.copy_.default: _copy_, aten._to_copy.default: _to_copy,
+            aten.native_dropout.default: _native_dropout,
+            aten.native_batch_norm.default: _native_batch_norm,
+            aten._native_batch_norm_legit.default: _native_batch_norm,
+            aten._native_batch_norm_legit_no_training.default: _native_batch_norm}
+_SPECIAL.update({f: _random for f in _RANDOM})
+_SPECIAL.update(RESIZE)
+if _SPECIAL.keys() != SPECIAL_OPS:  # kinds.kind routes these ops here: the two must agree
+    raise ImportError(f"lazy-mlir: kinds.SPECIAL_OPS and dispatch._SPECIAL differ: "
+                      f"{set(_SPECIAL) ^ SPECIAL_OPS}")
