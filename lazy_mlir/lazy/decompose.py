@@ -1,6 +1,6 @@
 """Capture-time decomposition: an op the compiler cannot take, written by a
 decomposition (PyTorch's ``torch._decomp``/``torch._refs`` table, or ours in
-``dialects/capture_decompositions.py``) in ops it can take, is recorded as
+those registered with scope ``CAPTURE`` in ``ops/``) in ops it can take, is recorded as
 those ops instead of falling back to eager.
 
 The decision is made once per (op, argument specs, constant arguments): the

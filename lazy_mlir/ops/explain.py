@@ -91,6 +91,18 @@ def _upstream(fn) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
+def _runs_on_host(func) -> str | None:
+    """Why every call of ``func`` runs eagerly whatever the tables say, if it
+    does: its output shape depends on the data (``nonzero``, ``masked_select``:
+    capture's shape inference raises for them), or it returns no tensor (``item``,
+    ``equal``: a sync point that reads the data on the host)."""
+    if torch.Tag.dynamic_output_shape in func.tags:
+        return "its output shape depends on the data (it runs eagerly on the CPU)"
+    if not any("Tensor" in str(r.type) for r in func._schema.returns):
+        return "it returns no tensor: a sync point, run on the host with the data read back"
+    return None
+
+
 def explain_op(op, target: str = "cpu", config: PipelineConfig | None = None) -> OpExplanation:
     """How ``op`` (see ``resolve``) reaches the compiler on ``target`` under
     ``config`` (default: ``PipelineConfig()``), as of now in this process
@@ -101,6 +113,10 @@ def explain_op(op, target: str = "cpu", config: PipelineConfig | None = None) ->
     in_dialect = name in support.dialect_ops()
     denied = support.DENIED.get(name)
     steps, notes = [], []
+    host = _runs_on_host(func)
+    if host:
+        return OpExplanation(f"aten.{func.__name__}", target, FALLS_BACK, in_dialect,
+                             (("eagerly, every call", host),))
     if support.op_is_supported(func):
         verdict = COMPILED
         ours = _stack(func, registry.IMPORT) if config.decompositions else None
@@ -138,7 +154,7 @@ def explain_op(op, target: str = "cpu", config: PipelineConfig | None = None) ->
     if support.DENIED_SIGNATURES.get(name):
         notes.append(f"{len(support.DENIED_SIGNATURES[name])} argument signature(s) denied "
                      "at run time fall back")
-    notes.append("unsupported dtypes (complex, quantized, float8) fall back per call; "
-                 "runtime/modules.py checks compiled modules and may deny the op later")
+    notes.append("unsupported dtypes (complex, quantized, float8) fall back per call; a "
+                 "failed compile denies the op for its argument dtypes and ranks")
     return OpExplanation(f"aten.{func.__name__}", target, verdict, in_dialect, tuple(steps),
                          denied, tuple(notes))

@@ -63,10 +63,12 @@ class Registration:
 
     @property
     def where(self) -> str:
-        """``lazy_mlir/ops/special.py: erfc``: the file and function."""
+        """``lazy_mlir/ops/special.py:41: erfc``: the file, line and function."""
         module = getattr(self.fn, "__module__", "?") or "?"
         path = module.replace(".", "/") + ".py"
-        return f"{path}: {getattr(self.fn, '__qualname__', repr(self.fn))}"
+        code = getattr(self.fn, "__code__", None)
+        line = f":{code.co_firstlineno}" if code is not None else ""
+        return f"{path}{line}: {getattr(self.fn, '__qualname__', repr(self.fn))}"
 
 
 _registry: dict[str, dict[torch._ops.OpOverload, list[Registration]]] = {
