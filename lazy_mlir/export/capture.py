@@ -245,8 +245,7 @@ def capture_exported(module_or_fn, example_args: tuple, dynamic_dims: dict, conf
 
     from ..dialects.export_import import import_exported_program
     from ..ops.support import decomposition_table
-    from ..passes import pipelines
-    from ..dialects.runner import run_pipeline
+    from ..pipeline.stages import Provenance, Stage, lower_torch
     if config.mixed_precision != "none":
         raise ExportError("lazy-mlir: mixed_precision is not applied on the torch.export "
                           "route (dynamic_dims); export with static shapes instead")
@@ -288,9 +287,10 @@ def capture_exported(module_or_fn, example_args: tuple, dynamic_dims: dict, conf
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
         torch_text = import_exported_program(program, table)
-    text = run_pipeline(torch_text, pipelines.as_pipeline(pipelines.torch_backend(config)),
-                        "torch-backend")
-    text = run_pipeline(text, pipelines.as_pipeline(pipelines.linalg(config)), "linalg")
+    # The lowering after import that the lazy route runs, without a target's
+    # rewrites: those are only tested on static shapes.
+    text = lower_torch(Stage("torch", torch_text, Provenance("torch.export", 0.0)),
+                       config)[-1].text
 
     # Symbols of the program (s0, s37, ...) -> the names the user gave.
     placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
