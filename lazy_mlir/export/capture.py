@@ -61,7 +61,6 @@ class Captured:
     output_structure: str          # "single" | "tuple" | "dict"
     graph_key: str
     route: str
-    clobbered: tuple[int, ...] = ()  # arguments of main a sort may write into
     seconds: dict = field(default_factory=dict)
     dims: dict = field(default_factory=dict)  # symbol -> {"min": m, "max": M or None}
 
@@ -163,17 +162,20 @@ def refuse_host_reads(before: dict, what: str) -> None:
 
 # -- the lazy route -------------------------------------------------------------
 
-def capture_lazy(module_or_fn, example_args: tuple, config, names=None) -> Captured:
-    """Capture with ``lm.jit`` on the lazy device (static shapes)."""
+def capture_lazy(module_or_fn, example_args: tuple, config, names=None,
+                 target=None) -> Captured:
+    """Capture with ``lm.jit`` on the lazy device (static shapes), lowered
+    for ``target`` (a ``Target``; default the current one) as mark_step
+    lowers for it."""
     from ..lazy.sync import host_of
     from ..frontends.jit import jit
-    from ..runtime.modules import clobbered_args
     state = module_state(module_or_fn) if isinstance(module_or_fn, torch.nn.Module) else []
     flat, named = _as_function(module_or_fn, state)
     names = input_names(named, len(example_args), names)
     t0 = time.perf_counter()
     before = metrics.host_reads()
-    lowered = jit(flat).lower(*[t for _, t in state], *example_args, config=config)
+    lowered = jit(flat).lower(*[t for _, t in state], *example_args, target=target,
+                              config=config)
     refuse_host_reads(before, "the function")
     graph = lowered.graph
     args: list = list(state)
@@ -185,7 +187,7 @@ def capture_lazy(module_or_fn, example_args: tuple, config, names=None) -> Captu
                for n, v in zip(out_names, graph.outputs)]
     text = lowered.as_text("linalg")
     return Captured(text, args, outputs, kind, graph.key, "lazy",
-                    clobbered_args(text), {"capture+lower": time.perf_counter() - t0})
+                    {"capture+lower": time.perf_counter() - t0})
 
 
 # -- the torch.export route -------------------------------------------------------
@@ -243,9 +245,7 @@ def capture_exported(module_or_fn, example_args: tuple, dynamic_dims: dict, conf
 
     from ..dialects.export_import import import_exported_program
     from ..ops.support import decomposition_table
-    from ..passes import pipelines
-    from ..dialects.runner import run_pipeline
-    from ..runtime.modules import clobbered_args
+    from ..pipeline.stages import Provenance, Stage, lower_torch
     if config.mixed_precision != "none":
         raise ExportError("lazy-mlir: mixed_precision is not applied on the torch.export "
                           "route (dynamic_dims); export with static shapes instead")
@@ -287,9 +287,10 @@ def capture_exported(module_or_fn, example_args: tuple, dynamic_dims: dict, conf
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
         torch_text = import_exported_program(program, table)
-    text = run_pipeline(torch_text, pipelines.as_pipeline(pipelines.torch_backend(config)),
-                        "torch-backend")
-    text = run_pipeline(text, pipelines.as_pipeline(pipelines.linalg(config)), "linalg")
+    # The lowering after import that the lazy route runs, without a target's
+    # rewrites: those are only tested on static shapes.
+    text = lower_torch(Stage("torch", torch_text, Provenance("torch.export", 0.0)),
+                       config)[-1].text
 
     # Symbols of the program (s0, s37, ...) -> the names the user gave.
     placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
@@ -311,7 +312,7 @@ def capture_exported(module_or_fn, example_args: tuple, dynamic_dims: dict, conf
                       for d in val.shape)
         outputs.append(TensorInfo(n, val.dtype, shape))
     key = hashlib.sha256(torch_text.encode()).hexdigest()
-    return Captured(text, args, outputs, kind, key, "torch.export", clobbered_args(text),
+    return Captured(text, args, outputs, kind, key, "torch.export",
                     {"export+lower": time.perf_counter() - t0},
                     {sym: {"min": lo, "max": hi} for sym, (lo, hi) in ranges.items()})
 

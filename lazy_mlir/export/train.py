@@ -56,16 +56,15 @@ def _copy_optimizer(optimizer, by_id: dict):
     return new
 
 
-def capture_train_step(model, loss_fn, optimizer, example_batch: tuple, config,
+def capture_train_step(model, loss_fn, optimizer, example_batch: tuple, config, target,
                        batch_names=None) -> tuple[Captured, list[str]]:
-    """The step as a ``Captured`` and the names of its state, in order."""
+    """The step as a ``Captured`` (lowered for ``target`` as mark_step lowers
+    for it) and the names of its state, in order."""
     from ..lazy import bounds
     from ..lazy.capture import emit, value_of
     from ..graph.program import Graph
     from ..lazy.sync import execute, host_of
-    from ..pipeline.fx_graph import to_fx
-    from ..pipeline.stages import lower
-    from ..runtime.modules import clobbered_args
+    from ..pipeline.compile import lower_graph
     if not isinstance(model, torch.nn.Module):
         raise ExportError("lazy-mlir: export_train_step takes an nn.Module")
     if not isinstance(optimizer, torch.optim.Optimizer):
@@ -150,7 +149,7 @@ def capture_train_step(model, loss_fn, optimizer, example_batch: tuple, config,
     roots = [v if v.pending else emit(torch.ops.aten.clone.default, (v,), {})[0]
              for v in news]
     graph = Graph.build(roots, leading)
-    stages = lower(to_fx(graph), config)
+    stages = lower_graph(graph, target, config)
 
     n_state = len(state)
     model_inputs = input_names(model.forward, len(inputs) - 1,
@@ -166,7 +165,7 @@ def capture_train_step(model, loss_fn, optimizer, example_batch: tuple, config,
                for n, v in zip([n for n, _ in state] + ["loss"], graph.outputs)]
     text = stages[-1].text
     captured = Captured(text, args, outputs, "tuple", graph.key, "lazy",
-                        clobbered_args(text), {"capture+lower": time.perf_counter() - t0})
+                        {"capture+lower": time.perf_counter() - t0})
     state_names = [n for n, _ in state]
     del lazy_model, lazy_params, by_id, opt, state, inputs, loss, news, roots, graph
     gc.collect()  # drop the lazy copies now, so no later mark_step computes them
@@ -189,7 +188,7 @@ def export_train_step(model, loss_fn, optimizer, example_batch, path=None, targe
     from ..dialects.runner import PipelineError
     from ..config import current_config
     from ..targets import Target, get_target
-    from .writer import PARAMS_MODES, _prepare, write_artifact
+    from .writer import PARAMS_MODES, prepare_path, write_artifact
     t = target if isinstance(target, Target) else get_target(target)
     if isinstance(example_batch, torch.Tensor):
         example_batch = (example_batch,)
@@ -199,11 +198,11 @@ def export_train_step(model, loss_fn, optimizer, example_batch, path=None, targe
     if params not in PARAMS_MODES:
         raise ExportError(f"lazy-mlir: params must be one of {', '.join(PARAMS_MODES)}, "
                           f"not {params!r}")
-    path = _prepare(path)
+    path = prepare_path(path)
     config = config or current_config()
     try:
         captured, state = capture_train_step(model, loss_fn, optimizer, example_batch, config,
-                                             batch_names)
+                                             t, batch_names)
     except PipelineError as e:  # a lowering failed: its message names the repro
         raise ExportError(str(e)) from None
     extra = {"train_step": {

@@ -76,7 +76,7 @@ def _with_flags(config, target, extra: list[str]):
                                                 tuple(extra)),))
 
 
-def _prepare(path) -> Path:
+def prepare_path(path) -> Path:
     if path is None:
         raise ExportError("lazy-mlir: export needs path=, the artifact directory to write")
     path = Path(path)
@@ -99,21 +99,20 @@ def write_artifact(captured: Captured, path, target, config, *, params: str, kin
     tensor is bound to a parameter.
     """
     from ..dialects.runner import PipelineError
-    from ..pipeline.stages import Provenance, Stage, compile_stages
+    from ..pipeline.compile import compile_module
+    from ..pipeline.stages import Provenance, Stage
     from ..runtime.disk_cache import make_key, package_versions
-    from ..dialects.export_import import bind_parameters
     if params not in PARAMS_MODES:
         raise ExportError(f"lazy-mlir: params must be one of {', '.join(PARAMS_MODES)}, "
                           f"not {params!r}")
     if config.input == "torch":
         raise ExportError("lazy-mlir: export compiles linalg; set the pipeline config's "
                           "input to 'linalg'")
-    path = _prepare(path)
+    path = prepare_path(path)
     state_set = set(state)
     bound = [(k, t) for k, t in captured.stored if k not in state_set]
     keys = [None if isinstance(a, TensorInfo) else (None if a[0] in state_set else a[0])
             for a in captured.args]
-    text = bind_parameters(captured.linalg, entry_name, keys, runner.SCOPE)
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-export-", dir=path.parent))
     try:
         archive = tmp / runner.PARAMS
@@ -129,8 +128,9 @@ def write_artifact(captured: Captured, path, target, config, *, params: str, kin
                 f"--iree-parameter-import-maximum-size={_IMPORT_ALL}"])
         t0 = time.perf_counter()
         try:
-            compiled = compile_stages((Stage("linalg", text, Provenance(
-                f"lazy-mlir export ({captured.route})", 0.0)),), target, flags_config)
+            compiled = compile_module((Stage("linalg", captured.linalg, Provenance(
+                f"lazy-mlir export ({captured.route})", 0.0)),), target, flags_config,
+                bind=(entry_name, keys, runner.SCOPE))
         except PipelineError as e:
             raise ExportError(str(e)) from None
         compile_seconds = time.perf_counter() - t0
@@ -155,7 +155,7 @@ def write_artifact(captured: Captured, path, target, config, *, params: str, kin
             "kind": kind,
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(
                 timespec="seconds"),
-            "entry": _entry_json(captured, entry_name, list(state)),
+            "entry": _entry_json(captured, entry_name, list(state), compiled.clobbered),
             "params": {
                 "mode": params,
                 "file": runner.PARAMS if entries else None,
@@ -188,7 +188,8 @@ def write_artifact(captured: Captured, path, target, config, *, params: str, kin
     return path
 
 
-def _entry_json(captured: Captured, name: str, state: list[str]) -> dict:
+def _entry_json(captured: Captured, name: str, state: list[str],
+                clobbered: tuple[int, ...]) -> dict:
     """The manifest's entry point: the arguments of ``main`` that are not
     bound to parameters (state first, for train steps), and the outputs."""
     in_index, inputs = {}, []
@@ -210,7 +211,7 @@ def _entry_json(captured: Captured, name: str, state: list[str]) -> dict:
         "outputs": [o.to_json() for o in captured.outputs],
         "output_structure": captured.output_structure,
         # Inputs a sort may write into: the runner passes copies (iree-org/iree#24665).
-        "clobbered": sorted(in_index[i] for i in captured.clobbered if i in in_index),
+        "clobbered": sorted(in_index[i] for i in clobbered if i in in_index),
     }
     if captured.dims:
         entry["dims"] = captured.dims
@@ -220,7 +221,7 @@ def _entry_json(captured: Captured, name: str, state: list[str]) -> dict:
 
 
 def _replace_dir(new: Path, path: Path) -> None:
-    """Move ``new`` to ``path``, replacing what is there (checked by ``_prepare``)."""
+    """Move ``new`` to ``path``, replacing what is there (checked by ``prepare_path``)."""
     old = None
     if path.exists():
         old = Path(tempfile.mkdtemp(prefix=".tmp-old-", dir=path.parent))
@@ -264,7 +265,7 @@ def export(module_or_fn, example_args, target="cpu", path=None, params: str = "e
     if params not in PARAMS_MODES:
         raise ExportError(f"lazy-mlir: params must be one of {', '.join(PARAMS_MODES)}, "
                           f"not {params!r}")
-    path = _prepare(path)
+    path = prepare_path(path)
     config = config or current_config()
     if isinstance(module_or_fn, torch.nn.Module) and module_or_fn.training:
         log.warning("lazy-mlir: exporting %s in training mode (dropout, batch statistics); "
@@ -274,7 +275,7 @@ def export(module_or_fn, example_args, target="cpu", path=None, params: str = "e
             captured = capture_exported(module_or_fn, example_args, dynamic_dims, config,
                                         input_names)
         else:
-            captured = capture_lazy(module_or_fn, example_args, config, input_names)
+            captured = capture_lazy(module_or_fn, example_args, config, input_names, t)
     except PipelineError as e:  # a lowering failed: its message names the repro
         raise ExportError(str(e)) from None
     if entry is None:

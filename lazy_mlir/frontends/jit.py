@@ -4,6 +4,12 @@
 same capture, graph and stage objects as ``mark_step``. ``Lowered`` gives the
 IR of every stage (computed on demand for IREE's phases); ``compile`` gives a
 callable ``CompiledFunction`` whose ``.artifact`` is the vmfb.
+
+Lowering and compiling go through mark_step's path: ``pipeline.compile``'s
+``lower_graph`` for the target (its rewrites: im2col/channels-last
+convolutions on cpu) and ``compile_graph``, then ``runtime.module_cache``'s
+``load_module`` (clobbered copies, passthrough results, the eager fallback
+of a module IREE cannot load). Unlike mark_step, a failure raises.
 """
 from __future__ import annotations
 
@@ -13,7 +19,8 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ..config import PipelineConfig, current_config
-from ..pipeline.stages import IREE_PHASES, Compiled, Stage, compile_stages, iree_phase, lower
+from ..pipeline.compile import CompiledGraph, EagerEntry, compile_graph, lower_graph
+from ..pipeline.stages import IREE_PHASES, Stage, iree_phase
 from ..targets import Target, get_target
 
 
@@ -27,12 +34,14 @@ class Jitted:
         self.fn = fn
         functools.update_wrapper(self, fn)
 
-    def lower(self, *args, config: PipelineConfig | None = None) -> "Lowered":
-        """Trace ``fn`` on lazy copies of ``args`` and lower it to linalg."""
+    def lower(self, *args, target: str | Target | None = None,
+              config: PipelineConfig | None = None) -> "Lowered":
+        """Trace ``fn`` on lazy copies of ``args`` and lower it to linalg for
+        ``target`` (default: the current target, ``lm.set_target``)."""
         from ..lazy import bounds
         from ..lazy.capture import data_value, emit, value_of
         from ..graph.program import Graph
-        from ..lazy.sync import execute
+        from ..lazy.sync import current_target, execute
         from ..lazy.tensor import LazyTensor, wrap_value
         if not args or not all(isinstance(a, torch.Tensor) for a in args):
             raise TypeError("lm.jit: lower(*args) takes the example tensors fn is called with")
@@ -55,21 +64,30 @@ class Jitted:
             roots.append(v if v.pending else emit(torch.ops.aten.clone.default, (v,), {})[0])
         graph = Graph.build(roots, leading)
         return Lowered(graph, tree, len(leading), config or current_config(),
-                       any(isinstance(a, LazyTensor) for a in args))
+                       any(isinstance(a, LazyTensor) for a in args),
+                       _as_target(target) if target is not None else current_target())
 
 
 class Lowered:
-    """The lowered stages of a traced function."""
+    """The lowered stages of a traced function, for ``target``."""
 
-    def __init__(self, graph, out_tree, n_args: int, config: PipelineConfig, lazy_io: bool):
-        from ..pipeline.fx_graph import to_fx
+    def __init__(self, graph, out_tree, n_args: int, config: PipelineConfig, lazy_io: bool,
+                 target: Target):
         self.graph = graph
         self.out_tree = out_tree
         self.n_args = n_args
         self.config = config
         self.lazy_io = lazy_io
-        self._stages = lower(to_fx(graph), config)
+        self.target = target
+        self._lowered = {target.name: lower_graph(graph, target, config)}
+        self._stages = self._lowered[target.name]
         self._phases: dict[tuple[str, str], Stage] = {}
+
+    def _stages_for(self, target: Target) -> tuple[Stage, ...]:
+        """The stages lowered for ``target`` (lowering depends on its name only)."""
+        if target.name not in self._lowered:
+            self._lowered[target.name] = lower_graph(self.graph, target, self.config)
+        return self._lowered[target.name]
 
     @property
     def stages(self) -> tuple[str, ...]:
@@ -77,14 +95,16 @@ class Lowered:
         return tuple(s.name for s in self._stages) + tuple("iree-" + p for p in IREE_PHASES)
 
     def stage(self, name: str, target: str | Target | None = None) -> Stage:
-        for s in self._stages:
+        """One stage, lowered for ``target`` (default: the one lowered for)."""
+        t = self.target if target is None else _as_target(target)
+        stages = self._stages_for(t)
+        for s in stages:
             if s.name == name:
                 return s
         if name.startswith("iree-") and name[5:] in IREE_PHASES:
-            t = target if isinstance(target, Target) else get_target(target)
             key = (name, t.cache_key)
             if key not in self._phases:
-                self._phases[key] = iree_phase(self._stages, name[5:], t, self.config)
+                self._phases[key] = iree_phase(stages, name[5:], t, self.config)
             return self._phases[key]
         raise ValueError(f"unknown stage {name!r}; stages: {', '.join(self.stages)}")
 
@@ -92,23 +112,33 @@ class Lowered:
         return self.stage(stage, target).as_text()
 
     def compile(self, target: str | Target | None = None) -> "CompiledFunction":
-        t = target if isinstance(target, Target) else get_target(target)
-        return CompiledFunction(self, compile_stages(self._stages, t, self.config))
+        """Compile for ``target`` (default: the one lowered for; another
+        target's name lowers the graph again, with its rewrites). Raises the
+        ``PipelineError`` of a failed compile, or ``InPlaceHazard`` for a
+        graph IREE would compute wrongly."""
+        t = self.target if target is None else _as_target(target)
+        result = compile_graph(self.graph, t, self.config, stages=self._stages_for(t),
+                               fallback=False)
+        return CompiledFunction(self, result)
+
+
+def _as_target(target: str | Target) -> Target:
+    return target if isinstance(target, Target) else get_target(target)
 
 
 class CompiledFunction:
     """A compiled traced function: call it on CPU tensors (returns CPU
-    tensors) or lazy tensors (returns lazy tensors)."""
+    tensors) or lazy tensors (returns lazy tensors). Loaded as mark_step
+    loads its modules; one IREE cannot load runs its fx module on the host."""
 
-    def __init__(self, lowered: Lowered, compiled: Compiled):
-        from ..runtime.modules import clobbered_args
+    def __init__(self, lowered: Lowered, compiled: CompiledGraph):
+        from ..runtime.module_cache import load_module
         from ..runtime.session import session_for
         self.lowered = lowered
         self.compiled = compiled
         self.stages = compiled.stages
         self._session = session_for(compiled.target)
-        self._module = self._session.load(compiled.vmfb,
-                                          clobbered_args(compiled.stages[-2].text))
+        self._module = load_module(compiled, lowered.graph, compiled.target)
         self._bound = lowered.graph.inputs[lowered.n_args:]  # constants made inside fn
 
     @property
@@ -128,15 +158,18 @@ class CompiledFunction:
         expected = [d.spec for d in self.lowered.graph.inputs[:self.lowered.n_args]]
         if len(args) != len(expected):
             raise TypeError(f"expected {len(expected)} tensors, got {len(args)}")
-        arrays = []
-        lazy = False
+        lazy = any(isinstance(a, LazyTensor) for a in args)
         for a, spec in zip(args, expected):
             if tuple(a.shape) != spec.shape or a.dtype != spec.dtype:
                 raise TypeError(f"expected {spec.signature()}, got "
                                 f"{str(a.dtype)[6:]}{list(a.shape)}")
-            lazy = lazy or isinstance(a, LazyTensor)
-            host = to_host(a) if isinstance(a, LazyTensor) else a
-            arrays.append(self._session.to_device(host))
+        hosts = [to_host(a) if isinstance(a, LazyTensor) else a for a in args]
+        if isinstance(self._module, EagerEntry):
+            outs = self._module.gm(*hosts, *[host_of(d) for d in self._bound])
+            results = [wrap_value(Value.of_data(DeviceData(v.spec, host=o.contiguous())))
+                       if lazy else o for v, o in zip(self.lowered.graph.outputs, outs)]
+            return tree_unflatten(results, self.lowered.out_tree)
+        arrays = [self._session.to_device(h) for h in hosts]
         for d in self._bound:
             if d.device is None:
                 host_of(d)

@@ -94,25 +94,35 @@ def lower(gm: fx.GraphModule, config: PipelineConfig,
     torch_stage = _timed("torch", "torch-mlir FxImporter", lambda: str(import_fx(gm)))
     if config.input == "torch":
         return fx_stage, torch_stage
+    return (fx_stage,) + lower_torch(torch_stage, config, target)
+
+
+def lower_torch(torch_stage: Stage, config: PipelineConfig, target: str | None = None,
+                to: str = "linalg") -> tuple[Stage, ...]:
+    """torch dialect -> torch-backend [-> linalg] (``to``), with ``target``'s
+    linalg rewrites; stops at torch-backend when IREE takes the module from
+    there (``view.dtype`` as a bitcast). ``lower``'s part after the import,
+    and ``lazy-mlir compile --from torch``'s whole lowering."""
     backend_passes = pipelines.torch_backend(config)
     backend = _timed("torch-backend", "torch-mlir " + ",".join(backend_passes), run_pipeline,
                      torch_stage.text, pipelines.as_pipeline(backend_passes), "torch-backend")
+    if to == "torch-backend":
+        return torch_stage, backend
     if "torch.aten.view.dtype" in backend.text:  # no linalg lowering: IREE takes it
         from ..passes.bitcast import view_dtype_as_bitcast
         text = view_dtype_as_bitcast(backend.text)
         if text is not None:
-            return fx_stage, torch_stage, _noted(replace(backend, text=text),
-                                                 "view_dtype_as_bitcast")
+            return torch_stage, _noted(replace(backend, text=text), "view_dtype_as_bitcast")
     linalg_passes = pipelines.linalg(config)
     edit = None
-    if direct:
+    if config.direct_convs(target):
         from ..passes.conv_channels_last import CALL_PREFIX, to_channels_last as edit
     linalg = _timed("linalg", "torch-mlir " + ",".join(linalg_passes), run_pipeline,
                     backend.text, pipelines.as_pipeline(linalg_passes), "linalg", edit)
     rewritten = linalg.text.count(CALL_PREFIX) if edit else 0
     if rewritten:
         linalg = _noted(linalg, f"conv_channels_last ({rewritten} convolutions)")
-    return fx_stage, torch_stage, backend, linalg
+    return torch_stage, backend, linalg
 
 
 def _noted(stage: Stage, step: str) -> Stage:

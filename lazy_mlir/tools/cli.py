@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    from .dump_cmd import UsageError
+    from .errors import UsageError
     try:
         return args.func(args) or 0
     except UsageError as e:

@@ -7,7 +7,7 @@ import runpy
 import sys
 from pathlib import Path
 
-from .dump_cmd import UsageError
+from .errors import UsageError
 
 
 def run_coverage(args) -> int:

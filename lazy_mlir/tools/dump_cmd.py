@@ -6,9 +6,7 @@ import runpy
 import sys
 from pathlib import Path
 
-
-class UsageError(Exception):
-    """A user mistake: reported in one line, exit code 2."""
+from .errors import UsageError
 
 
 def _stages(value: str | None):
@@ -82,10 +80,13 @@ def run_dump(args) -> int:
 
 
 def run_compile(args) -> int:
+    """An MLIR file through the stages of ``pipeline.compile`` for a target:
+    ``lower_torch`` (the target's rewrites) from torch, ``compile_module``
+    (flags, in-place hazards) to a vmfb."""
     from ..dialects.torch_import import parse
-    from ..passes import pipelines
-    from ..dialects.runner import PipelineError, run_pipeline
-    from ..pipeline.stages import IREE_PHASES, Provenance, Stage, compile_stages, iree_phase
+    from ..dialects.runner import PipelineError
+    from ..pipeline.compile import compile_module
+    from ..pipeline.stages import IREE_PHASES, Provenance, Stage, iree_phase, lower_torch
     from ..targets import get_target
     path = Path(args.file)
     if not path.is_file():
@@ -95,28 +96,28 @@ def run_compile(args) -> int:
         target = get_target(args.target)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    order = ["torch", "torch-backend", "linalg"]
-    if args.to not in order[1:] + ["vmfb"] + ["iree-" + p for p in IREE_PHASES]:
+    if args.to not in ["torch-backend", "linalg", "vmfb"] + ["iree-" + p for p in IREE_PHASES]:
         raise UsageError(f"unknown --to {args.to!r}; choose torch-backend, linalg, vmfb or "
                          f"one of {', '.join('iree-' + p for p in IREE_PHASES)}")
     text = path.read_text()
     try:
         if args.from_ == "torch":
             parse(text)  # a clear error for a file that is not MLIR
-            text = run_pipeline(text, pipelines.as_pipeline(pipelines.torch_backend(config)),
-                                "torch-backend")
-            if args.to != "torch-backend":
-                text = run_pipeline(text, pipelines.as_pipeline(pipelines.linalg(config)),
-                                    "linalg")
+            stages = lower_torch(Stage("torch", text, Provenance(str(path), 0.0)), config,
+                                 target.name, "torch-backend" if args.to == "torch-backend"
+                                 else "linalg")[1:]
         elif args.to == "torch-backend":
             raise UsageError("--from linalg cannot go back to torch-backend")
-        stages = (Stage("linalg", text, Provenance(str(path), 0.0)),)
+        else:
+            stages = (Stage("linalg", text, Provenance(str(path), 0.0)),)
         if args.to in ("torch-backend", "linalg"):
-            result: bytes | str = text
+            result: bytes | str = stages[-1].text
         elif args.to == "vmfb":
-            result = compile_stages(stages, target, config).vmfb
+            result = compile_module(stages, target, config).vmfb
         else:
             result = iree_phase(stages, args.to[5:], target, config).text
+    except UsageError:
+        raise
     except PipelineError as e:
         raise UsageError(str(e).replace("\n", " ")) from None
     except Exception as e:  # MLIR parse errors and the like

@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from .dump_cmd import UsageError
+from .errors import UsageError
 
 _SPEC = re.compile(r"\s*([A-Za-z0-9_]+)\s*\[\s*([0-9,\s]*)\]\s*")
 

@@ -27,7 +27,7 @@ from lazy_mlir.export.train import export_train_step
 from lazy_mlir.export.writer import export
 from lazy_mlir.tools.seed_models import LeNet5, digits
 
-RUNNER = Path(__file__).resolve().parents[2] / "lazy_mlir" / "export" / "runner.py"
+RUNNER = Path(__file__).resolve().parents[2] / "lazy_mlir" / "export" / "artifact.py"
 
 
 def _lenet(seed=0):

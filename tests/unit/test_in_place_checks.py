@@ -2,8 +2,8 @@
 (an argument updated in place while a result still reads it)."""
 from __future__ import annotations
 
-from lazy_mlir.runtime.modules import (argument_read_after_in_place_write, returned_args,
-                                       shared_sort_operands)
+from lazy_mlir.pipeline.in_place import (argument_read_after_in_place_write, returned_args,
+                                        shared_sort_operands)
 
 INSERT_AND_RETURN_ARG = """
   func.func @main(%arg0: tensor<6xf32>, %arg1: tensor<4xf32>) -> (tensor<6xf32>, tensor<6xf32>) {

@@ -1,0 +1,82 @@
+"""What a compiled module does to its arguments, read from its linalg text.
+
+IREE updates some operands in place and returns some arguments as views of
+their buffers; these regex checks over ``func.func @main`` find the cases the
+runtime must guard against (copy an argument first, answer a result with the
+argument itself) or that IREE computes wrongly (the graph then runs eagerly).
+Pure text functions: no MLIR context, no compiler.
+"""
+from __future__ import annotations
+
+import re
+
+
+def clobbered_args(text: str) -> tuple[int, ...]:
+    """Function arguments that a sort-like op takes as its in-place operand."""
+    found = set()
+    for m in re.finditer(r"tm_tensor\.\w+[^\n]*?outs\(([^)]*)\)", text):
+        found.update(int(a) for a in re.findall(r"%arg(\d+)\b", m.group(1)))
+    for m in re.finditer(r"torch\.aten\.(?:sort|topk|argsort|kthvalue|median)\w*[^\n]*", text):
+        found.update(int(a) for a in re.findall(r"%arg(\d+)\b", m.group(0)))
+    return tuple(sorted(found))
+
+
+def returned_args(text: str) -> tuple[tuple[int, int], ...]:
+    """(result, argument) pairs of ``main``'s results that are its arguments
+    returned unchanged. IREE may update such an argument in place for another
+    result (``b = a * 1; a[2:] = x`` returns one buffer for both), so the
+    runtime answers these results with the argument itself."""
+    main = text.find("func.func @main(")
+    ret = re.search(r"^\s*(?:func\.)?return (.*?) :", text[main:], re.M) if main >= 0 else None
+    if ret is None:
+        return ()
+    operands = [o.strip() for o in ret.group(1).split(",")]
+    return tuple((i, int(o[4:])) for i, o in enumerate(operands) if re.fullmatch(r"%arg\d+", o))
+
+
+_SORT_LIKE = {"sort", "topk", "argsort", "msort", "kthvalue", "median", "nanmedian", "mode"}
+
+
+def shared_sort_operands(text: str) -> str | None:
+    """An SSA value that two in-place sorts (``tm_tensor.sort``/``topk``) of
+    ``text`` both take as an ``outs`` operand, if any: IREE sorts it in place
+    for the first and the second then reads it sorted (wrong indices from
+    ``topk(x, 3, 1); topk(x, 3, 1, largest=False)`` in one graph)."""
+    seen = set()
+    for m in re.finditer(r"tm_tensor\.(?:sort|topk)\b[^\n]*?outs\(([^)]*?)(?::|\))", text):
+        for v in re.findall(r"%[\w#]+", m.group(1)):
+            if v in seen:
+                return v
+            seen.add(v)
+    return None
+
+
+_IN_PLACE_LIKE = {"slice_scatter", "select_scatter", "copy_", "index_put", "as_strided_scatter"}
+
+
+def argument_read_after_in_place_write(text: str) -> str | None:
+    """An argument that ``main`` inserts a slice into (IREE writes that in
+    place) and also returns a view of (a reshape or slice of it, which IREE
+    returns as a view of the argument's buffer): ``b = a.view(2, 3) * 1;
+    a[2:] = x`` returned the updated ``a`` as ``b``. (An argument returned
+    unchanged is handled by ``returned_args``; compute that reads the
+    argument is ordered before the write by IREE.)"""
+    main = text.find("func.func @main(")
+    ret = re.search(r"^\s*(?:func\.)?return (.*?) :", text[main:], re.M) if main >= 0 else None
+    if ret is None:
+        return None
+    body = text[main:]
+    returned = {o.strip() for o in ret.group(1).split(",")}
+    views = re.findall(r"(%[\w#]+) = tensor\.(?:expand_shape|collapse_shape|extract_slice) "
+                       r"(%[\w#]+)\b", body)
+    for arg in set(re.findall(r"tensor\.insert_slice %[\w#]+ into (%arg\d+)\[", body)):
+        aliases = {arg}
+        for _ in range(len(views)):  # views of views
+            grown = aliases | {out for out, src in views if src in aliases}
+            if grown == aliases:
+                break
+            aliases = grown
+        if (aliases - {arg}) & returned:
+            return arg
+    return None
+

@@ -1,0 +1,106 @@
+"""mark_step and ``lm.jit`` compile a graph through the one compile path
+(``pipeline.compile``): the same linalg and iree flags on every target, and
+the same protections when the module is loaded."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import lazy_mlir as lm
+from lazy_mlir.lazy.sync import current_target
+from lazy_mlir.pipeline import compile as pipeline_compile
+from lazy_mlir.runtime import module_cache, session
+from lazy_mlir.runtime.cache import ModuleCache
+from lazy_mlir.targets import get_target
+
+
+def conv_net(x, w, b):
+    return torch.relu(F.conv2d(x, w, b, padding=1))
+
+
+def _args():
+    # Sizes no other test compiles; 8 * 11 * 13 output pixels, enough for
+    # cpu's rewrites (``conv_matmul.MIN_COLUMNS``).
+    g = torch.Generator().manual_seed(0)
+    return (torch.randn(8, 3, 11, 13, generator=g), torch.randn(5, 3, 3, 3, generator=g),
+            torch.randn(5, generator=g))
+
+
+@pytest.fixture
+def compiles(monkeypatch):
+    """Every module ``compile_module`` makes: (target, lowered text, flags).
+    Modules are not loaded (no cuda device here): graphs run eagerly on the
+    cpu session, and the module caches are fresh and empty."""
+    seen = []
+    real = pipeline_compile.compile_module
+    cpu = session.session_for(get_target("cpu"))
+
+    def record(stages, target, config, bind=None):
+        out = real(stages, target, config, bind)
+        seen.append((target.name, stages[-1].text, out.flags))
+        return out
+    monkeypatch.setattr(pipeline_compile, "compile_module", record)
+    monkeypatch.setattr(module_cache, "load_module",
+                        lambda result, graph, target: pipeline_compile.eager_entry(graph))
+    monkeypatch.setattr(module_cache, "memory_cache", ModuleCache())
+    monkeypatch.setattr(module_cache, "default_cache", lambda: None)
+    monkeypatch.setattr(session, "session_for", lambda target: cpu)
+    previous = current_target().name
+    yield seen
+    lm.set_target(previous)
+
+
+@pytest.mark.parametrize("target", ["cpu", "vulkan", "cuda"])
+def test_jit_and_mark_step_compile_a_graph_alike(compiles, target):
+    args = _args()
+    lm.jit(conv_net).lower(*args, target=target).compile()
+    lm.set_target(target)
+    out = conv_net(*[a.to("lazy") for a in args])
+    lm.mark_step()
+    torch.testing.assert_close(out.cpu(), conv_net(*args), rtol=1e-5, atol=1e-5)
+    assert [c[0] for c in compiles] == [target, target]
+    (_, jit_text, jit_flags), (_, step_text, step_flags) = compiles
+    assert jit_text == step_text
+    assert jit_flags == step_flags
+    # cpu's rewrites show: its convolution is computed channels last.
+    assert ("linalg.conv_2d_nchw_fchw" in jit_text) == (target != "cpu")
+
+
+def test_jit_lowers_for_the_current_target_and_compile_relowers(compiles):
+    args = _args()
+    lm.set_target("vulkan")
+    lowered = lm.jit(conv_net).lower(*args)
+    assert lowered.target.name == "vulkan"
+    assert "linalg.conv_2d_nchw_fchw" in lowered.as_text("linalg")
+    assert "linalg.conv_2d_nchw_fchw" not in lowered.as_text("linalg", target="cpu")
+    lowered.compile("cpu")
+    assert compiles[0][0] == "cpu" and "linalg.conv_2d_nchw_fchw" not in compiles[0][1]
+
+
+def test_jit_loads_with_mark_steps_protections():
+    # `a * 1` folds to the argument, which IREE also updates in place for `a`:
+    # as in mark_step, the result that is the argument unchanged is the argument.
+    def f(a, x):
+        b = a * 1
+        a[2:].copy_(x)
+        return b, a
+
+    a, x = torch.arange(6.0), torch.full((4,), -1.0)
+    fn = lm.jit(f).lower(a, x, target="cpu").compile()
+    assert fn.compiled.passthrough == ((0, 0),)
+    assert fn._module.passthrough == ((0, 0),)
+    b, a2 = fn(a, x)
+    assert b.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert a2.tolist() == [0.0, 1.0, -1.0, -1.0, -1.0, -1.0]
+    assert a.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]  # the caller's tensor is not written
+
+
+def test_jit_refuses_a_graph_iree_would_compute_wrongly():
+    # Two in-place sorts of one operand: mark_step runs this graph eagerly,
+    # lm.jit raises instead of returning a module with wrong indices.
+    def f(x):
+        return torch.topk(x, 3, 1).indices, torch.topk(x, 3, 1, largest=False).indices
+
+    with pytest.raises(pipeline_compile.InPlaceHazard, match="shared_sort_operands"):
+        lm.jit(f).lower(torch.randn(4, 9), target="cpu").compile()
