@@ -24,7 +24,7 @@ from .state import dispatch_depth, dry_run as _dry_run, target as _target, trace
 from .supported import note_fallback
 from .tensor import LazyTensor, live_storages
 from ..config import current_config
-from ..runtime.modules import EagerEntry, module_for
+from ..runtime.module_cache import EagerEntry, module_for
 from ..runtime import worker
 from ..targets import get_target
 

@@ -112,7 +112,7 @@ def _by_unique_key(x, key, n, dim):
     int64 row on the stack: over IREE's 32 KiB limit above 4096 elements.)
     The leading unit dim keeps this sort's index operand from being merged
     by CSE with another sort's of the same shape, which IREE would then
-    sort in place twice (``runtime/modules.shared_sort_operands``)."""
+    sort in place twice (``pipeline/in_place.shared_sort_operands``)."""
     keys = aten.squeeze.dim(_raw_sort(aten.unsqueeze.default(key, 0), dim + 1)[0], 0)
     indices = aten.remainder.Scalar(keys, n)
     return aten.gather.default(x, dim, indices), indices
