@@ -25,6 +25,11 @@ def explain_recompiles(on: bool = True) -> None:
     _state["explain"] = on
 
 
+def forget_compiles() -> None:
+    """Forget the graphs remembered for explaining recompiles (``lazy.state.reset``)."""
+    _state["seen"].clear()
+
+
 def tracking_locations() -> bool:
     return _state["explain"]
 

@@ -52,7 +52,7 @@ seed_logs: list = []
 
 # Elsewhere, cleared by reset() through the owners' names:
 #   tensor.live_storages            storages that may hold pending values
-#   graph.debug._state["seen"]      graphs remembered to explain recompiles
+#   graph.debug.forget_compiles()   graphs remembered to explain recompiles
 #   runtime.cache.memory_cache      compiled modules, by graph key
 #   ops.support.DENIED              ops denied at run time (a failed compile)
 #   ops.support.DENIED_SIGNATURES   argument signatures denied at run time
@@ -68,8 +68,8 @@ def reset() -> None:
     one is no longer computed by ``mark_step``, but still by reading it."""
     if dry_run[0] is not None:
         raise RuntimeError("lazy-mlir: reset() inside lm.check_coverage")
-    for table in (shape_memo, record_plans, emit_plans, scalar_tensors, inplace_checked, host_checks_passed,
-                  decompose_plans, import_checks, fallback_warned):
+    for table in (shape_memo, record_plans, emit_plans, scalar_tensors, inplace_checked,
+                  host_checks_passed, decompose_plans, import_checks, fallback_warned):
         table.clear()
     trace_seconds[0] = 0.0
     dispatch_depth[0] = 0
@@ -80,7 +80,7 @@ def reset() -> None:
     seed_logs.clear()
     for storage in list(live_storages):
         live_storages.discard(storage)
-    debug._state["seen"].clear()
+    debug.forget_compiles()
     memory_cache.clear()
     support.DENIED.clear()
     support.DENIED.update(_DENIED_AT_IMPORT)
