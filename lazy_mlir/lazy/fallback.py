@@ -2,8 +2,7 @@
 
 Inputs are materialized, the op runs eagerly, and its results come back as
 lazy device data. Each fallback counts ``aten::<op>``; the first one of each
-op logs a warning naming it (``supported.note_fallback``, whose names are also
-available here).
+op logs a warning naming it (``supported.note_fallback``).
 """
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from .capture import assign, data_value
 from .state import dry_run as _dry_run
-from .supported import UNSUPPORTED_DTYPES, dtypes_supported, note_fallback, supported  # noqa: F401
+from .supported import note_fallback
 from .sync import to_host
 from .tensor import LazyTensor, wrap_value
 

@@ -133,7 +133,7 @@ def compile_graph(graph, target: Target, config: PipelineConfig, *,
     an exception from the pipeline) and the ops blamed for a failure are no
     longer captured for compilation; without, the ``PipelineError`` is raised
     and nothing is denied. Adds one ``CompileTime`` sample."""
-    gm = to_fx(graph)
+    gm = to_fx(graph) if stages is None or fallback else None  # to lower, or to run eagerly
     t0 = time.perf_counter()
     try:
         if stages is None:

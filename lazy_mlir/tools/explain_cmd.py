@@ -2,7 +2,7 @@
 op reaches the compiler (``lm.debug.explain_op``)."""
 from __future__ import annotations
 
-from .dump_cmd import UsageError
+from .errors import UsageError
 
 
 def run_explain(args) -> int:

@@ -476,8 +476,8 @@ class Probe:
 
     def __enter__(self):
         from lazy_mlir.ops import support
-        from lazy_mlir.lazy import fallback
-        self.support, self.fallback = support, fallback
+        from lazy_mlir.lazy import fallback, supported
+        self.support, self.fallback, self.supported = support, fallback, supported
         global _INITIAL_DENIED
         if _INITIAL_DENIED is None:
             _INITIAL_DENIED = dict(support.DENIED)
@@ -522,7 +522,7 @@ class Probe:
                 cause = clean_cause(cause)
             elif not support._static_support(func):
                 cause = "not in torch dialect"
-            elif not self.fallback.supported(func, [a for a in _values(args, kwargs)]):
+            elif not self.supported.supported(func, [a for a in _values(args, kwargs)]):
                 cause = "unsupported dtype"
             elif func._schema.is_mutable:
                 cause = "mutating op without a functional form"
