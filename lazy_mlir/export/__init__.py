@@ -3,7 +3,7 @@
 ``export(module_or_fn, example_args, target=..., path=..., params=...,
 dynamic_dims=...)`` and ``export_train_step(model, loss_fn, optimizer,
 example_batch, path=...)`` write an artifact directory; ``load(path)`` runs
-one (``runner.py`` documents the layout and guarantees).
+one (``artifact.py`` documents the layout and guarantees).
 
 This package is itself callable: ``lazy_mlir.export(model, x, path=...)`` is
 ``lazy_mlir.export.export(...)``. That lets ``lm.export`` be both the public
@@ -12,9 +12,9 @@ that would hide the package (``import lazy_mlir.export as e`` would then
 return the function).
 
 Importing this package imports no torch of its own: ``load`` lives in
-``runner.py``, which needs only numpy and ``iree.runtime``, and the writers
+``artifact.py``, which needs only numpy and ``iree.runtime``, and the writers
 are imported on first use. ``lazy_mlir/__init__.py`` does import torch, so a
-torch-free process loads ``runner.py`` by path, or the ``run.py`` copy every
+torch-free process loads ``artifact.py`` by path, or the ``run.py`` copy every
 artifact carries.
 """
 from __future__ import annotations

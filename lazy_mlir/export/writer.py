@@ -1,6 +1,6 @@
 """``export``: write an ahead-of-time artifact directory.
 
-The artifact (``runner.py`` documents its layout and guarantees) runs with
+The artifact (``artifact.py`` documents its layout and guarantees) runs with
 ``iree-base-runtime`` and numpy alone. Here: capture (``capture.py``), bind
 the stored tensors to IREE parameters (``dialects.export_import``), compile
 for the target, and write the files.
@@ -9,7 +9,7 @@ Parameters:
 
 - ``params="external"``: weights live in ``params.irpa`` and reach the module
   through IREE's ``io_parameters`` module at load time, so they can be
-  replaced (``runner.save_params``) without recompiling.
+  replaced (``artifact.save_params``) without recompiling.
 - ``params="embed"``: the same archive is given to iree-compile
   (``--iree-parameter-import``), which inlines the values as constants; the
   artifact is one self-contained ``module.vmfb``.
@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import artifact as runner
+from . import artifact
 from .capture import Captured, ExportError, TensorInfo, capture_exported, capture_lazy, dtype_name
 
 log = logging.getLogger("lazy_mlir")
@@ -55,7 +55,7 @@ def to_numpy(t: torch.Tensor) -> np.ndarray:
 def write_archive(path: Path, tensors: list[tuple[str, torch.Tensor]]) -> list[dict]:
     """An IREE parameter archive of ``tensors``; their manifest entries."""
     arrays = [(name, to_numpy(t)) for name, t in tensors]
-    runner.write_archive(path, arrays)
+    artifact.write_archive(path, arrays)
     return [{"name": name, "dtype": dtype_name(t.dtype), "shape": list(t.shape),
              "nbytes": int(a.nbytes)} for (name, t), (_, a) in zip(tensors, arrays)]
 
@@ -83,7 +83,7 @@ def prepare_path(path) -> Path:
     if path.exists():
         if not path.is_dir():
             raise ExportError(f"lazy-mlir: {path} exists and is not a directory")
-        if any(path.iterdir()) and not (path / runner.MANIFEST).is_file():
+        if any(path.iterdir()) and not (path / artifact.MANIFEST).is_file():
             raise ExportError(f"lazy-mlir: {path} is a non-empty directory that is not an "
                               "export artifact; not replacing it")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -115,7 +115,7 @@ def write_artifact(captured: Captured, path, target, config, *, params: str, kin
             for a in captured.args]
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-export-", dir=path.parent))
     try:
-        archive = tmp / runner.PARAMS
+        archive = tmp / artifact.PARAMS
         stored = captured.stored
         entries = write_archive(archive, stored) if stored else []
         for e in entries:
@@ -124,42 +124,42 @@ def write_artifact(captured: Captured, path, target, config, *, params: str, kin
         flags_config = config
         if params == "embed" and bound:
             flags_config = _with_flags(config, target, [
-                f"--iree-parameter-import={runner.SCOPE}={archive}",
+                f"--iree-parameter-import={artifact.SCOPE}={archive}",
                 f"--iree-parameter-import-maximum-size={_IMPORT_ALL}"])
         t0 = time.perf_counter()
         try:
             compiled = compile_module((Stage("linalg", captured.linalg, Provenance(
                 f"lazy-mlir export ({captured.route})", 0.0)),), target, flags_config,
-                bind=(entry_name, keys, runner.SCOPE))
+                bind=(entry_name, keys, artifact.SCOPE))
         except PipelineError as e:
             raise ExportError(str(e)) from None
         compile_seconds = time.perf_counter() - t0
-        (tmp / runner.MODULE).write_bytes(compiled.vmfb)
+        (tmp / artifact.MODULE).write_bytes(compiled.vmfb)
         if params == "embed":
             kept = [(k, t) for k, t in stored if k in state_set]
             entries = [e for e in entries if e["name"] in state_set]
             archive.unlink(missing_ok=True)
             if kept:
                 write_archive(archive, kept)
-        shutil.copyfile(runner.__file__, tmp / runner.RUNNER)
+        shutil.copyfile(artifact.__file__, tmp / artifact.RUNNER)
         # The import path was temporary; say what it held instead.
-        flags = [f"--iree-parameter-import={runner.SCOPE}=<archive of the bound parameters>"
+        flags = [f"--iree-parameter-import={artifact.SCOPE}=<archive of the bound parameters>"
                  if f.startswith("--iree-parameter-import=") else f for f in compiled.flags]
         digest = hashlib.sha256()
         if params == "embed":  # the module holds the weights: they are part of its identity
             for _, t in bound:
                 digest.update(to_numpy(t).tobytes())
         manifest = {
-            "format": runner.FORMAT,
-            "format_version": runner.FORMAT_VERSION,
+            "format": artifact.FORMAT,
+            "format_version": artifact.FORMAT_VERSION,
             "kind": kind,
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(
                 timespec="seconds"),
             "entry": _entry_json(captured, entry_name, list(state), compiled.clobbered),
             "params": {
                 "mode": params,
-                "file": runner.PARAMS if entries else None,
-                "scope": runner.SCOPE,
+                "file": artifact.PARAMS if entries else None,
+                "scope": artifact.SCOPE,
                 "bound": [k for k, _ in bound],
                 "entries": entries,
             },
@@ -176,11 +176,11 @@ def write_artifact(captured: Captured, path, target, config, *, params: str, kin
                         "compile": round(compile_seconds, 3)},
             **(extra or {}),
             "files": {name: _sha256(tmp / name) for name in
-                      (runner.MODULE, runner.PARAMS, runner.RUNNER) if (tmp / name).exists()},
+                      (artifact.MODULE, artifact.PARAMS, artifact.RUNNER) if (tmp / name).exists()},
         }
-        runner._write_json(str(tmp / runner.MANIFEST), manifest)
+        artifact._write_json(str(tmp / artifact.MANIFEST), manifest)
         for f in [tmp, *tmp.iterdir()]:
-            runner._usual_mode(str(f))
+            artifact._usual_mode(str(f))
         _replace_dir(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
