@@ -30,7 +30,7 @@ import hashlib
 import json
 import os
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 

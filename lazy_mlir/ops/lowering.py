@@ -170,10 +170,11 @@ def _max_pool(op, n):
     unbatched input here does not work: the re-traced call gets the default
     1-element ``padding`` list, which torch-mlir reads out of bounds.)"""
     from torch._decomp import decomposition_table
-    torch_decomposition = decomposition_table.get(op)
     if op is aten.max_pool2d.default:  # the values of max_pool2d_with_indices
         def torch_decomposition(*args):
             return decomposition_table[aten.max_pool2d_with_indices.default](*args)[0]
+    else:
+        torch_decomposition = decomposition_table.get(op)
 
     def decomposition(x, kernel_size, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
         if x.dim() == n + 2 and not ceil_mode and x.dtype.is_floating_point:

@@ -19,7 +19,6 @@ one line with a non-zero exit status: 2 for usage, 1 for the rest.
 """
 from __future__ import annotations
 
-import argparse
 import importlib
 import importlib.util
 import re
