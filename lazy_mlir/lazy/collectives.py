@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+from torch.utils._pytree import tree_flatten, tree_map
 
 from .. import metrics
 from .capture import assign, data_value, value_of
@@ -287,6 +288,47 @@ def _contiguous_host(a):
     return a
 
 
+# ----------------------------------------------------------- torch.ops.c10d
+def _c10d(func, args, kwargs):
+    """``torch.ops.c10d.*`` (what ``torch.distributed.all_reduce`` and a
+    ``ProcessGroup``'s methods call) on lazy tensors: run the op on host
+    copies, wait for its work, write the results of its first argument (the
+    tensors these ops write: ``tensors`` or ``output_tensors``) back to the
+    lazy tensors. Returns what the op returns, with the lazy tensors in
+    place of the host ones (its work already completed)."""
+    name = func._schema.name.split("::")[1]
+    if _dry_run[0] is not None:
+        raise RuntimeError(f"lazy-mlir: lm.check_coverage cannot dry-run c10d.{name}: "
+                           "a collective needs the other ranks")
+    _cut()
+    lazy_of = {}
+
+    def to_host_copy(a):
+        if isinstance(a, LazyTensor):
+            h = to_host(a).clone(memory_format=torch.contiguous_format)
+            lazy_of[id(h)] = a
+            return h
+        return a
+
+    hargs, hkwargs = tree_map(to_host_copy, (list(args), dict(kwargs)))
+    with torch.utils._mode_utils.no_dispatch():
+        out = func(*hargs, **hkwargs)
+    try:
+        for w in (x for x in tree_flatten(out)[0] if isinstance(x, torch._C.ScriptObject)):
+            w.wait()
+    except RuntimeError as e:
+        raise RuntimeError(f"lazy-mlir: c10d.{name} failed: a peer rank exited, or did not "
+                           f"reach it within the process group's timeout ({e})") from e
+    written = tree_flatten(hargs[0])[0]
+    _count(name, sum(h.numel() * h.element_size() for h in written if isinstance(h, torch.Tensor)))
+    for h in written:
+        if isinstance(h, torch.Tensor) and id(h) in lazy_of:
+            assign(lazy_of[id(h)], data_value(h))
+    return tree_map(lambda x: lazy_of.get(id(x), x) if isinstance(x, torch.Tensor) else x, out)
+
+
 def dispatch(func, args, kwargs):
     """The route ``dispatch.dispatch`` takes for an op of kind "collective"."""
+    if func._schema.name.startswith("c10d::"):
+        return _c10d(func, args, kwargs)
     return _functional(func, args, kwargs)

@@ -1,7 +1,7 @@
 """What kind of op an aten overload is, as capture routes it.
 
 ``kind(func)`` sorts an op into one of: "special" (capture has its own
-handler, ``SPECIAL_OPS``), "collective" (``torch.ops._c10d_functional``), "foreach", "sync" (returns no tensor), "view",
+handler, ``SPECIAL_OPS``), "collective" (``torch.ops._c10d_functional``, ``torch.ops.c10d``), "foreach", "sync" (returns no tensor), "view",
 "inplace_view", "mutating" or "functional". Facts of the schema only: each
 answer is cached for the process.
 """
@@ -34,7 +34,7 @@ def kind(func) -> str:
     schema = func._schema
     if func in SPECIAL_OPS:
         return "special"
-    if schema.name.startswith("_c10d_functional::"):  # cut points (collectives.py)
+    if schema.name.startswith(("_c10d_functional::", "c10d::")):  # cut points (collectives.py)
         return "collective"
     if schema.name.startswith("aten::_foreach_"):  # lists in, lists or nothing out
         return "foreach"

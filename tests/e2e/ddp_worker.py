@@ -87,6 +87,26 @@ def _train(lm, opt_name: str, sync: bool, step_fn: bool = False, fail_at: int | 
             "all_reduces": lm.metrics.counter_value("sync::all_reduce")}
 
 
+def _collectives(lm) -> dict:
+    """Each way of calling a collective on lazy tensors, on rank-dependent values."""
+    import torch.distributed._functional_collectives as funcol
+    rank = dist.get_rank()
+    out = {}
+    t = (torch.arange(4.0) + rank).to("lazy") * 2    # pending: the collective cuts the graph
+    dist.all_reduce(t)                              # torch.ops.c10d.allreduce_
+    out["dist.all_reduce"] = (t + 1).cpu()
+    b = (torch.ones(3) * rank).to("lazy") + 5
+    dist.broadcast(b, src=1)                        # torch.ops.c10d.broadcast_
+    out["dist.broadcast"] = b.cpu()
+    f = funcol.all_reduce((torch.ones(2) * rank).to("lazy") + 1, "avg", dist.group.WORLD)
+    out["funcol.all_reduce"] = f.cpu()
+    g = lm.distributed.all_gather(torch.full((2,), float(rank)).to("lazy") * 3)
+    out["all_gather"] = g.cpu()
+    r = lm.distributed.reduce_scatter(torch.arange(4.0).to("lazy") + rank)
+    out["reduce_scatter"] = r.cpu()
+    return out
+
+
 def main() -> None:
     rank, world, port, mode, out = sys.argv[1:6]
     rank, world = int(rank), int(world)
@@ -101,6 +121,7 @@ def main() -> None:
         for opt_name in ("sgd", "adam"):
             results[opt_name] = _train(lm, opt_name, sync=True)
         results["no_sync"] = _train(lm, "sgd", sync=False)
+        results["collectives"] = _collectives(lm)
         results["step"] = _train(lm, "sgd", sync=True, step_fn=True)
         results["plain_steps"] = lm.metrics.counter_value("TrainStepPlain")
         results["refused"] = lm.metrics.counter_value("TrainStepRefused")

@@ -122,6 +122,16 @@ def test_compile_train_step_runs_plain_and_stays_in_sync(trained):
         torch.testing.assert_close(a, e, **TOL)
 
 
+def test_collectives_on_lazy_tensors(trained):
+    for rank, r in enumerate(trained):
+        got = r["collectives"]
+        torch.testing.assert_close(got["dist.all_reduce"], torch.arange(4.0) * 4 + 3)
+        torch.testing.assert_close(got["dist.broadcast"], torch.full((3,), 6.0))
+        torch.testing.assert_close(got["funcol.all_reduce"], torch.full((2,), 1.5))
+        torch.testing.assert_close(got["all_gather"], torch.tensor([0.0, 0.0, 3.0, 3.0]))
+        torch.testing.assert_close(got["reduce_scatter"], (torch.arange(4.0) * 2 + 1)[2 * rank:2 * rank + 2])
+
+
 def test_a_rank_that_raises_stops_the_other(tmp_path):
     t0 = time.monotonic()
     (rc0, err0, _), (rc1, err1, _) = _run_ranks(tmp_path, "raise")
