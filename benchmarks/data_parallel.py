@@ -2,7 +2,7 @@
 PyTorch's ``DistributedDataParallel``, with 1 and 2 gloo ranks of one thread.
 
     python benchmarks/data_parallel.py [--models cnn,gpt2] [--steps 20] [--warmup 3]
-        [--worlds 1,2] [--out FILE.md]
+        [--worlds 1,2] [--rounds 3] [--out FILE.md]
 
 Every (model, backend, ranks) row starts its ranks as fresh processes on
 127.0.0.1 (``--_worker``); each rank trains on its own batch of the row's
@@ -10,7 +10,8 @@ per-rank size (weak scaling: 2 ranks do twice the work of 1 per step). A
 step is zero_grad, forward, loss, backward (ending in the gradient
 all-reduce), optimizer step (lazy-mlir: then mark_step). Timed: ``--steps``
 steps after ``--warmup`` untimed ones (compiles are warm-up), ending with a
-read of the loss; steps/s is rank 0's. ``cnn``: the seeds' MnistCNN on the
+read of the loss; steps/s is rank 0's. With ``--rounds R`` the rows run R
+times, in turn; the table gives the median and the range of each figure. ``cnn``: the seeds' MnistCNN on the
 digits, batch 32 per rank, SGD with momentum; ``gpt2``: the real-model
 suite's GPT-2 tiny, AdamW.
 """
@@ -111,19 +112,31 @@ def run_row(model: str, backend: str, world: int, steps: int, warmup: int) -> di
     return {"error": (outs[0][1] or "no result")[-600:]}
 
 
+def _median_range(values: list) -> tuple:
+    values = sorted(v for v in values if v)
+    if not values:
+        return None, ""
+    mid = values[len(values) // 2]
+    return mid, f" ({values[0]:.2f}-{values[-1]:.2f})" if len(values) > 1 else ""
+
+
 def table(results: dict, models, worlds) -> str:
+    """Medians over the rounds (range in brackets); ratios are medians of
+    the per-round ratios."""
     lines = ["| model | ranks | eager DDP steps/s | lazy-mlir steps/s | lazy-mlir / eager | "
              "lazy-mlir scaling vs 1 rank |", "|---|---|---|---|---|---|"]
+    steps = lambda k: [r.get("steps_per_s") for r in results.get(k, [])]  # noqa: E731
     for m in models:
         for w in worlds:
-            e, z = results[(m, "eager_ddp", w)], results[(m, "lazy_mlir", w)]
-            es, zs = e.get("steps_per_s"), z.get("steps_per_s")
-            one = results.get((m, "lazy_mlir", 1), {}).get("steps_per_s")
-            fmt = lambda v: f"{v:.2f}" if v else "error"  # noqa: E731
-            ratio = f"{zs / es:.2f}x" if es and zs else "-"
-            scale = f"{w * zs / one:.2f}x" if zs and one else "-"
-            lines.append(f"| {m} | {w} | {fmt(es)} | {fmt(zs)} | {ratio} | {scale} |")
-    errors = [f"{k}: {v['error']}" for k, v in results.items() if "error" in v]
+            e, z, one = steps((m, "eager_ddp", w)), steps((m, "lazy_mlir", w)), steps((m, "lazy_mlir", 1))
+            es, er = _median_range(e)
+            zs, zr = _median_range(z)
+            ratio, rr = _median_range([b / a for a, b in zip(e, z) if a and b])
+            scale, sr = _median_range([w * b / a for a, b in zip(one, z) if a and b])
+            fmt = lambda v, r: f"{v:.2f}{r}" if v else "error"  # noqa: E731
+            lines.append(f"| {m} | {w} | {fmt(es, er)} | {fmt(zs, zr)} | {fmt(ratio, rr)}x | "
+                         f"{fmt(scale, sr)}x |")
+    errors = [f"{k}: {r['error']}" for k, rs in results.items() for r in rs if "error" in r]
     return "\n".join(lines + ([""] + errors if errors else []))
 
 
@@ -133,6 +146,7 @@ def main(argv=None) -> None:
     p.add_argument("--worlds", default="1,2")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--out", default=None)
     p.add_argument("--_worker", nargs=7, default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -140,12 +154,14 @@ def main(argv=None) -> None:
         m, b, w, r, port, steps, warmup = a._worker
         return worker(m, b, int(w), int(r), int(port), int(steps), int(warmup))
     models, worlds = a.models.split(","), [int(w) for w in a.worlds.split(",")]
-    results = {}
-    for m in models:
-        for w in worlds:
-            for b in BACKENDS:
-                results[(m, b, w)] = run_row(m, b, w, a.steps, a.warmup)
-                print(m, b, w, results[(m, b, w)], file=sys.stderr, flush=True)
+    results: dict = {}
+    for _ in range(a.rounds):
+        for m in models:
+            for w in worlds:
+                for b in BACKENDS:
+                    r = run_row(m, b, w, a.steps, a.warmup)
+                    results.setdefault((m, b, w), []).append(r)
+                    print(m, b, w, r, file=sys.stderr, flush=True)
     text = table(results, models, worlds)
     text += ("\n\nsamples/step scale with the ranks (each rank its own batch); scaling = "
              "ranks x steps/s / (1-rank steps/s); one thread per rank")
