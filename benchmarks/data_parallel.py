@@ -11,9 +11,9 @@ step is zero_grad, forward, loss, backward (ending in the gradient
 all-reduce), optimizer step (lazy-mlir: then mark_step). Timed: ``--steps``
 steps after ``--warmup`` untimed ones (compiles are warm-up), ending with a
 read of the loss; steps/s is rank 0's. With ``--rounds R`` the rows run R
-times, in turn; the table gives the median and the range of each figure. ``cnn``: the seeds' MnistCNN on the
-digits, batch 32 per rank, SGD with momentum; ``gpt2``: the real-model
-suite's GPT-2 tiny, AdamW.
+times, in turn; the table gives the median and the range of each figure.
+``cnn``: the seeds' MnistCNN on the digits, batch 32 per rank, SGD with
+momentum; ``gpt2``: the real-model suite's GPT-2 tiny, AdamW.
 """
 from __future__ import annotations
 
@@ -128,7 +128,8 @@ def table(results: dict, models, worlds) -> str:
     steps = lambda k: [r.get("steps_per_s") for r in results.get(k, [])]  # noqa: E731
     for m in models:
         for w in worlds:
-            e, z, one = steps((m, "eager_ddp", w)), steps((m, "lazy_mlir", w)), steps((m, "lazy_mlir", 1))
+            e, z = steps((m, "eager_ddp", w)), steps((m, "lazy_mlir", w))
+            one = steps((m, "lazy_mlir", 1))
             es, er = _median_range(e)
             zs, zr = _median_range(z)
             ratio, rr = _median_range([b / a for a, b in zip(e, z) if a and b])

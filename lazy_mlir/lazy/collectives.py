@@ -92,7 +92,9 @@ def _writable_host(flat: LazyTensor, exclusive: bool) -> torch.Tensor:
     written in place (no copy). One of a single tensor may be that tensor's
     own buffer (the ``cat`` folds away): copied."""
     host = to_host(flat)
-    return host if exclusive and host.is_contiguous() else host.clone(memory_format=torch.contiguous_format)
+    if exclusive and host.is_contiguous():
+        return host
+    return host.clone(memory_format=torch.contiguous_format)
 
 
 def _staged(host: torch.Tensor, group) -> torch.Tensor:

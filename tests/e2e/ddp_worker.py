@@ -3,7 +3,8 @@
 ``python ddp_worker.py RANK WORLD PORT MODE OUT``; MODE is "train" (SGD with
 momentum and Adam, synchronised; SGD with the synchronisation off; the
 synchronised SGD through lm.compile_train_step), "raise" (rank 1
-raises at its third step), or "nccl" (one all-reduce on an NCCL group). Writes its results to OUT (torch.save).
+raises at its third step), or "nccl" (one all-reduce on an NCCL group).
+Writes its results to OUT (torch.save).
 """
 from __future__ import annotations
 
@@ -114,7 +115,8 @@ def main() -> None:
     import lazy_mlir as lm
     if mode == "nccl":
         torch.cuda.set_device(rank)
-    lm.distributed.init("nccl" if mode == "nccl" else "gloo", timeout_s=30, rank=rank, world_size=world,
+    lm.distributed.init("nccl" if mode == "nccl" else "gloo", timeout_s=30, rank=rank,
+                        world_size=world,
                         init_method=f"tcp://127.0.0.1:{port}")
     results = {}
     if mode == "train":

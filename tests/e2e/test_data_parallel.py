@@ -40,7 +40,8 @@ def _run_ranks(tmp_path, mode: str, world: int = 2):
     (return code, stderr, results or None) once all have exited. Every run
     of this file shares one module cache (the compiles are most of its time)."""
     port = _free_port()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    env = dict(os.environ, PYTHONPATH=path,
                OMP_NUM_THREADS="1", LAZY_MLIR_CPU_THREADS="1")
     env.setdefault("LAZY_MLIR_CACHE_DIR", str(_CACHE_DIR[0]))
     procs, outs = [], []
@@ -129,7 +130,8 @@ def test_collectives_on_lazy_tensors(trained):
         torch.testing.assert_close(got["dist.broadcast"], torch.full((3,), 6.0))
         torch.testing.assert_close(got["funcol.all_reduce"], torch.full((2,), 1.5))
         torch.testing.assert_close(got["all_gather"], torch.tensor([0.0, 0.0, 3.0, 3.0]))
-        torch.testing.assert_close(got["reduce_scatter"], (torch.arange(4.0) * 2 + 1)[2 * rank:2 * rank + 2])
+        summed = torch.arange(4.0) * 2 + 1
+        torch.testing.assert_close(got["reduce_scatter"], summed[2 * rank:2 * rank + 2])
 
 
 def test_a_rank_that_raises_stops_the_other(tmp_path):
