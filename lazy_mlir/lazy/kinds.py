@@ -1,8 +1,9 @@
 """What kind of op an aten overload is, as capture routes it.
 
 ``kind(func)`` sorts an op into one of: "special" (capture has its own
-handler, ``SPECIAL_OPS``), "collective" (``torch.ops._c10d_functional``, ``torch.ops.c10d``), "foreach", "sync" (returns no tensor), "view",
-"inplace_view", "mutating" or "functional". Facts of the schema only: each
+handler, ``SPECIAL_OPS``), "collective" (``torch.ops._c10d_functional`` and
+``torch.ops.c10d``: collectives.py), "foreach", "sync" (returns no tensor),
+"view", "inplace_view", "mutating" or "functional". Facts of the schema only: each
 answer is cached for the process.
 """
 from __future__ import annotations
