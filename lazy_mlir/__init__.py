@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from . import export  # a callable package: lm.export(model, x, path=...), lm.export.load(...)
+from . import distributed  # lm.distributed.init(), ddp(model), reduce_gradients(...)
 from . import metrics
 from .config import PipelineConfig, set_config
 from .export import export_train_step
@@ -20,6 +21,6 @@ from .lazy.sync import mark_step, set_target, wait_device_ops
 _register()
 
 __all__ = ["lazy_device", "mark_step", "wait_device_ops", "metrics", "debug", "set_target",
-           "jit", "export", "check_coverage", "export_train_step",
+           "jit", "export", "distributed", "check_coverage", "export_train_step",
            "compile_train_step", "PipelineConfig", "set_config"]
 __version__ = "0.1.0"

@@ -59,6 +59,7 @@ import torch
 from ..lazy import bounds, random
 from .. import metrics
 from ..lazy.capture import assign, emit, value_of
+from ..lazy.collectives import NAMES as COLLECTIVES
 from ..graph.ir import DeviceData, Value
 from ..lazy.sync import current_target, execute, launch, mark_step, run_entry
 from ..lazy.tensor import LazyTensor, wrap_value
@@ -232,6 +233,9 @@ class CompiledTrainStep:
             hint = ("; create the optimizer with capturable=True to keep its step count "
                     "on the device" if any(g.get("capturable") is False
                                            for g in self.optimizer.param_groups) else "")
+            if any(n.split("::")[1] in COLLECTIVES for n in changed):  # lm.distributed (#28)
+                hint += ("; a collective (all-reduce) runs on the host between two graphs, "
+                         "which one replayed graph cannot hold")
             self._refuse(batch, moved, "the step reads tensors on the host or runs ops "
                          f"eagerly ({', '.join(n.split('::')[1] for n in changed)}){hint}")
             mark_step()

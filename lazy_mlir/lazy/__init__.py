@@ -15,6 +15,9 @@ The modules, bottom to top (each imports only modules listed before it):
 - ``sync``        mark_step: cut, compile or reuse, run; ``to_host``
 - ``fallback``, ``foreach``, ``decompose``: eager fallback, foreach ops,
   decompositions replayed at capture
+- ``collectives`` all-reduce, all-gather, reduce-scatter, broadcast as cut
+  points between graphs (``lm.distributed``; ``torch.ops.c10d`` and
+  ``_c10d_functional`` ops on lazy tensors are routed there)
 - ``dispatch``    routing ``__torch_dispatch__``: ``dispatch``, ``record``, op handlers
 - ``device``, ``coverage``, ``render``: the ``lazy`` device's kernels, the
   dry run of ``lm.check_coverage``, pictures of graphs

@@ -22,6 +22,7 @@ from .. import metrics
 from ..graph.ir import TensorSpec, Value, arg_signature
 from ..ops import support as _support
 from . import bounds, decompose, empty_inputs, fallback, random, shapes
+from . import collectives as _collectives
 from . import foreach as _foreach
 from . import tensor as _tensor
 from .capture import (LAZY_TYPE, _EXACT_CONSTS, _PLANS_MAX, _guarded, _make_scalar, _node,
@@ -133,6 +134,8 @@ def dispatch(func, args, kwargs):
             return _inplace_view(func, args, kwargs)
         if kind == "foreach":
             return _foreach.dispatch(func, args, kwargs)
+        if kind == "collective":  # torch.ops._c10d_functional.*: a cut point (collectives.py)
+            return _collectives.dispatch(func, args, kwargs)
         return _sync_op(func, args, kwargs)
     finally:
         dispatch_depth[0] -= 1

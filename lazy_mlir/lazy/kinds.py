@@ -1,8 +1,9 @@
 """What kind of op an aten overload is, as capture routes it.
 
 ``kind(func)`` sorts an op into one of: "special" (capture has its own
-handler, ``SPECIAL_OPS``), "foreach", "sync" (returns no tensor), "view",
-"inplace_view", "mutating" or "functional". Facts of the schema only: each
+handler, ``SPECIAL_OPS``), "collective" (``torch.ops._c10d_functional`` and
+``torch.ops.c10d``: collectives.py), "foreach", "sync" (returns no tensor),
+"view", "inplace_view", "mutating" or "functional". Facts of the schema only: each
 answer is cached for the process.
 """
 from __future__ import annotations
@@ -34,6 +35,8 @@ def kind(func) -> str:
     schema = func._schema
     if func in SPECIAL_OPS:
         return "special"
+    if schema.name.startswith(("_c10d_functional::", "c10d::")):  # cut points (collectives.py)
+        return "collective"
     if schema.name.startswith("aten::_foreach_"):  # lists in, lists or nothing out
         return "foreach"
     if not any(isinstance(r.type, torch.TensorType) or "Tensor" in str(r.type)

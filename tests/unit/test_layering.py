@@ -26,7 +26,7 @@ LAYERS = [
     ("lazy_mlir.pipeline",),   # stages and the one compile path
     ("lazy_mlir.runtime",),    # IREE sessions, buffers, module caches
     ("lazy_mlir.lazy",),       # capture and sync
-    ("lazy_mlir.frontends",),  # jit, compile_train_step, lm.debug
+    ("lazy_mlir.frontends", "lazy_mlir.distributed"),  # jit, compile_train_step, lm.debug; DDP
     ("lazy_mlir.export",),     # ahead-of-time artifacts
     ("lazy_mlir",),            # the package's own __init__: the user API
     ("lazy_mlir.tools",),      # the command line
