@@ -315,6 +315,9 @@ def _sync_op(func, args, kwargs):
 # ------------------------------------------------------------ special ops
 def _copy_(func, args, kwargs):
     dst, src = args[0], args[1]
+    if not isinstance(dst, LazyTensor):  # into host memory (C++ callers: DDP's checks)
+        dst.copy_(to_host(src))
+        return dst
     if isinstance(src, LazyTensor):
         out = src
         if src.dtype != dst.dtype:
