@@ -15,6 +15,7 @@ command a repro names.
 """
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import struct
@@ -142,7 +143,6 @@ def compile_job(job: dict):
 def store(cache, compiled) -> None:
     """``compiled`` written to the persistent cache entry ``cache`` names."""
     from .disk_cache import DiskCache
-    from .module_cache import pack_entry  # (a function-level import: module_cache imports the pool)
     root, key, meta = cache
     DiskCache(root).put(key, pack_entry(compiled.clobbered, compiled.passthrough,
                                         compiled.vmfb), meta)
@@ -164,6 +164,20 @@ def _test_crash() -> None:
     elif how == "sleep":
         import time
         time.sleep(3600)
+
+
+def pack_entry(clobbered: tuple[int, ...], passthrough, vmfb: bytes) -> bytes:
+    """A persistent-cache entry: a JSON line (the loader's protections),
+    then the module."""
+    header = {"clobbered": list(clobbered), "passthrough": [list(p) for p in passthrough]}
+    return json.dumps(header).encode() + b"\n" + vmfb
+
+
+def unpack_entry(packed: bytes):
+    header, _, vmfb = packed.partition(b"\n")
+    header = json.loads(header)
+    passthrough = tuple(tuple(p) for p in header.get("passthrough", ()))
+    return tuple(header["clobbered"]), passthrough, vmfb
 
 
 def read_frame(f):

@@ -22,7 +22,6 @@ A dump (``lazy-mlir dump``) always waits: it wants every graph compiled.
 """
 from __future__ import annotations
 
-import json
 import logging
 
 import os
@@ -33,6 +32,7 @@ from ..pipeline.compile import EagerEntry, compile_graph, eager_entry
 from ..pipeline.fx_graph import to_fx
 from . import compile_pool
 from .cache import memory_cache
+from .compile_worker import pack_entry, unpack_entry
 from .disk_cache import default_cache, make_key
 
 log = logging.getLogger("lazy_mlir")
@@ -169,15 +169,3 @@ def load_module(result, graph, target):
         log.warning("lazy-mlir: IREE cannot load this graph (%s: a dispatch reads more "
                     "buffers than the runtime allows); it runs eagerly on the CPU", reason)
         return eager_entry(graph)
-
-
-def pack_entry(clobbered: tuple[int, ...], passthrough, vmfb: bytes) -> bytes:
-    header = {"clobbered": list(clobbered), "passthrough": [list(p) for p in passthrough]}
-    return json.dumps(header).encode() + b"\n" + vmfb
-
-
-def unpack_entry(packed: bytes):
-    header, _, vmfb = packed.partition(b"\n")
-    header = json.loads(header)
-    passthrough = tuple(tuple(p) for p in header.get("passthrough", ()))
-    return tuple(header["clobbered"]), passthrough, vmfb
