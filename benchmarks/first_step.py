@@ -139,9 +139,9 @@ def main() -> None:
                 for temp in ("cold",) if backend == "eager" else ("cold", "warm"):
                     r = run(backend, name, args.size, args.steps, cache, args.timeout)
                     rows.append(dict(r, model=name, backend=backend, cache=temp))
-                    print(f"{name} {backend} {temp}: "
-                          f"{r.get('error') or f'first {r['first_s']:.2f} s, total {r['total_s']:.2f} s'}",
-                          flush=True)
+                    what = r.get("error") or (f"first {r['first_s']:.2f} s, "
+                                              f"total {r['total_s']:.2f} s")
+                    print(f"{name} {backend} {temp}: {what}", flush=True)
             finally:
                 shutil.rmtree(cache, ignore_errors=True)
     table(rows, args.steps, args.size)
