@@ -34,7 +34,7 @@ import signal
 import subprocess
 import sys
 import threading
-import time
+import traceback
 from pathlib import Path
 
 from ..dialects.runner import PipelineError, repro_dir
@@ -191,6 +191,10 @@ class CompilePool:
             except CompilerCrash as e:
                 answer = (("unavailable", "the pool was shut down") if self.closed else
                           ("error", "crash", *_crash_repro(e, job), None))
+            except Exception:  # noqa: BLE001 - the pipes closed under us at exit, or a bug
+                if self.closed:
+                    return
+                answer = ("error", "exception", traceback.format_exc(), (), None, None)
             with self._lock:
                 self.in_flight -= 1
             future.set_result(answer)

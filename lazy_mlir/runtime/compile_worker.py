@@ -211,12 +211,15 @@ def main(argv: list[str]) -> int:
     import iree.compiler  # noqa: F401
     from ..dialects import torch_import  # noqa: F401
     from ..pipeline import compile as _  # noqa: F401
-    write_frame(out, ("ready", os.getpid()))
-    while True:
-        job = read_frame(inp)
-        if job is None:  # the parent closed the pipe: it exits
-            return 0
-        write_frame(out, compile_job(job))
+    try:
+        write_frame(out, ("ready", os.getpid()))
+        while True:
+            job = read_frame(inp)
+            if job is None:  # the parent closed the pipe: it exits
+                return 0
+            write_frame(out, compile_job(job))
+    except BrokenPipeError:  # the parent exited (or gave up on this worker)
+        return 0
 
 
 COMMAND = ("-c", "import sys; from lazy_mlir.runtime.compile_worker import main; "
