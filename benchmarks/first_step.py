@@ -115,7 +115,7 @@ def table(rows: list[dict], steps: int, size: str) -> None:
         notes = ", ".join(f"{c} {r[c]}" for c in COUNTERS + ("fallbacks",) if r.get(c))
         t.add_row(r["model"], r["backend"], r["cache"], f"{r['first_s']:.2f}", first,
                   f"{r['total_s']:.2f}", total, drift, notes)
-    Console().print(t)
+    Console(width=200).print(t)  # whole rows in a log or a pipe too
 
 
 def main() -> None:
