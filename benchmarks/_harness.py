@@ -274,6 +274,9 @@ def run_subprocess(script: str, spec: Spec, backend: str, warmup: int, inputs: s
            "--batch", str(spec.batch), "--steps", str(spec.steps), "--warmup", str(warmup),
            "--_inputs", inputs]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # Steps are timed compiled: wait for each compile rather than run eagerly
+    # meanwhile (background compiles: benchmarks/first_step.py).
+    env.setdefault("LAZY_MLIR_COMPILE", "wait")
     if threads:
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
                    BENCH_TORCH_THREADS=str(threads))

@@ -1,5 +1,19 @@
-"""Test options: ``--runslow`` runs the tests marked ``slow`` (skipped in CI)."""
+"""Test options: ``--runslow`` runs the tests marked ``slow`` (skipped in CI).
+
+The suite compiles as lazy-mlir did before background compiles: in this
+process (``LAZY_MLIR_COMPILE_WORKERS=0``) and waiting for each compile
+(``LAZY_MLIR_COMPILE=wait``), so tests that count compiles, fallbacks and
+graphs see each graph compiled at its first run. Either can be set for a run
+(``LAZY_MLIR_COMPILE_WORKERS=2 pytest ...`` runs the suite through compile
+workers); tests of the workers and of background mode set their own
+(tests/e2e/test_compile_workers.py, test_background_compile.py).
+"""
+import os
+
 import pytest
+
+os.environ.setdefault("LAZY_MLIR_COMPILE", "wait")
+os.environ.setdefault("LAZY_MLIR_COMPILE_WORKERS", "0")
 
 
 def pytest_addoption(parser):
@@ -18,5 +32,4 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session", autouse=True)
 def _private_cache_dir(tmp_path_factory):
     """Tests use a persistent cache of their own, never the user's."""
-    import os
     os.environ["LAZY_MLIR_CACHE_DIR"] = str(tmp_path_factory.mktemp("lazy-mlir-cache"))

@@ -114,7 +114,23 @@ def pow_scalar(s, y):
             or isinstance(s, (bool, complex)) or not isinstance(s, (int, float)):
         return NotImplemented
     x = aten.full_like.default(y, s)
+    if math.isfinite(s) and s > 0 and s != 1:
+        return _pow_positive_base(x, s > 1, y)
     return pow_tensor_tensor(x, y)
+
+
+def _pow_positive_base(x, above_one: bool, y):
+    """``_pow_special`` for a base ``x`` known finite, positive and not 1
+    (AdamW's ``beta ** step``: two per parameter): the kernel is right but
+    for infinite, NaN and zero powers. ~10 ops where ``_pow_special`` makes
+    ~45, which took over half of GPT-2's fx stage (cProfile)."""
+    mag = _kernel(aten.pow.Tensor_Tensor, x, y)
+    inf = aten.full_like.default(mag, math.inf)
+    zero = aten.full_like.default(mag, 0.0)
+    grows = aten.gt.Scalar(y, 0.0) if above_one else aten.lt.Scalar(y, 0.0)
+    out = aten.where.self(aten.isinf.default(y), aten.where.self(grows, inf, zero), mag)
+    out = aten.where.self(aten.isnan.default(y), aten.full_like.default(mag, math.nan), out)
+    return aten.where.self(aten.eq.Scalar(y, 0.0), aten.full_like.default(mag, 1.0), out)
 
 
 @register_decomposition(aten.atan2.default, scope=IMPORT)

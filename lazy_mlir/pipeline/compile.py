@@ -125,17 +125,24 @@ def compile_module(stages: tuple[Stage, ...], target: Target, config: PipelineCo
 
 def compile_graph(graph, target: Target, config: PipelineConfig, *,
                   stages: tuple[Stage, ...] | None = None,
-                  fallback: bool = True) -> CompiledGraph | EagerEntry:
+                  fallback: bool = True, compiler=None, gm=None) -> CompiledGraph | EagerEntry:
     """The one compile path of a captured ``graph`` (``program.Graph``):
     ``lower_graph`` (unless its ``stages`` for ``target`` are given), then
     ``compile_module``. With ``fallback`` a graph that fails to lower or
     compile, or that IREE would miscompile, becomes an ``EagerEntry`` (never
     an exception from the pipeline) and the ops blamed for a failure are no
     longer captured for compilation; without, the ``PipelineError`` is raised
-    and nothing is denied. Adds one ``CompileTime`` sample."""
-    gm = to_fx(graph) if stages is None or fallback else None  # to lower, or to run eagerly
+    and nothing is denied. Adds one ``CompileTime`` sample.
+
+    ``compiler(gm, target, config)``: does both steps elsewhere (a compile
+    worker, ``runtime.compile_pool``) and returns the ``CompiledGraph`` or
+    raises the ``PipelineError``; ``gm``: the graph's fx module, if made."""
+    if gm is None and (stages is None or fallback):  # to lower, or to run eagerly
+        gm = to_fx(graph)
     t0 = time.perf_counter()
     try:
+        if stages is None and compiler is not None:
+            return compiler(gm, target, config)
         if stages is None:
             stages = lower_graph(graph, target, config, gm)
         return compile_module(stages, target, config)

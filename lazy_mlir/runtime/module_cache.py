@@ -3,30 +3,72 @@
 ``module_for`` looks in the in-memory cache (``CachedCompile``), then in the
 persistent cache on disk (``PersistentCacheHit``), and only then compiles
 (``UncachedCompile``) through the one compile path,
-``pipeline.compile.compile_graph``, and loads the result with
-``load_module`` (the loader ``lm.jit`` shares). A graph that fails to
-compile gets an ``EagerEntry`` that runs its fx module on the host; its
-error and repro are logged once and the ops blamed for it are no longer
-captured for compilation (decided by ``compile_graph``).
+``pipeline.compile.compile_graph``, in a compile worker
+(``compile_pool``; in this process with ``LAZY_MLIR_COMPILE_WORKERS=0``), and
+loads the result with ``load_module`` (the loader ``lm.jit`` shares). A graph
+that fails to compile gets an ``EagerEntry`` that runs its fx module on the
+host; its error and repro are logged once and the ops blamed for it are no
+longer captured for compilation (decided by ``compile_graph``).
+
+In the background (the default; ``LAZY_MLIR_COMPILE=wait`` blocks instead) a
+miss submits the compile and answers a ``CompilingEntry`` at once: the graph
+runs eagerly on the CPU, eager PyTorch's results, not counted as a fallback
+(``EagerWhileCompiling``). Each later lookup of any graph settles the
+compiles that finished: the memory-cache entry becomes the loaded module (or
+the failed compile's ``EagerEntry``), so the next run of that graph is
+compiled. Data the eager run left on the host is copied to the device by the
+compiled run that reads it (``lazy.sync._run``), for every target.
+A dump (``lazy-mlir dump``) always waits: it wants every graph compiled.
 """
 from __future__ import annotations
 
-import json
 import logging
+
+import os
 
 from ..graph import debug
 from .. import metrics
 from ..pipeline.compile import EagerEntry, compile_graph, eager_entry
+from ..pipeline.fx_graph import to_fx
+from . import compile_pool
 from .cache import memory_cache
+from .compile_worker import pack_entry, unpack_entry
 from .disk_cache import default_cache, make_key
 
 log = logging.getLogger("lazy_mlir")
 
 
+def background() -> bool:
+    """Whether a miss compiles in the background (``LAZY_MLIR_COMPILE`` is
+    not ``wait``)."""
+    mode = os.environ.get("LAZY_MLIR_COMPILE", "background").strip().lower()
+    if mode not in ("background", "wait", ""):
+        raise ValueError(f"LAZY_MLIR_COMPILE must be 'background' or 'wait', not {mode!r}")
+    return mode != "wait"
+
+
+class CompilingEntry(EagerEntry):
+    """A graph whose module compiles in a worker: it runs eagerly meanwhile
+    (no op blamed: not a fallback). Holds the graph until settled, for the
+    failure's bookkeeping (``compile_graph``)."""
+
+    def __init__(self, gm, future, graph, target, config):
+        super().__init__(gm, [])
+        self.future, self.graph, self.target, self.config = future, graph, target, config
+
+
+_compiling: dict[tuple, CompilingEntry] = {}
+
+
 def module_for(graph, target, config):
     """The loaded module (or ``EagerEntry``) for ``graph`` on ``target``."""
+    if _compiling:
+        _settle_finished()
     key = (graph.key, target.cache_key, config.key)
     entry = memory_cache.get(key)
+    if isinstance(entry, CompilingEntry):
+        metrics.counter_inc("EagerWhileCompiling")
+        return entry
     if entry is not None:
         metrics.counter_inc("CachedCompile")
         return entry
@@ -37,24 +79,74 @@ def module_for(graph, target, config):
     disk_key = make_key(graph.key, target.cache_key, config.key) if disk else None
     packed = disk.get(disk_key) if disk else None
     if packed is not None:
-        clobbered, passthrough, vmfb = _unpack(packed)
+        clobbered, passthrough, vmfb = unpack_entry(packed)
         entry = session_for(target).load(vmfb, clobbered, passthrough)
-    else:
-        metrics.counter_inc("UncachedCompile")
-        debug.on_uncached_compile(graph)
-        compiled = compile_graph(graph, target, config)
-        entry = load_module(compiled, graph, target)
-        if not isinstance(entry, EagerEntry):
-            if dumper is not None:
-                dumper.dump(graph, compiled.compiled, config,
-                            make_key(graph.key, target.cache_key, config.key))
-            if disk:
-                disk.put(disk_key, _pack(compiled.clobbered, compiled.passthrough,
-                                         compiled.vmfb),
-                         {"graph": graph.key, "target": target.name, "ops": len(graph.nodes),
-                          "config": config.key})
+        memory_cache.put(key, entry)
+        return entry
+    metrics.counter_inc("UncachedCompile")
+    debug.on_uncached_compile(graph)
+    cache = (str(disk.root), disk_key, {"graph": graph.key, "target": target.name,
+                                         "ops": len(graph.nodes), "config": config.key}
+             ) if disk else None
+    pool = compile_pool.pool()
+    if pool is not None and dumper is None and background():
+        gm = to_fx(graph)
+        entry = CompilingEntry(gm, pool.submit(gm, target, config, cache), graph, target, config)
+        _compiling[key] = entry
+        memory_cache.put(key, entry)
+        metrics.counter_inc("EagerWhileCompiling")
+        return entry
+    compiler = None
+    if pool is not None:
+        def compiler(gm, target, config):
+            return compile_pool.compile_in_worker(gm, target, config, cache,
+                                                  stages=dumper is not None)
+    compiled = compile_graph(graph, target, config, compiler=compiler)
+    entry = load_module(compiled, graph, target)
+    if not isinstance(entry, EagerEntry):
+        if dumper is not None:
+            dumper.dump(graph, compiled.compiled, config,
+                        make_key(graph.key, target.cache_key, config.key))
+        if disk and pool is None:  # a worker stores its own
+            disk.put(disk_key, pack_entry(compiled.clobbered, compiled.passthrough,
+                                          compiled.vmfb), cache[2])
     memory_cache.put(key, entry)
     return entry
+
+
+def compiles_in_flight() -> int:
+    """Background compiles not settled yet (``CompilesInFlight``)."""
+    return len(_compiling)
+
+
+def wait_for_compiles(timeout: float | None = None) -> None:
+    """Block until every background compile has finished, then settle them
+    (benchmarks; a test that wants the compiled run next)."""
+    import concurrent.futures
+    concurrent.futures.wait([e.future for e in list(_compiling.values())], timeout)
+    _settle_finished()
+
+
+def _settle_finished() -> None:
+    """Swap each finished background compile's memory-cache entry for its
+    loaded module (or failed compile's ``EagerEntry``)."""
+    for key, entry in list(_compiling.items()):
+        if not entry.future.done():
+            continue
+        del _compiling[key]
+        if memory_cache.get(key) is not entry:  # the cache was cleared meanwhile
+            continue
+        answer = entry.future.result()
+        if answer[0] == "unavailable":  # no worker could start: compile here
+            def compiler(gm, target, config):
+                return compile_pool.compile_in_worker(gm, target, config)
+        else:
+            def compiler(gm, target, config, answer=answer):
+                return compile_pool.result_of(answer)
+        compiled = compile_graph(entry.graph, entry.target, entry.config, compiler=compiler,
+                                 gm=entry.gm)
+        memory_cache.put(key, load_module(compiled, entry.graph, entry.target))
+        metrics.counter_inc("CompileSettled")
 
 
 def load_module(result, graph, target):
@@ -77,15 +169,3 @@ def load_module(result, graph, target):
         log.warning("lazy-mlir: IREE cannot load this graph (%s: a dispatch reads more "
                     "buffers than the runtime allows); it runs eagerly on the CPU", reason)
         return eager_entry(graph)
-
-
-def _pack(clobbered: tuple[int, ...], passthrough, vmfb: bytes) -> bytes:
-    header = {"clobbered": list(clobbered), "passthrough": [list(p) for p in passthrough]}
-    return json.dumps(header).encode() + b"\n" + vmfb
-
-
-def _unpack(packed: bytes):
-    header, _, vmfb = packed.partition(b"\n")
-    header = json.loads(header)
-    passthrough = tuple(tuple(p) for p in header.get("passthrough", ()))
-    return tuple(header["clobbered"]), passthrough, vmfb

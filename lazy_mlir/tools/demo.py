@@ -72,6 +72,7 @@ def run_demo(args) -> int:
 
     import lazy_mlir as lm
     from ..lazy.sync import current_target
+    from ..runtime.module_cache import compiles_in_flight
     from .seed_models import digits
 
     if args.target:
@@ -109,6 +110,9 @@ def run_demo(args) -> int:
     table.add_row("final loss", f"{losses[-1]:.4f}")
     table.add_row("test accuracy", f"{acc:.1%}")
     table.add_row("compiles (UncachedCompile)", str(lm.metrics.counter_value("UncachedCompile")))
+    table.add_row("graphs run eagerly while compiling (EagerWhileCompiling)",
+                  str(lm.metrics.counter_value("EagerWhileCompiling")))
+    table.add_row("compiles in flight", str(compiles_in_flight()))
     table.add_row("fallback ops (aten::*)",
                   str(sum(lm.metrics.counter_value(n) for n in lm.metrics.counter_names()
                           if n.startswith("aten::"))))

@@ -39,7 +39,7 @@ def test_pow_tensor_scalar_special_values(exponent):
     assert_same_special(torch.pow(lazy(x), exponent), torch.pow(x, exponent))
 
 
-@pytest.mark.parametrize("base", [0.0, -2.0])
+@pytest.mark.parametrize("base", [0.0, -2.0, 1.0, 0.9, 2.0, 1e-30])
 def test_pow_scalar_base_special_values(base):
     y = torch.tensor(SPECIAL)
     assert_same_special(torch.pow(base, lazy(y)), torch.pow(base, y))

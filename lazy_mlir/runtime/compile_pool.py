@@ -1,0 +1,304 @@
+"""Compile workers: lowering and iree-compile in separate processes.
+
+A compiler crash inside torch-mlir's C API or IREE is a segfault of the
+process that runs it; here that process is a worker, so it costs one graph:
+the graph's compile raises ``CompilerCrash`` (a ``PipelineError``, so
+``compile_graph`` runs the graph eagerly as any failed compile, counted, with
+a repro and the command that compiles it again in the foreground), the worker
+is replaced at the next job, and the program goes on. A compile past its
+time limit is treated the same way (the worker is killed).
+
+- ``LAZY_MLIR_COMPILE_WORKERS``: the number of workers (default: the cores
+  this process may use, at most 4); 0 compiles in this process.
+- ``LAZY_MLIR_COMPILE_TIMEOUT``: seconds one compile may take (default 900;
+  the largest compile measured, GPT-2's 953-op graph, took 41 s).
+
+Workers start at the first compile (an import of torch, torch-mlir and IREE:
+seconds) and are plain ``python`` processes (``compile_worker.COMMAND``)
+talking over pipes: not ``multiprocessing``, whose spawned children run the
+user's ``__main__`` again, and never a fork of a process with torch threads. Where one cannot start, ``pool()`` is None from then on and compiles
+run in this process, with one warning. Each worker stores its modules in the
+persistent cache (``disk_cache``), so a second process compiles nothing.
+"""
+from __future__ import annotations
+
+import atexit
+import concurrent.futures
+import logging
+import os
+import pickle
+import queue
+import select
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import traceback
+from pathlib import Path
+
+from ..dialects.runner import PipelineError, repro_dir
+from ..pipeline.compile import CompiledGraph, InPlaceHazard
+from .compile_worker import COMMAND, pack_fx, read_frame, write_frame
+
+log = logging.getLogger("lazy_mlir")
+
+DEFAULT_TIMEOUT_SECONDS = 900.0
+START_TIMEOUT_SECONDS = 300.0  # imports on a loaded 2-core machine
+
+
+class CompilerCrash(PipelineError):
+    """The worker compiling a graph died (a signal, out of memory) or ran
+    past the time limit."""
+
+
+class WorkerUnavailable(RuntimeError):
+    """A worker process could not be started."""
+
+
+def worker_count() -> int:
+    """``LAZY_MLIR_COMPILE_WORKERS``, else the usable cores (at most 4)."""
+    raw = os.environ.get("LAZY_MLIR_COMPILE_WORKERS", "").strip()
+    if raw:
+        try:
+            return max(0, int(raw))
+        except ValueError:
+            raise ValueError(f"LAZY_MLIR_COMPILE_WORKERS must be a number of processes "
+                             f"(0: compile in this process), not {raw!r}") from None
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, 4))
+
+
+def timeout_seconds() -> float:
+    raw = os.environ.get("LAZY_MLIR_COMPILE_TIMEOUT", "").strip()
+    try:
+        return float(raw) if raw else DEFAULT_TIMEOUT_SECONDS
+    except ValueError:
+        raise ValueError(f"LAZY_MLIR_COMPILE_TIMEOUT must be seconds, not {raw!r}") from None
+
+
+class _Worker:
+    """One worker process; used by one pool thread at a time."""
+
+    def __init__(self):
+        env = dict(os.environ)
+        root = str(Path(__file__).resolve().parents[2])  # this lazy_mlir, not another install
+        env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "")
+                                                      .split(os.pathsep) if p])
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, *COMMAND],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        except OSError as e:
+            raise WorkerUnavailable(str(e)) from e
+        hello = self._answer(START_TIMEOUT_SECONDS)
+        if not (isinstance(hello, tuple) and hello[0] == "ready"):
+            self.stop()
+            raise WorkerUnavailable(f"the worker did not start ({self._death(hello)})")
+
+    def _answer(self, seconds: float):
+        """The next frame, None if the worker died, "timeout" past ``seconds``."""
+        ready, _, _ = select.select([self.proc.stdout], [], [], seconds)
+        if not ready:
+            return "timeout"
+        try:
+            return read_frame(self.proc.stdout)
+        except (OSError, EOFError, pickle.UnpicklingError):
+            return None
+
+    def _death(self, answer) -> str:
+        if answer == "timeout":
+            return "no answer in time"
+        code = self.proc.wait()
+        if code < 0:
+            return f"killed by {signal.Signals(-code).name}"
+        return f"exit status {code}"
+
+    def compile(self, job: dict, seconds: float):
+        """The worker's answer to ``job``; raises ``CompilerCrash`` (and the
+        worker is dead) if it died or passed ``seconds``."""
+        try:
+            write_frame(self.proc.stdin, job)
+        except (BrokenPipeError, OSError):
+            answer = None
+        else:
+            answer = self._answer(seconds)
+        if isinstance(answer, tuple):
+            return answer
+        if answer == "timeout":
+            self.stop()
+            why = f"the compile took more than {seconds:g} s (LAZY_MLIR_COMPILE_TIMEOUT)"
+        else:
+            why = f"the compile worker died ({self._death(answer)})"
+        raise CompilerCrash(why, None)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for f in (self.proc.stdin, self.proc.stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
+
+
+class CompilePool:
+    """``size`` workers, each run by a thread taking jobs in submission order."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.unavailable: str | None = None  # why workers cannot start, once seen
+        self._jobs: queue.Queue = queue.Queue()
+        self._threads: list[threading.Thread] = []
+        self._workers: list[_Worker] = []
+        self._lock = threading.Lock()
+        self.in_flight = 0
+        self.closed = False
+
+    def submit(self, gm, target, config, cache=None, stages: bool = False
+               ) -> concurrent.futures.Future:
+        """Compile ``gm`` (``to_fx``'s module) for ``target``; the future's
+        result is an answer for ``result_of``. ``cache``: (root, key, meta)
+        of the persistent cache entry the worker writes."""
+        job = dict(fx=pack_fx(gm), target=target, config=config, cache=cache, stages=stages)
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        with self._lock:
+            self.in_flight += 1
+            if len(self._threads) < self.size and len(self._threads) < self.in_flight:
+                t = threading.Thread(target=self._serve, name="lazy-mlir-compile", daemon=True)
+                self._threads.append(t)
+                t.start()
+        self._jobs.put((job, future))
+        return future
+
+    def _serve(self) -> None:
+        worker = None
+        while True:
+            job, future = self._jobs.get()
+            try:
+                if worker is None or not worker.alive():
+                    worker = self._start()
+                answer = worker.compile(job, timeout_seconds())
+            except WorkerUnavailable as e:
+                answer = ("unavailable", str(e))
+            except CompilerCrash as e:
+                answer = (("unavailable", "the pool was shut down") if self.closed else
+                          ("error", "crash", *_crash_repro(e, job), None))
+            except Exception:  # noqa: BLE001 - the pipes closed under us at exit, or a bug
+                if self.closed:
+                    return
+                answer = ("error", "exception", traceback.format_exc(), (), None, None)
+            with self._lock:
+                self.in_flight -= 1
+            future.set_result(answer)
+
+    def _start(self) -> _Worker:
+        if self.unavailable:
+            raise WorkerUnavailable(self.unavailable)
+        try:
+            w = _Worker()
+        except WorkerUnavailable as e:
+            self.unavailable = str(e)
+            raise
+        with self._lock:
+            self._workers = [x for x in self._workers if x.alive()] + [w]
+        return w
+
+    def shutdown(self) -> None:
+        """Kill the workers (compiles in flight are abandoned)."""
+        with self._lock:
+            self.closed = True
+            workers, self._workers = self._workers, []
+        for w in workers:
+            w.stop()
+
+
+def _crash_repro(e: CompilerCrash, job: dict) -> tuple[str, tuple, str]:
+    """(message, unlowered, repro directory) of a crash: the repro holds the
+    job and the command that compiles it again in the foreground."""
+    d = repro_dir()
+    with open(d / "job.pkl", "wb") as f:
+        pickle.dump(dict(job, cache=None), f)
+    command = f"{shlex.quote(sys.executable)} {COMMAND[0]} {shlex.quote(COMMAND[1])} --repro {d}/job.pkl"
+    (d / "command.sh").write_text(f"#!/bin/sh\n{command}\n")
+    (d / "error.txt").write_text(str(e))
+    return (f"lazy-mlir: {e} for target {job['target'].name}\n  repro: {d}/job.pkl, run "
+            f"{d}/command.sh", (), str(d))
+
+
+def result_of(answer) -> CompiledGraph:
+    """A worker's answer as ``compile_module`` gives it: the compiled graph,
+    or the ``PipelineError`` it raised (``CompilerCrash`` for a dead worker)."""
+    if answer[0] == "ok":
+        return answer[1]
+    _, kind, message, unlowered, repro, extra = answer
+    if kind == "hazard":
+        raise InPlaceHazard(message, extra[0], frozenset(extra[1]))
+    if kind == "crash":
+        raise CompilerCrash(message, Path(repro))
+    if kind == "exception":
+        raise PipelineError(f"lazy-mlir: the compile worker raised:\n{message}", None)
+    raise PipelineError(message, Path(repro) if repro else None, tuple(unlowered))
+
+
+_pool: list[CompilePool | None] = []
+_pool_lock = threading.Lock()
+_warned = [False]
+
+
+def pool() -> CompilePool | None:
+    """The process's pool, or None: compile in this process (0 workers, or
+    workers could not start)."""
+    with _pool_lock:
+        if not _pool:
+            n = worker_count()
+            _pool.append(CompilePool(n) if n else None)
+            if n:
+                atexit.register(_pool[0].shutdown)
+        p = _pool[0]
+    if p is not None and p.unavailable:
+        if not _warned[0]:
+            _warned[0] = True
+            log.warning("lazy-mlir: compile workers cannot start (%s); compiling in this "
+                        "process, where a compiler crash ends the program "
+                        "(LAZY_MLIR_COMPILE_WORKERS=0 silences this)", p.unavailable)
+        return None
+    return p
+
+
+def reset() -> None:
+    """Kill the workers and forget the pool: the next ``pool()`` reads the
+    environment again (tests)."""
+    with _pool_lock:
+        old = _pool.pop() if _pool else None
+        _warned[0] = False
+    if old is not None:
+        old.shutdown()
+
+
+def in_flight() -> int:
+    """Compiles submitted and not answered yet."""
+    return _pool[0].in_flight if _pool and _pool[0] is not None else 0
+
+
+def compile_in_worker(gm, target, config, cache=None, stages: bool = False) -> CompiledGraph:
+    """``compile_module(lower_graph(gm))`` in a worker, waiting for it; in this
+    process when no worker can run."""
+    p = pool()
+    answer = p.submit(gm, target, config, cache, stages).result() if p else ("unavailable",)
+    if answer[0] == "unavailable":
+        pool()  # warns once
+        from ..pipeline.compile import compile_module, lower_graph
+        from .compile_worker import store
+        compiled = compile_module(lower_graph(None, target, config, gm), target, config)
+        if cache:
+            store(cache, compiled)
+        return compiled
+    return result_of(answer)

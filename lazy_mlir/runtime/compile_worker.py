@@ -1,0 +1,229 @@
+"""A compile worker: one process that lowers and compiles graphs for the pool.
+
+Run as ``python`` + ``COMMAND`` by ``compile_pool``
+(never through ``multiprocessing``: a spawned child would run the user's
+``__main__`` again). It reads jobs from stdin and writes answers to stdout,
+each a frame (8-byte little-endian length, then a pickle); anything else the
+compiler prints goes to stderr. A job is the graph as ``pack_fx`` made it, the
+target, the ``PipelineConfig`` and where to store the module on disk; the
+answer is ``("ok", CompiledGraph)`` or ``("error", kind, message, unlowered,
+repro, blamed)``. A crash of torch-mlir or IREE ends this process only.
+
+``python -c '...main(sys.argv[1:])' --repro DIR/job.pkl`` (``COMMAND``) compiles
+one job written by the pool for a worker that died, in the foreground: the
+command a repro names.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import struct
+import sys
+import traceback
+
+_LEN = struct.Struct("<Q")
+# Test hook, read only here: "segv" or "kill" ends the worker that reads it
+# mid-compile (after lowering), "sleep" makes it hang; lets CI crash a real
+# worker without depending on one compiler bug staying unfixed.
+_CRASH_ENV = "LAZY_MLIR_TEST_WORKER_CRASH"
+
+
+class _NodeRef:
+    """A reference to an earlier fx node, by name, in a packed graph."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+def _pack_target(target):
+    schema = getattr(target, "_schema", None)
+    if schema is not None:  # an OpOverload: not picklable, named instead
+        ns, name = schema.name.split("::")
+        return ("op", ns, name, target._overloadname)
+    return ("py", target)
+
+
+def _unpack_target(ref):
+    import torch
+    if ref[0] == "op":
+        _, ns, name, overload = ref
+        return getattr(getattr(getattr(torch.ops, ns), name), overload)
+    return ref[1]
+
+
+def _spec(val):
+    import torch
+    if isinstance(val, torch.Tensor):
+        return ("t", tuple(val.shape), tuple(val.stride()), val.dtype)
+    if isinstance(val, (list, tuple)):
+        return ("l" if isinstance(val, list) else "s", [_spec(v) for v in val])
+    return None
+
+
+def _unspec(spec, mode):
+    import torch
+    if spec is None:
+        return None
+    if spec[0] == "t":
+        with mode:
+            return torch.empty_strided(spec[1], spec[2], dtype=spec[3])
+    vals = [_unspec(s, mode) for s in spec[1]]
+    return vals if spec[0] == "l" else tuple(vals)
+
+
+def pack_fx(gm) -> list:
+    """``gm`` (``pipeline.fx_graph.to_fx``'s module) as picklable rows: the
+    op as its name, node arguments as references, ``meta["val"]`` as
+    (shape, stride, dtype) (torch.fx's own pickling drops the metadata the
+    importer needs)."""
+    import torch.fx as fx
+
+    def ref(a):
+        return _NodeRef(a.name) if isinstance(a, fx.Node) else a
+
+    return [(n.op, n.name, _pack_target(n.target) if n.op == "call_function" else n.target,
+             fx.node.map_aggregate(n.args, ref), fx.node.map_aggregate(n.kwargs, ref),
+             _spec(n.meta.get("val")))
+            for n in gm.graph.nodes]
+
+
+def unpack_fx(rows: list):
+    """The GraphModule ``pack_fx`` packed, with fake-tensor metadata."""
+    import torch
+    import torch.fx as fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    g = fx.Graph()
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    env = {}
+
+    def deref(a):
+        return env[a.name] if isinstance(a, _NodeRef) else a
+
+    for op, name, target, args, kwargs, spec in rows:
+        args, kwargs = fx.node.map_aggregate(args, deref), fx.node.map_aggregate(kwargs, deref)
+        if op == "placeholder":
+            node = g.placeholder(target)
+        elif op == "output":
+            node = g.output(args[0])
+        else:
+            node = g.create_node(op, _unpack_target(target) if op == "call_function" else target,
+                                 args, kwargs, name)
+        if spec is not None:
+            node.meta["val"] = _unspec(spec, mode)
+        env[name] = node
+    return fx.GraphModule(torch.nn.Module(), g)
+
+
+def compile_job(job: dict):
+    """Lower and compile one job; store the module in the disk cache named
+    by the job. The answer as described in the module docstring."""
+    from ..dialects.runner import PipelineError
+    from ..pipeline.compile import InPlaceHazard, compile_module, lower_graph
+    gm = unpack_fx(job["fx"])
+    target, config = job["target"], job["config"]
+    try:
+        stages = lower_graph(None, target, config, gm)
+        _test_crash()
+        compiled = compile_module(stages, target, config)
+    except InPlaceHazard as e:
+        return ("error", "hazard", str(e), (), None, (e.value, tuple(e.blamed)))
+    except PipelineError as e:
+        return ("error", "pipeline", str(e), tuple(e.unlowered),
+                str(e.repro) if e.repro else None, None)
+    except Exception:  # noqa: BLE001 - a lowering bug costs this graph only
+        return ("error", "exception", traceback.format_exc(), (), None, None)
+    if job.get("cache"):
+        store(job["cache"], compiled)
+    if not job.get("stages"):  # the texts are wanted for a dump only
+        compiled = _without_stages(compiled)
+    return ("ok", compiled)
+
+
+def store(cache, compiled) -> None:
+    """``compiled`` written to the persistent cache entry ``cache`` names."""
+    from .disk_cache import DiskCache
+    root, key, meta = cache
+    DiskCache(root).put(key, pack_entry(compiled.clobbered, compiled.passthrough,
+                                        compiled.vmfb), meta)
+
+
+def _without_stages(compiled):
+    from dataclasses import replace
+    return replace(compiled, compiled=replace(compiled.compiled, stages=()))
+
+
+def _test_crash() -> None:
+    how = os.environ.get(_CRASH_ENV)
+    if how == "segv":
+        import ctypes
+        ctypes.string_at(0)  # a real SIGSEGV, as a compiler bug gives
+    elif how == "kill":
+        import signal
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif how == "sleep":
+        import time
+        time.sleep(3600)
+
+
+def pack_entry(clobbered: tuple[int, ...], passthrough, vmfb: bytes) -> bytes:
+    """A persistent-cache entry: a JSON line (the loader's protections),
+    then the module."""
+    header = {"clobbered": list(clobbered), "passthrough": [list(p) for p in passthrough]}
+    return json.dumps(header).encode() + b"\n" + vmfb
+
+
+def unpack_entry(packed: bytes):
+    header, _, vmfb = packed.partition(b"\n")
+    header = json.loads(header)
+    passthrough = tuple(tuple(p) for p in header.get("passthrough", ()))
+    return tuple(header["clobbered"]), passthrough, vmfb
+
+
+def read_frame(f):
+    head = f.read(_LEN.size)
+    if len(head) < _LEN.size:
+        return None
+    (n,) = _LEN.unpack(head)
+    data = f.read(n)
+    if len(data) < n:
+        return None
+    return pickle.loads(data)
+
+
+def write_frame(f, obj) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    f.write(_LEN.pack(len(data)) + data)
+    f.flush()
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--repro"]:
+        with open(argv[1], "rb") as f:
+            answer = compile_job(pickle.load(f))
+        print(answer[0] if answer[0] == "ok" else answer[2])
+        return 0 if answer[0] == "ok" else 1
+    # The protocol owns the original stdout; what the compiler prints goes to stderr.
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    inp = os.fdopen(os.dup(0), "rb")
+    # The imports (seconds), before the first job: torch-mlir and IREE's compiler.
+    import iree.compiler  # noqa: F401
+    from ..dialects import torch_import  # noqa: F401
+    from ..pipeline import compile as _  # noqa: F401
+    try:
+        write_frame(out, ("ready", os.getpid()))
+        while True:
+            job = read_frame(inp)
+            if job is None:  # the parent closed the pipe: it exits
+                return 0
+            write_frame(out, compile_job(job))
+    except BrokenPipeError:  # the parent exited (or gave up on this worker)
+        return 0
+
+
+COMMAND = ("-c", "import sys; from lazy_mlir.runtime.compile_worker import main; "
+                 "sys.exit(main(sys.argv[1:]))")
+"""The worker's command line after ``python`` (not ``-m``: ``import
+lazy_mlir`` imports this module before runpy would run it as ``__main__``,
+and pickles must name the imported module's classes)."""

@@ -1,0 +1,115 @@
+"""Compile workers (runtime/compile_pool.py): a compiler crash, a killed
+worker or a compile past its time limit costs one graph, never the program.
+
+Each test starts real worker processes (python + torch + torch-mlir + IREE:
+seconds each on a loaded machine), so the file keeps to a few graphs.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import lazy_mlir as lm
+from lazy_mlir.runtime import compile_pool
+from lazy_mlir.runtime.cache import memory_cache
+
+INT8_MATMUL = textwrap.dedent("""
+    import json, torch, lazy_mlir as lm
+    torch.manual_seed(0)
+    a = torch.randint(0, 100, (16, 4)).to(torch.int8)
+    b = torch.randint(0, 100, (4, 16)).to(torch.int8)
+    r = (a.to('lazy') @ b.to('lazy')).cpu()
+    print(json.dumps({"equal": torch.equal(r, a @ b),
+                      "fallbacks": lm.metrics.counter_value("aten::mm")}))
+""")
+
+
+def _run_script(script: str, tmp_path, **env) -> subprocess.CompletedProcess:
+    e = dict(os.environ, LAZY_MLIR_CACHE_DIR=str(tmp_path / "cache"), **env)
+    return subprocess.run([sys.executable, "-c", script], env=e, capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_int8_matmul_crashes_in_process(tmp_path):
+    """The compiler bug the workers protect from is real: in process it kills
+    Python (if this starts failing, the crash tests below still use a real
+    SIGSEGV through the worker's test hook)."""
+    out = _run_script(INT8_MATMUL, tmp_path, LAZY_MLIR_COMPILE_WORKERS="0")
+    assert out.returncode == -11, out.stderr[-2000:]
+
+
+def test_int8_matmul_survives_in_a_worker(tmp_path):
+    out = _run_script(INT8_MATMUL, tmp_path, LAZY_MLIR_COMPILE_WORKERS="1")
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result == {"equal": True, "fallbacks": 1}
+    assert "compile worker died (killed by SIGSEGV)" in out.stderr
+    repro = Path(re.search(r"repro: (\S+)/job.pkl", out.stderr).group(1))
+    assert "--repro" in (repro / "command.sh").read_text()
+    assert (repro / "job.pkl").exists()
+
+
+@pytest.fixture
+def workers(monkeypatch, tmp_path):
+    """A fresh pool of one worker, compiles waited for. (Not LAZY_MLIR_DUMP_DIR
+    for the repros: it turns on the process's dumper for good.)"""
+    monkeypatch.setenv("LAZY_MLIR_COMPILE_WORKERS", "1")
+    monkeypatch.setenv("LAZY_MLIR_COMPILE", "wait")
+    monkeypatch.setenv("LAZY_MLIR_CACHE", "0")
+    compile_pool.reset()
+    memory_cache.clear()  # each test compiles its graphs
+    lm.metrics.reset()
+    yield
+    compile_pool.reset()
+
+
+def _graph(x: torch.Tensor, k: float) -> torch.Tensor:
+    return ((x.to("lazy") * k).tanh() + 1).cpu()
+
+
+@pytest.mark.parametrize("how", ["segv", "kill"])
+def test_a_worker_dying_mid_compile_costs_one_graph(workers, monkeypatch, how, caplog):
+    x = torch.randn(6, 5)
+    monkeypatch.setenv("LAZY_MLIR_TEST_WORKER_CRASH", how)
+    with caplog.at_level(logging.WARNING, logger="lazy_mlir"):
+        assert torch.allclose(_graph(x, 3.0), (x * 3.0).tanh() + 1, atol=1e-6)
+    assert lm.metrics.counter_value("aten::tanh") == 1  # ran eagerly, counted
+    signal = {"segv": "SIGSEGV", "kill": "SIGKILL"}[how]
+    assert f"compile worker died (killed by {signal})" in caplog.text
+    assert "command.sh" in caplog.text
+    monkeypatch.delenv("LAZY_MLIR_TEST_WORKER_CRASH")
+    y = torch.randn(7, 5)  # another graph: a new worker compiles it
+    out = (y.to("lazy").sigmoid() * 2).cpu()
+    assert torch.allclose(out, y.sigmoid() * 2, atol=1e-6)
+    assert lm.metrics.counter_value("aten::sigmoid") == 0
+    assert lm.metrics.counter_value("UncachedCompile") == 2
+
+
+def test_a_compile_past_its_time_limit_runs_eagerly(workers, monkeypatch, caplog):
+    monkeypatch.setenv("LAZY_MLIR_TEST_WORKER_CRASH", "sleep")
+    monkeypatch.setenv("LAZY_MLIR_COMPILE_TIMEOUT", "3")
+    x = torch.randn(4, 3)
+    with caplog.at_level(logging.WARNING, logger="lazy_mlir"):
+        assert torch.allclose(_graph(x, -2.0), (x * -2.0).tanh() + 1, atol=1e-6)
+    assert "took more than 3 s (LAZY_MLIR_COMPILE_TIMEOUT)" in caplog.text
+    assert lm.metrics.counter_value("aten::tanh") == 1
+
+
+def test_no_workers_compile_in_process_with_one_warning(workers, monkeypatch, caplog):
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python")
+    x = torch.randn(3, 3)
+    with caplog.at_level(logging.WARNING, logger="lazy_mlir"):
+        assert torch.allclose(_graph(x, 5.0), (x * 5.0).tanh() + 1, atol=1e-6)
+        assert torch.allclose((x.to("lazy") - 1).exp().cpu(), (x - 1).exp(), atol=1e-6)
+    assert caplog.text.count("compile workers cannot start") == 1
+    assert lm.metrics.counter_value("aten::tanh") == 0  # compiled, in this process
+    assert lm.metrics.counter_value("UncachedCompile") == 2
