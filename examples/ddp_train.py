@@ -1,10 +1,12 @@
 """Data-parallel training on the lazy device: the seeds' CNN on the digits.
 
-Run: torchrun --nproc-per-node 2 examples/ddp_train.py [--steps 20] [--step-fn]
+Run: torchrun --nproc-per-node 2 examples/ddp_train.py [--steps 20] [--step-fn] [--lm-ddp]
 
-Each rank trains on its own half of every global batch; ``lm.distributed.ddp``
-averages the gradients across the ranks at the end of every backward (one
-gloo all-reduce per 25 MB bucket), so the ranks keep identical weights.
+Each rank trains on its own half of every global batch under
+``torch.nn.parallel.DistributedDataParallel`` on the lazy device (its reducer
+averages the gradients with gloo all-reduces), so the ranks keep identical
+weights. ``--lm-ddp`` uses lazy-mlir's lighter wrapper ``lm.distributed.ddp``
+instead (one bucketed all-reduce at the end of every backward).
 ``--step-fn`` runs the same step through ``lm.compile_train_step``.
 """
 from __future__ import annotations
@@ -25,6 +27,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--global-batch", type=int, default=64)
     ap.add_argument("--lr", type=float, default=0.01)
+    ap.add_argument("--lm-ddp", action="store_true", help="use lm.distributed.ddp")
     ap.add_argument("--step-fn", action="store_true", help="use lm.compile_train_step")
     args = ap.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
@@ -34,8 +37,11 @@ def main() -> None:
         raise SystemExit(f"--global-batch {args.global_batch} must divide by {world} ranks")
     local = args.global_batch // world
 
-    torch.manual_seed(rank)  # different initial weights: ddp() broadcasts rank 0's
-    model = lm.distributed.ddp(MnistCNN().to("lazy"))
+    torch.manual_seed(rank)  # different initial weights: both wrappers broadcast rank 0's
+    if args.lm_ddp:
+        model = lm.distributed.ddp(MnistCNN().to("lazy"))
+    else:
+        model = torch.nn.parallel.DistributedDataParallel(MnistCNN().to("lazy"))
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     x_train, y_train, x_test, y_test = digits()
     step = lm.compile_train_step(model, F.nll_loss, optimizer) if args.step_fn else None
@@ -49,7 +55,7 @@ def main() -> None:
         else:
             optimizer.zero_grad(set_to_none=True)
             loss = F.nll_loss(model(x), y)
-            loss.backward()  # ends with the bucketed all-reduce of the gradients
+            loss.backward()  # the gradients' bucketed all-reduces
             optimizer.step()
             lm.mark_step()
         if i % 5 == 0 or i == args.steps - 1:

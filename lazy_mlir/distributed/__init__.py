@@ -12,13 +12,16 @@ with its own share of the batch::
         optimizer.step()
         lm.mark_step()
 
-``ddp`` plays the part of ``torch.nn.parallel.DistributedDataParallel``, which
-does not run on the lazy device: its C++ reducer hands its buckets to a C++
-process-group backend for the tensors' device type, and gloo takes only CPU
-tensors (see the issue's closing note). ``ddp``'s wrapper averages the
-gradients once per backward, in buckets of ``bucket_mb`` (one all-reduce per
-bucket, all in flight at once): a step is two compiled graphs, the forward
-and backward up to the all-reduce, and the optimizer after it.
+``torch.nn.parallel.DistributedDataParallel(model.to("lazy"))`` itself works
+too, with ``gradient_as_bucket_view`` True or False: its C++ reducer's
+``allreduce_``/``broadcast_`` reach this package's collectives through
+``torch.ops.c10d`` and its bucket views are ordinary lazy views (tested against
+eager on the whole batch: SGD with momentum and Adam). Its reducer cuts the
+graph at every bucket that becomes ready during backward. ``ddp`` is the
+lighter wrapper: it averages the gradients once per backward, in buckets of
+``bucket_mb`` (one all-reduce per bucket, all in flight at once): a step is
+two compiled graphs, the forward and backward up to the all-reduce, and the
+optimizer after it.
 ``reduce_gradients(optimizer_or_params)`` does the same by hand, in
 PyTorch/XLA's style (call it between ``backward()`` and ``optimizer.step()``).
 

@@ -2,7 +2,9 @@
 
 ``python ddp_worker.py RANK WORLD PORT MODE OUT``; MODE is "train" (SGD with
 momentum and Adam, synchronised; SGD with the synchronisation off; the
-synchronised SGD through lm.compile_train_step), "raise" (rank 1
+synchronised SGD through lm.compile_train_step), "torch_ddp" (the same
+training through torch.nn.parallel.DistributedDataParallel itself, with
+``gradient_as_bucket_view`` on and off), "raise" (rank 1
 raises at its third step), or "nccl" (one all-reduce on an NCCL group).
 Writes its results to OUT (torch.save).
 """
@@ -54,7 +56,18 @@ def eager_reference(opt_name: str) -> list[torch.Tensor]:
     return [p.detach().clone() for p in model.parameters()]
 
 
-def _train(lm, opt_name: str, sync: bool, step_fn: bool = False, fail_at: int | None = None):
+def _wrap(lm, model: nn.Module, wrapper: str) -> nn.Module:
+    """``model`` (on the lazy device) under lm.distributed.ddp, or under
+    torch's own DistributedDataParallel ("torch_view": gradients are views
+    of the reducer's buckets; "torch_copy": copied into them)."""
+    if wrapper == "lm":
+        return lm.distributed.ddp(model, bucket_mb=0.01)  # several buckets
+    return nn.parallel.DistributedDataParallel(
+        model, gradient_as_bucket_view=wrapper == "torch_view")
+
+
+def _train(lm, opt_name: str, sync: bool, step_fn: bool = False, fail_at: int | None = None,
+           wrapper: str = "lm"):
     rank, world = dist.get_rank(), dist.get_world_size()
     local = GLOBAL_BATCH // world
     torch.manual_seed(100 + rank)  # ranks start apart: ddp() must broadcast rank 0's weights
@@ -63,7 +76,7 @@ def _train(lm, opt_name: str, sync: bool, step_fn: bool = False, fail_at: int | 
         with torch.no_grad():
             for p in model.parameters():
                 p.add_(torch.randn_like(p))
-    model = lm.distributed.ddp(model.to("lazy"), bucket_mb=0.01)  # several buckets
+    model = _wrap(lm, model.to("lazy"), wrapper)
     opt = optimizer_for(opt_name, model.parameters())
     step = lm.compile_train_step(model, F.nll_loss, opt) if step_fn else None
     compiles = []
@@ -127,6 +140,10 @@ def main() -> None:
         results["step"] = _train(lm, "sgd", sync=True, step_fn=True)
         results["plain_steps"] = lm.metrics.counter_value("TrainStepPlain")
         results["refused"] = lm.metrics.counter_value("TrainStepRefused")
+    elif mode == "torch_ddp":
+        for opt_name, wrapper in (("sgd", "torch_view"), ("sgd", "torch_copy"),
+                                  ("adam", "torch_view")):
+            results[f"{opt_name}-{wrapper}"] = _train(lm, opt_name, sync=True, wrapper=wrapper)
     elif mode == "nccl":  # the NCCL group through the same functions (needs two GPUs)
         x = (torch.arange(4.0) + rank).to("lazy") * 2
         lm.distributed.all_reduce_([x], "avg")
