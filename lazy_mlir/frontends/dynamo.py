@@ -32,6 +32,7 @@ import logging
 
 import torch
 
+from .. import metrics
 from ..config import PipelineConfig, current_config
 from ..targets import Target, get_target
 
@@ -76,6 +77,7 @@ def lazy_mlir_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | 
     if mode not in (None, "default"):
         log.info("lazy_mlir backend: mode=%r has no meaning here; ignored", mode)
     target, config = _options(options)
+    metrics.counter_inc("DynamoGraph")  # one per graph Dynamo hands over (a compile or recompile)
     compiler = functools.partial(compile_aot_graph, target=target, config=config)
     # No decompositions here: lower() applies the lazy device's table.
     # keep_inference_input_mutations=False: buffer updates come back as
