@@ -82,8 +82,14 @@ def lazy_mlir_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | 
     # No decompositions here: lower() applies the lazy device's table.
     # keep_inference_input_mutations=False: buffer updates come back as
     # outputs (functional graphs), aot_autograd writes them into the buffers.
-    return aot_autograd(fw_compiler=compiler, bw_compiler=compiler,
-                        keep_inference_input_mutations=False)(gm, example_inputs)
+    aot = aot_autograd(fw_compiler=compiler, bw_compiler=compiler,
+                       keep_inference_input_mutations=False)
+    # Attention as its math (matmuls, softmax), forward and backward, as on
+    # the lazy device: CPU tracing would pick the flash kernel, whose
+    # backward torch-mlir cannot lower. aot_autograd traces both graphs here.
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    with sdpa_kernel([SDPBackend.MATH]):
+        return aot(gm, example_inputs)
 
 
 lazy_mlir_backend.__name__ = BACKEND_NAME
