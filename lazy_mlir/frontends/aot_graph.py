@@ -147,13 +147,15 @@ def graph_key(gm: fx.GraphModule, inputs) -> str:
     h.update(gm.code.encode())
     h.update(repr([(d[0], d[1], str(d[2])) if d[0] == "t" else (d[0], repr(d[1]))
                    for d in inputs]).encode())
-    for node in gm.graph.nodes:
-        if node.op == "get_attr":
-            value = getattr(gm, node.target)
-            if isinstance(value, torch.Tensor):
-                t = value.detach().contiguous().cpu()
-                h.update(f"{node.target}:{t.dtype}{list(t.shape)}".encode())
-                h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    from torch.utils._python_dispatch import _disable_current_modes
+    with _disable_current_modes():  # aot_autograd calls its compilers under a fake mode
+        for node in gm.graph.nodes:
+            if node.op == "get_attr":
+                value = getattr(gm, node.target)
+                if isinstance(value, torch.Tensor):
+                    t = value.detach().contiguous().cpu()
+                    h.update(f"{node.target}:{t.dtype}{list(t.shape)}".encode())
+                    h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return h.hexdigest()
 
 
