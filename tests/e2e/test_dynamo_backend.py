@@ -270,3 +270,25 @@ CI_MODEL = "transformer"
                                                pytest.mark.slow) for n in MODEL_NAMES])
 def test_real_model_trains_like_eager(name):
     _train_real(real_model(name, "tiny"))
+
+
+def test_vulkan_target_trains_like_eager():
+    """``options={"target": "vulkan"}`` (lavapipe in CI); skipped without a device."""
+    import iree.runtime as rt
+    from lazy_mlir.runtime.session import DeviceUnavailableError, session_for
+    from lazy_mlir.targets import get_target
+    if "vulkan" not in rt.query_available_drivers():
+        pytest.skip("the IREE runtime has no vulkan driver")
+    try:
+        session_for(get_target("vulkan"))
+    except DeviceUnavailableError as e:
+        pytest.skip(f"no Vulkan device: {e}")
+    torch.manual_seed(0)
+    eager = nn.Sequential(nn.Linear(12, 8), nn.ReLU(), nn.Linear(8, 3))
+    model = copy.deepcopy(eager)
+    compiled = torch.compile(model, backend="lazy_mlir", options={"target": "vulkan"})
+    x, y = torch.randn(4, 12), torch.tensor([0, 1, 2, 1])
+    for m in (eager, compiled):
+        F.cross_entropy(m(x), y).backward()
+    for a, b in zip(eager.parameters(), model.parameters()):
+        torch.testing.assert_close(b.grad, a.grad, **TOL)
