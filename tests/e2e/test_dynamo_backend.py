@@ -53,6 +53,7 @@ def _train_both(make, steps, batches, *, fullgraph=True, opt=None, check=None, w
     opt = opt or (lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9))
     eopt, copt = opt(eager.parameters()), opt(model.parameters())
     compiled = torch.compile(model, backend="lazy_mlir", fullgraph=fullgraph)
+    eager_graphs = _count("DynamoEagerGraph")
     for i in range(steps):
         x, y = batches(i)
         with torch._dynamo.config.patch(error_on_recompile=i >= warmup):
@@ -66,6 +67,7 @@ def _train_both(make, steps, batches, *, fullgraph=True, opt=None, check=None, w
             torch.testing.assert_close(loss.detach(), want, **TOL, msg=f"loss at step {i}")
         if check:
             check(eager, model)
+    assert _count("DynamoEagerGraph") == eager_graphs  # every graph compiled
     return eager, model
 
 
@@ -130,7 +132,7 @@ def test_compiled_optimizer_step_matches_eager():
     make = lambda ps: torch.optim.Adam(ps, lr=1e-2)  # noqa: E731
     eopt, copt = make(eager.parameters()), make(model.parameters())
     step = torch.compile(copt.step, backend="lazy_mlir")
-    before = _count("DynamoGraph")
+    before, eager_before = _count("DynamoGraph"), _count("DynamoEagerGraph")
     x, y = torch.randn(6, 16), torch.randn(6, 4)
     for _ in range(4):
         for m, o, s in ((eager, eopt, eopt.step), (model, copt, step)):
@@ -138,6 +140,7 @@ def test_compiled_optimizer_step_matches_eager():
             F.mse_loss(m(x), y).backward()
             s()
     assert _count("DynamoGraph") > before  # the update went through the backend
+    assert _count("DynamoEagerGraph") == eager_before  # compiled (prims.fma included)
     _assert_same_state(eager, model)
     for a, b in zip(eopt.state.values(), copt.state.values()):
         torch.testing.assert_close(b["exp_avg_sq"], a["exp_avg_sq"], **TOL)
@@ -246,6 +249,7 @@ def _train_real(rm, steps=10, warmup=2):
     model = copy.deepcopy(eager)
     eopt, copt = rm.optimizer(eager), rm.optimizer(model)
     compiled = torch.compile(model, backend="lazy_mlir", fullgraph=rm.name not in GRAPH_BREAKS)
+    eager_graphs = _count("DynamoEagerGraph")
     for i in range(steps):
         batch = rm.batch(i)
         with torch._dynamo.config.patch(error_on_recompile=i >= warmup):
@@ -258,6 +262,7 @@ def _train_real(rm, steps=10, warmup=2):
                 losses.append(loss.detach())
         torch.testing.assert_close(losses[1], losses[0], rtol=1e-4, atol=1e-4,
                                    msg=f"{rm.id} loss at step {i}")
+    assert _count("DynamoEagerGraph") == eager_graphs  # every graph compiled
     # AdamW turns rounding-sized gradient differences into steps of up to lr.
     for (name, a), b in zip(eager.state_dict().items(), model.state_dict().values()):
         torch.testing.assert_close(b, a, rtol=1e-3, atol=5e-4, msg=f"{rm.id} {name}")
