@@ -292,8 +292,21 @@ def tensor_module(gm: fx.GraphModule, inputs):
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     with mode:
         fakes = [torch.empty(d[1], dtype=d[2]) for d in inputs if d[0] == "t"]
-        module = make_fx(run)(*fakes)
+        module = make_fx(run, decomposition_table=_inductor_prims())(*fakes)
     return module, layout
+
+
+def _inductor_prims() -> dict:
+    """Decompositions of the ops inductor defines for itself
+    (``torch/_inductor/inductor_prims.py``) that Dynamo's graphs of
+    torch.optim updates carry (``prims.fma`` in lerp) and torch-mlir lacks.
+    Not in ``ops/``'s registry: the op exists only once inductor's module
+    is imported, which lazy-mlir does not do."""
+    try:
+        fma = torch.ops.prims.fma.default
+    except AttributeError:
+        return {}
+    return {fma: lambda a, b, c: a * b + c}  # rounded twice, as IREE would anyway
 
 
 def _concrete(v):

@@ -79,13 +79,6 @@ def _pow_special(x, y, mag):
                            one, out)
 
 
-@register_decomposition(torch.ops.prims.fma.default, scope=IMPORT)
-def fma_as_mul_add(a, b, c):
-    """``prims.fma`` (in the graphs Dynamo makes of torch.optim's updates:
-    lerp) has no torch-mlir lowering: ``a * b + c``, rounded twice."""
-    return a * b + c
-
-
 @register_decomposition(aten.pow.Tensor_Tensor, scope=IMPORT)
 def pow_tensor_tensor(x, y):
     dtype = torch.result_type(x, y)
