@@ -67,7 +67,6 @@ def _is_symbolic(v) -> bool:
 def compile_aot_graph(gm: fx.GraphModule, example_inputs, *, target: Target,
                       config: PipelineConfig):
     """The boxed callable that runs ``gm`` compiled for ``target``."""
-    from torch._functorch.aot_autograd import make_boxed_func  # noqa: F401 (the convention)
     vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
     if any(_is_symbolic(v) for v in vals):
         runner = _Specializing(gm, target, config)
@@ -126,7 +125,7 @@ class _Specialized:
         args.clear()
         arrays = [session.to_device(h) for h in hosts]
         outs = iter(self.entry(*arrays))
-        ranges = _memory_ranges(hosts) if session.zero_copy else None
+        ranges = _imported_ranges(arrays) if session.zero_copy else None
         results = []
         for kind, value in self.outputs:
             if kind != "t":
@@ -134,7 +133,7 @@ class _Specialized:
                 continue
             out = session.to_host(next(outs), value)
             if ranges is not None and _inside(ranges, out):
-                out = out.clone()  # an argument returned: never hand out its memory
+                out = out.clone()  # an argument's memory: the caller may outlive it
             results.append(out)
         return results
 
@@ -175,9 +174,17 @@ class _Eager:
         return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
-def _memory_ranges(hosts):
-    ranges = sorted((h.data_ptr(), h.data_ptr() + h.untyped_storage().nbytes())
-                    for h in hosts if h.numel())
+def _imported_ranges(arrays):
+    """(starts, ends) of the host memory the device arrays were imported
+    from (``Session._import``): a result read from inside one would share
+    memory that the array, not the result, keeps alive."""
+    ranges = []
+    for a in arrays:
+        host = getattr(a, "_lazy_mlir_host", None)
+        if host is not None and host[1].nbytes:
+            start = host[1].ctypes.data
+            ranges.append((start, start + host[1].nbytes))
+    ranges.sort()
     return [r[0] for r in ranges], [r[1] for r in ranges]
 
 
