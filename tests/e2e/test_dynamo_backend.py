@@ -95,6 +95,7 @@ def test_lenet5_trains_like_eager_and_a_smaller_last_batch_recompiles_once():
     torch.testing.assert_close(compiled(x), eager(x), **TOL)
 
 
+@pytest.mark.slow  # its 9216x128 layer makes a slow cold compile; LeNet-5 covers convs in CI
 def test_mnist_cnn_trains_like_eager():
     eager, model = _train_both(lambda: (torch.manual_seed(0), MnistCNN(dropout=False))[1], 10,
                                _digits(4), check=_assert_same_state)
