@@ -19,9 +19,11 @@ import traceback
 from dataclasses import dataclass, field
 
 RESULT_TAG = "@@RESULT@@"
-BACKENDS = ("eager", "compile", "ts_lazy", "lazy_mlir", "lazy_mlir_step")
+BACKENDS = ("eager", "compile", "ts_lazy", "lazy_mlir", "lazy_mlir_step", "lazy_mlir_compile")
 """``lazy_mlir_step``: the same step through ``lm.compile_train_step`` (replayed
-as one compiled graph once it repeats; plain lazy steps when it cannot)."""
+as one compiled graph once it repeats; plain lazy steps when it cannot).
+``lazy_mlir_compile``: the step through ``torch.compile(step, backend="lazy_mlir")``
+on CPU tensors, as the ``compile`` row does with inductor."""
 MODELS = ("cnn", "lenet", "mlp")
 CONV_MODELS = ("same", "depthwise")
 """Optional rows (``--models same,depthwise``), batch 32 on 1x28x28 inputs:
@@ -147,6 +149,10 @@ def _setup_backend(backend: str):
     import torch
     if backend in ("eager", "compile"):
         return "cpu", lambda: None
+    if backend == "lazy_mlir_compile":
+        from lazy_mlir.frontends import dynamo
+        dynamo.register()  # a checkout not reinstalled lacks the entry point
+        return "cpu", lambda: None
     if backend == "ts_lazy":
         import torch._lazy
         import torch._lazy.ts_backend
@@ -167,10 +173,13 @@ def _fallback_note(fb: dict[str, int], show: int = 4) -> str:
 
 def _backend_notes(backend: str) -> list[str]:
     notes = []
-    if backend in ("lazy_mlir", "lazy_mlir_step"):
+    if backend in ("lazy_mlir", "lazy_mlir_step", "lazy_mlir_compile"):
         import lazy_mlir as lm
         m = lm.metrics
         notes.append(f"compiles={m.counter_value('UncachedCompile')}")
+        if backend == "lazy_mlir_compile":
+            notes.append(f"dynamo graphs={m.counter_value('DynamoGraph')}, "
+                         f"eager graphs={m.counter_value('DynamoEagerGraph')}")
         if backend == "lazy_mlir_step":
             notes.append(f"replayed={m.counter_value('TrainStepReplayed')}, "
                          f"plain={m.counter_value('TrainStepPlain')}")
@@ -224,6 +233,8 @@ def run_worker(backend: str, model_name: str, batch: int, steps: int, warmup: in
             return loss
 
         fn = torch.compile(step) if backend == "compile" else step
+        if backend == "lazy_mlir_compile":
+            fn = torch.compile(step, backend="lazy_mlir")
         if backend == "lazy_mlir_step":
             import lazy_mlir as lm
             fn = lm.compile_train_step(model, loss_fn, opt)

@@ -2,7 +2,8 @@
 
     python benchmarks/train_step.py [--steps N] [--warmup W] [--models cnn,lenet,mlp]
     python benchmarks/train_step.py --models same,depthwise   # other convolution shapes
-        [--backends eager,compile,ts_lazy,lazy_mlir] [--out FILE.md] [--quick]
+        [--backends eager,compile,ts_lazy,lazy_mlir,lazy_mlir_step,lazy_mlir_compile]
+        [--out FILE.md] [--quick]
 
 Each (model, backend) pair runs in a fresh subprocess (``--_worker``): the
 TorchScript lazy backend and lazy-mlir both own the ``lazy`` device and cannot

@@ -3,6 +3,11 @@
 ``import lazy_mlir as lm`` makes the ``lazy`` device usable::
 
     model.to("lazy"); ...; lm.mark_step()
+
+It also points ``torch._lazy.mark_step / wait_device_ops / metrics.*`` at
+lazy-mlir (``frontends/torch_lazy.py``; ``LAZY_MLIR_TORCH_LAZY_API=0``
+leaves them alone), and ``torch.compile(m, backend="lazy_mlir")`` reaches the
+same compiler (``frontends/dynamo.py``, registered by an entry point).
 """
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ from . import distributed  # lm.distributed.init(), ddp(model), reduce_gradients
 from . import metrics
 from .config import PipelineConfig, set_config
 from .export import export_train_step
-from .frontends import debug
+from .frontends import debug, torch_lazy as _torch_lazy
 from .frontends.jit import jit
 from .frontends.train_step import compile_train_step
 from .lazy.coverage import check_coverage
@@ -19,6 +24,8 @@ from .lazy.device import lazy_device, register as _register
 from .lazy.sync import mark_step, set_target, wait_device_ops
 
 _register()
+if _torch_lazy.requested():
+    _torch_lazy.install()
 
 __all__ = ["lazy_device", "mark_step", "wait_device_ops", "metrics", "debug", "set_target",
            "jit", "export", "distributed", "check_coverage", "export_train_step",

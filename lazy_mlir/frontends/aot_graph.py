@@ -1,0 +1,405 @@
+"""One aot_autograd graph (forward, backward or inference) compiled by lazy-mlir.
+
+``compile_aot_graph(gm, example_inputs, target=..., config=...)`` is the
+``fw_compiler``/``bw_compiler`` of the Dynamo backend (``dynamo.py``). It
+returns a boxed callable (``_boxed_call``: it takes the argument list and
+clears it).
+
+- **Key**: the graph's code, its inputs' shapes and dtypes, its non-tensor
+  inputs' values and the bytes of its constant tensors, hashed with sha256;
+  with the target and config it keys the lazy device's in-memory cache
+  (``runtime.cache.memory_cache``) and, through ``make_key`` (tool versions,
+  lowering sources, host CPU), the persistent one: a second process with the
+  same model loads the modules and compiles nothing.
+- **Compile**: the graph is traced once more with fake tensors into a module
+  of tensors only (non-tensor inputs folded in as constants, ``None`` and
+  non-tensor results kept aside), then ``pipeline.stages.lower`` for the
+  target and ``pipeline.compile.compile_module``, as ``mark_step`` and
+  ``lm.jit`` compile, and loaded by ``runtime.module_cache.load_module``.
+- **Failure**: a graph that fails to lower or compile runs eagerly (the
+  aot graph itself, on the CPU), counted per call as ``DynamoEagerGraph`` and
+  ``aten::<op>`` for the ops blamed; the error and its repro (the fx graph,
+  or the MLIR of the failing pass) are logged once.
+- **Symbolic sizes** (``dynamic=True``, Dynamo's automatic dynamic shapes):
+  the graph is specialized to each call's sizes, one module per signature.
+- **Transfers**: on the cpu target inputs are imported without copies and
+  results read through DLPack (``runtime.session``); a result that would
+  share memory with an input is copied, so callers may write to it.
+"""
+from __future__ import annotations
+
+import bisect
+import hashlib
+import logging
+import time
+import weakref
+
+import torch
+import torch.fx as fx
+
+from .. import metrics
+from ..config import PipelineConfig
+from ..targets import Target
+
+log = logging.getLogger("lazy_mlir")
+
+
+class _Spec:
+    """What ``Session.to_host`` needs of a result: its shape and dtype."""
+
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape, dtype):
+        self.shape = tuple(shape)
+        self.dtype = dtype
+
+    def signature(self) -> str:
+        return f"{str(self.dtype)[6:]}{list(self.shape)}"
+
+
+def _is_symbolic(v) -> bool:
+    if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return True
+    if isinstance(v, torch.Tensor):
+        return any(isinstance(s, torch.SymInt) for s in (*v.shape, *v.stride()))
+    return False
+
+
+def compile_aot_graph(gm: fx.GraphModule, example_inputs, *, target: Target,
+                      config: PipelineConfig):
+    """The boxed callable that runs ``gm`` compiled for ``target``."""
+    vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+    if any(_is_symbolic(v) for v in vals):
+        runner = _Specializing(gm, target, config)
+    else:
+        runner = _Specialized(gm, [_describe_input(v) for v in vals], target, config)
+    runner._boxed_call = True
+    return runner
+
+
+def _describe_input(v):
+    """('t', shape, dtype) for a tensor input, ('c', value) for another."""
+    if isinstance(v, torch.Tensor):
+        return ("t", tuple(int(s) for s in v.shape), v.dtype)
+    return ("c", v)
+
+
+class _Specializing:
+    """A graph with symbolic sizes: one ``_Specialized`` per call signature."""
+
+    def __init__(self, gm, target, config):
+        self.gm, self.target, self.config = gm, target, config
+        self.by_signature: dict[tuple, _Specialized] = {}
+
+    def __call__(self, args):
+        inputs = [_describe_input(a) for a in args]
+        sig = tuple((d[0], d[1], str(d[2])) if d[0] == "t" else d for d in inputs)
+        runner = self.by_signature.get(sig)
+        if runner is None:
+            metrics.counter_inc("DynamoSpecialize")
+            runner = self.by_signature[sig] = _Specialized(self.gm, inputs, self.target,
+                                                           self.config)
+        return runner(args)
+
+
+class _Specialized:
+    """``gm`` for one input signature: a loaded module, or eager."""
+
+    def __init__(self, gm, inputs, target: Target, config: PipelineConfig):
+        self.gm = gm
+        self.inputs = inputs
+        self.tensor_pos = [i for i, d in enumerate(inputs) if d[0] == "t"]
+        self.target = target
+        self.config = config
+        self.key = graph_key(gm, inputs)
+        self.entry, self.outputs = _module_for(self)
+        self.session = None
+        # Per tensor input: (weakref to the tensor, its data_ptr, the device
+        # array imported from its memory). The parameters come back as the same
+        # tensors each step; their memory is imported, not copied, so the
+        # array made at the last call still reads their current contents.
+        self._imports: list = [None] * len(self.tensor_pos)
+        if not isinstance(self.entry, _Eager):
+            from ..runtime.session import session_for
+            self.session = session_for(target)
+
+    def __call__(self, args):
+        if isinstance(self.entry, _Eager):
+            return self.entry(args)
+        session = self.session
+        hosts = [args[i] for i in self.tensor_pos]
+        args.clear()
+        arrays = [self._to_device(j, h) for j, h in enumerate(hosts)]
+        outs = iter(self.entry(*arrays))
+        ranges = _imported_ranges(arrays) if session.zero_copy else None
+        results = []
+        for kind, value in self.outputs:
+            if kind != "t":
+                results.append(value)
+                continue
+            out = session.to_host(next(outs), value)
+            if ranges is not None and _inside(ranges, out):
+                out = out.clone()  # an argument's memory: the caller may outlive it
+            results.append(out)
+        return results
+
+
+    def _to_device(self, j: int, host: torch.Tensor):
+        """The device array of input ``j``: the one imported at an earlier
+        call when ``host`` is the same tensor over the same memory."""
+        seen = self._imports[j]
+        if seen is not None and seen[0]() is host and seen[1] == host.data_ptr():
+            return seen[2]
+        array = self.session.to_device(host)
+        imported = getattr(array, "_lazy_mlir_host", None)
+        if imported is not None and imported[1].ctypes.data == host.data_ptr():
+            self._imports[j] = (weakref.ref(host), host.data_ptr(), array)
+        else:  # copied (not contiguous, converted): a copy goes stale
+            self._imports[j] = None
+        return array
+
+
+def graph_key(gm: fx.GraphModule, inputs) -> str:
+    """A sha256 of what the module compiled from ``gm`` depends on: its code,
+    its inputs' shapes and dtypes (non-tensor inputs by value) and the
+    contents of its constant tensors."""
+    h = hashlib.sha256(b"dynamo-aot:1\n")
+    h.update(gm.code.encode())
+    h.update(repr([(d[0], d[1], str(d[2])) if d[0] == "t" else (d[0], repr(d[1]))
+                   for d in inputs]).encode())
+    from torch.utils._python_dispatch import _disable_current_modes
+    with _disable_current_modes():  # aot_autograd calls its compilers under a fake mode
+        for node in gm.graph.nodes:
+            if node.op == "get_attr":
+                value = getattr(gm, node.target)
+                if isinstance(value, torch.Tensor):
+                    t = value.detach().contiguous().cpu()
+                    h.update(f"{node.target}:{t.dtype}{list(t.shape)}".encode())
+                    h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+class _Eager:
+    """A graph that did not compile: run ``gm`` on the host, counted."""
+
+    def __init__(self, gm, ops):
+        self.gm = gm
+        self.ops = ops
+
+    def __call__(self, args):
+        metrics.counter_inc("DynamoEagerGraph")
+        for op in self.ops:
+            metrics.counter_inc(f"aten::{op}")
+        out = self.gm(*args)
+        args.clear()
+        return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def _imported_ranges(arrays):
+    """(starts, ends) of the host memory the device arrays were imported
+    from (``Session._import``): a result read from inside one would share
+    memory that the array, not the result, keeps alive."""
+    ranges = []
+    for a in arrays:
+        host = getattr(a, "_lazy_mlir_host", None)
+        if host is not None and host[1].nbytes:
+            start = host[1].ctypes.data
+            ranges.append((start, start + host[1].nbytes))
+    ranges.sort()
+    return [r[0] for r in ranges], [r[1] for r in ranges]
+
+
+def _inside(ranges, out: torch.Tensor) -> bool:
+    starts, ends = ranges
+    i = bisect.bisect_right(starts, out.data_ptr()) - 1
+    return i >= 0 and out.data_ptr() < ends[i]
+
+
+# -- compile ------------------------------------------------------------------
+
+def _module_for(spec: _Specialized):
+    """(loaded module or ``_Eager``, output layout) for ``spec``, from the
+    memory cache, the disk cache, or a compile."""
+    from ..runtime.cache import memory_cache
+    key = (("dynamo", spec.key), spec.target.cache_key, spec.config.key)
+    hit = memory_cache.get(key)
+    if hit is not None:
+        metrics.counter_inc("CachedCompile")
+        return hit
+    from ..pipeline.dump import active_dumper
+    from ..runtime.disk_cache import default_cache, make_key
+    from ..runtime.session import session_for
+    from ..runtime.module_cache import _pack, _unpack
+    dumper = active_dumper()
+    disk = default_cache() if dumper is None else None  # a dump wants every graph compiled
+    disk_key = make_key("dynamo:" + spec.key, spec.target.cache_key, spec.config.key)
+    packed = disk.get(disk_key) if disk else None
+    if packed is not None:
+        layout, _, packed = packed.partition(b"\n")
+        clobbered, passthrough, vmfb = _unpack(packed)
+        entry = (session_for(spec.target).load(vmfb, clobbered, passthrough),
+                 _layout_from_json(layout))
+    else:
+        metrics.counter_inc("UncachedCompile")
+        entry = _compile(spec, dumper, disk_key)
+        if disk and not isinstance(entry[0], _Eager):
+            disk.put(disk_key, _layout_to_json(entry[1]) + b"\n"
+                     + _pack(entry[2].clobbered, entry[2].passthrough, entry[2].vmfb),
+                     {"graph": "dynamo:" + spec.key, "target": spec.target.name,
+                      "ops": _op_count(spec.gm), "config": spec.config.key})
+        entry = entry[:2]
+    memory_cache.put(key, entry)
+    return entry
+
+
+def _compile(spec: _Specialized, dumper, disk_key: str):
+    """(loaded module, layout, CompiledGraph), or (``_Eager``, None, None)."""
+    from ..dialects.runner import PipelineError
+    from ..pipeline.compile import compile_module
+    from ..pipeline.stages import lower
+    t0 = time.perf_counter()
+    module_gm = layout = None
+    try:
+        module_gm, layout = tensor_module(spec.gm, spec.inputs)
+        stages = lower(module_gm, spec.config, spec.target.name)
+        compiled = compile_module(stages, spec.target, spec.config)
+    except Exception as e:  # the graph runs eagerly: say why once, with a repro
+        blamed = list(getattr(e, "unlowered", ()) or ())
+        repro = getattr(e, "repro", None) or _write_fx_repro(spec.gm, e)
+        log.warning("lazy-mlir (torch.compile backend): graph %s failed to compile for %s: "
+                    "%s\n  repro: %s\n  it runs eagerly on the CPU", spec.key[:12],
+                    spec.target.name, _first_line(e), repro)
+        if not isinstance(e, PipelineError):
+            log.debug("lazy-mlir: compile error", exc_info=True)
+        ops = sorted({o.split(".")[0] for o in blamed}) or _op_names(spec.gm)
+        return _Eager(spec.gm, ops), None, None
+    finally:
+        metrics.add_sample("CompileTime", time.perf_counter() - t0)
+    entry = _load(compiled, spec)
+    if isinstance(entry, _Eager):
+        return entry, None, None
+    if dumper is not None:
+        dumper.dump(_DumpView(spec, module_gm, layout), compiled.compiled, spec.config, disk_key)
+    return entry, layout, compiled
+
+
+def _load(compiled, spec: _Specialized):
+    """``compiled`` loaded on the target's session with its protections
+    (as ``runtime.module_cache.load_module``); ``_Eager`` when IREE cannot
+    load it (a dispatch over the runtime's 32 buffers)."""
+    from ..runtime.session import session_for
+    try:
+        return session_for(spec.target).load(compiled.vmfb, compiled.clobbered,
+                                             compiled.passthrough)
+    except (IndexError, RuntimeError, ValueError) as e:
+        if "binding count" not in str(e):
+            raise
+        log.warning("lazy-mlir (torch.compile backend): IREE cannot load graph %s (a "
+                    "dispatch reads more buffers than the runtime allows); it runs eagerly",
+                    spec.key[:12])
+        return _Eager(spec.gm, _op_names(spec.gm))
+
+
+def tensor_module(gm: fx.GraphModule, inputs):
+    """``gm`` traced again (fake tensors) as a module of its tensor inputs
+    only, returning its tensor results only; and the layout of ``gm``'s
+    results: ('t', spec) for a tensor, ('c', value) for anything else."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+    layout: list = []
+
+    def run(*tensors):
+        it = iter(tensors)
+        args = [next(it) if d[0] == "t" else d[1] for d in inputs]
+        outs = gm(*args)
+        outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+        layout[:] = [("t", _Spec(o.shape, o.dtype)) if isinstance(o, torch.Tensor)
+                     else ("c", _concrete(o)) for o in outs]
+        return tuple(o for o in outs if isinstance(o, torch.Tensor))
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    with mode:
+        fakes = [torch.empty(d[1], dtype=d[2]) for d in inputs if d[0] == "t"]
+        module = make_fx(run, decomposition_table=_inductor_prims())(*fakes)
+    return module, layout
+
+
+def _inductor_prims() -> dict:
+    """Decompositions of the ops inductor defines for itself
+    (``torch/_inductor/inductor_prims.py``) that Dynamo's graphs of
+    torch.optim updates carry (``prims.fma`` in lerp) and torch-mlir lacks.
+    Not in ``ops/``'s registry: the op exists only once inductor's module
+    is imported, which lazy-mlir does not do."""
+    try:
+        fma = torch.ops.prims.fma.default
+    except AttributeError:
+        return {}
+    return {fma: lambda a, b, c: a * b + c}  # rounded twice, as IREE would anyway
+
+
+def _concrete(v):
+    if isinstance(v, torch.SymInt):
+        return int(v)
+    if isinstance(v, torch.SymFloat):
+        return float(v)
+    return v
+
+
+def _layout_to_json(layout) -> bytes:
+    import json
+    return json.dumps([["t", list(v.shape), str(v.dtype)[6:]] if k == "t" else ["c", v]
+                       for k, v in layout]).encode()
+
+
+def _layout_from_json(text: bytes):
+    import json
+    return [("t", _Spec(v[1], getattr(torch, v[2]))) if v[0] == "t" else ("c", v[1])
+            for v in json.loads(text)]
+
+
+def _op_names(gm) -> list[str]:
+    return sorted({getattr(n.target, "__name__", str(n.target)).split(".")[0]
+                   for n in gm.graph.nodes if n.op == "call_function"
+                   and isinstance(n.target, torch._ops.OpOverload)})
+
+
+def _op_count(gm) -> int:
+    return sum(1 for n in gm.graph.nodes if n.op == "call_function")
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _write_fx_repro(gm: fx.GraphModule, e: Exception):
+    """A repro directory for an error outside the MLIR pipelines: the graph."""
+    from ..dialects.runner import write_repro
+    try:
+        return write_repro(gm.print_readable(print_output=False),
+                           "# the aot_autograd fx graph that failed (fx.txt saved as fx.mlir)",
+                           f"{type(e).__name__}: {e}", "fx")
+    except OSError:
+        return None
+
+
+class _DumpView:
+    """What ``Dumper.dump`` and ``load_module`` read of a graph: key, nodes,
+    inputs and outputs with specs."""
+
+    def __init__(self, spec: _Specialized, module_gm, layout):
+        self.key = "dynamo:" + spec.key
+        self.gm = module_gm
+        self.nodes = [_NodeView() for n in module_gm.graph.nodes if n.op == "call_function"]
+        self.inputs = [_DataView(_Spec(d[1], d[2])) for d in spec.inputs if d[0] == "t"]
+        self.outputs = [_DataView(v) for k, v in layout if k == "t"]
+
+
+class _NodeView:
+    location = None
+    op = None
+
+
+class _DataView:
+    def __init__(self, spec):
+        self.spec = spec
