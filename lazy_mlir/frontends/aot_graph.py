@@ -229,14 +229,14 @@ def _module_for(spec: _Specialized):
     from ..pipeline.dump import active_dumper
     from ..runtime.disk_cache import default_cache, make_key
     from ..runtime.session import session_for
-    from ..runtime.module_cache import _pack, _unpack
+    from ..runtime.compile_worker import pack_entry, unpack_entry
     dumper = active_dumper()
     disk = default_cache() if dumper is None else None  # a dump wants every graph compiled
     disk_key = make_key("dynamo:" + spec.key, spec.target.cache_key, spec.config.key)
     packed = disk.get(disk_key) if disk else None
     if packed is not None:
         layout, _, packed = packed.partition(b"\n")
-        clobbered, passthrough, vmfb = _unpack(packed)
+        clobbered, passthrough, vmfb = unpack_entry(packed)
         entry = (session_for(spec.target).load(vmfb, clobbered, passthrough),
                  _layout_from_json(layout))
     else:
@@ -244,7 +244,7 @@ def _module_for(spec: _Specialized):
         entry = _compile(spec, dumper, disk_key)
         if disk and not isinstance(entry[0], _Eager):
             disk.put(disk_key, _layout_to_json(entry[1]) + b"\n"
-                     + _pack(entry[2].clobbered, entry[2].passthrough, entry[2].vmfb),
+                     + pack_entry(entry[2].clobbered, entry[2].passthrough, entry[2].vmfb),
                      {"graph": "dynamo:" + spec.key, "target": spec.target.name,
                       "ops": _op_count(spec.gm), "config": spec.config.key})
         entry = entry[:2]
