@@ -367,16 +367,26 @@ def parse_sm(text: str) -> int:
     return int(m.group(1)) * 10 + int(m.group(2)) if m.group(2) else int(m.group(1))
 
 
+def _known_sm(sm: int) -> int:
+    """``sm`` if iree-compile describes it, else the newest SM it knows below
+    it (sm_90 -> sm_89); SMs below every known one are passed through."""
+    if sm in CUDA_KNOWN_SMS or sm < CUDA_KNOWN_SMS[0]:
+        return sm
+    return [k for k in CUDA_KNOWN_SMS if k <= sm][-1]
+
+
 def _cuda(sm: str | None = None) -> Target:
     requested = sm or os.environ.get("LAZY_MLIR_CUDA_SM", "").strip() or None
     if requested:
-        value = parse_sm(requested)
-        device = f"requested sm_{value}" if sm else f"LAZY_MLIR_CUDA_SM=sm_{value}"
+        asked = parse_sm(requested)
+        value = _known_sm(asked)
+        device = f"requested sm_{asked}" if sm else f"LAZY_MLIR_CUDA_SM=sm_{asked}"
+        if value != asked:  # sm_90: IREE 3.13 has no description; its PTX runs on sm_89's
+            device += f" (PTX for sm_{value}, compiled further by the driver)"
     else:
         sms = cuda_device_sms()
         if sms:
-            known = [k for k in CUDA_KNOWN_SMS if k <= sms[0]]
-            value = known[-1] if known else CUDA_KNOWN_SMS[0]
+            value = _known_sm(sms[0])
             device = f"CUDA device 0 (sm_{sms[0]})"
         else:
             value, device = CUDA_DEFAULT_SM, f"no CUDA device; default sm_{CUDA_DEFAULT_SM}"
