@@ -278,6 +278,19 @@ matmul. (``--iree-global-opt-use-im2col-for-convs`` is no alternative: on
 IREE 3.13 it computes that weight gradient wrongly from batch 4 on.)"""
 
 
+VULKAN_I64_DEMOTION = "--iree-input-demote-i64-to-i32"
+"""int64 as int32 on Vulkan devices (``passes.int64_range`` says why, and
+refuses graphs whose int64 values may not fit; ``runtime.session`` checks
+int64 data moved to the device). ``LAZY_MLIR_VULKAN_INT64=1`` keeps int64
+(graphs with 64-bit integer vectors then fail to compile and run eagerly)."""
+
+
+def narrows_int64(target_name: str) -> bool:
+    """Whether ``target_name``'s modules hold int64 tensors as int32."""
+    return target_name == "vulkan" and os.environ.get(
+        "LAZY_MLIR_VULKAN_INT64", "").strip().lower() not in ("1", "true", "yes", "on")
+
+
 def _vulkan(arch: str | None = None) -> Target:
     env = os.environ.get("LAZY_MLIR_VULKAN_TARGET", "").strip()
     if arch:
@@ -290,8 +303,18 @@ def _vulkan(arch: str | None = None) -> Target:
     if features:
         flags = tuple(f for f in flags if not f.startswith("--iree-vulkan-target-features="))
         flags += (f"--iree-vulkan-target-features={features}",)
+    if narrows_int64("vulkan"):
+        flags += (VULKAN_I64_DEMOTION,)
     return Target("vulkan", "vulkan-spirv", "vulkan", flags + (VULKAN_CONV_LAYOUT,),
                   device=device)
+
+
+F32_STATISTICS_TARGETS = frozenset({"vulkan", "cuda"})
+"""Targets whose ``var`` / ``std`` of float32 (and narrower) tensors are
+computed in float32 (``passes.variance_f32``), not in torch-mlir's float64:
+GPUs have little or no float64, and on Vulkan the float64 reductions exceed
+the workgroup memory limit. The cpu target keeps float64 accumulation, as
+eager ATen does."""
 
 
 # -- cuda ------------------------------------------------------------------
@@ -344,16 +367,26 @@ def parse_sm(text: str) -> int:
     return int(m.group(1)) * 10 + int(m.group(2)) if m.group(2) else int(m.group(1))
 
 
+def _known_sm(sm: int) -> int:
+    """``sm`` if iree-compile describes it, else the newest SM it knows below
+    it (sm_90 -> sm_89); SMs below every known one are passed through."""
+    if sm in CUDA_KNOWN_SMS or sm < CUDA_KNOWN_SMS[0]:
+        return sm
+    return [k for k in CUDA_KNOWN_SMS if k <= sm][-1]
+
+
 def _cuda(sm: str | None = None) -> Target:
     requested = sm or os.environ.get("LAZY_MLIR_CUDA_SM", "").strip() or None
     if requested:
-        value = parse_sm(requested)
-        device = f"requested sm_{value}" if sm else f"LAZY_MLIR_CUDA_SM=sm_{value}"
+        asked = parse_sm(requested)
+        value = _known_sm(asked)
+        device = f"requested sm_{asked}" if sm else f"LAZY_MLIR_CUDA_SM=sm_{asked}"
+        if value != asked:  # sm_90: IREE 3.13 has no description; its PTX runs on sm_89's
+            device += f" (PTX for sm_{value}, compiled further by the driver)"
     else:
         sms = cuda_device_sms()
         if sms:
-            known = [k for k in CUDA_KNOWN_SMS if k <= sms[0]]
-            value = known[-1] if known else CUDA_KNOWN_SMS[0]
+            value = _known_sm(sms[0])
             device = f"CUDA device 0 (sm_{sms[0]})"
         else:
             value, device = CUDA_DEFAULT_SM, f"no CUDA device; default sm_{CUDA_DEFAULT_SM}"

@@ -17,7 +17,7 @@ from ..passes import pipelines
 from ..dialects.runner import PipelineError, run_pipeline, write_repro
 from ..config import PipelineConfig
 from .contractions import largest_matmul
-from ..targets import LARGE_MATMUL_MACS, Target
+from ..targets import F32_STATISTICS_TARGETS, LARGE_MATMUL_MACS, Target, narrows_int64
 
 log = logging.getLogger("lazy_mlir")
 
@@ -76,11 +76,16 @@ def lower(gm: fx.GraphModule, config: PipelineConfig,
         from ..passes.conv_matmul import decompositions
         from ..passes.pool_elementwise import DECOMPOSITIONS as pool
         extra = {**decompositions(direct=direct, split_k=target == "cpu"), **pool}
+    conv_rewrites = bool(extra)
+    if target in F32_STATISTICS_TARGETS:  # no float64 var/std in float32 graphs
+        from ..passes.variance_f32 import DECOMPOSITIONS as f32_statistics
+        extra = {**extra, **f32_statistics}
+        made_by.append("variance_f32")
     if config.decompositions or extra:
         gm = decompose(gm, extra, base=config.decompositions)
         if config.decompositions:
             made_by.append("torch-mlir decomposition table")
-        if extra:
+        if conv_rewrites:
             from ..passes.channels_last_pointwise import channels_last_pointwise
             gm = channels_last_pointwise(gm)
             made_by.append("conv_matmul + pool_elementwise + channels_last_pointwise")
@@ -89,6 +94,13 @@ def lower(gm: fx.GraphModule, config: PipelineConfig,
         from ..passes.mixed_precision import bf16_mixed_precision
         gm = bf16_mixed_precision(gm)
         made_by.append("bf16_mixed_precision")
+    if target is not None and narrows_int64(target):
+        from ..passes.int64_range import int64_overflow_reason
+        why = int64_overflow_reason(gm)
+        if why:
+            raise PipelineError(f"lazy-mlir: the {target} target holds int64 as int32, and {why}"
+                                " (LAZY_MLIR_VULKAN_INT64=1 keeps 64 bits)", None)
+        made_by.append("int64_range")
     fx_stage = Stage("fx", gm.print_readable(print_output=False),
                      Provenance(" + ".join(made_by), time.perf_counter() - t0))
     torch_stage = _timed("torch", "torch-mlir FxImporter", lambda: str(import_fx(gm)))

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from .. import metrics
-from ..targets import Target, configure_cpu_threads, driver_devices
+from ..targets import VULKAN_I64_DEMOTION, Target, configure_cpu_threads, driver_devices
 from .host_memory import keep_freed_memory
 
 log = logging.getLogger("lazy_mlir")
@@ -129,6 +129,8 @@ class Session:
         _by_device.setdefault(id(self.device), self)
         # IREE demotes float64 to float32 (arguments included) unless told not to.
         self.demotes_f64 = "--iree-input-demote-f64-to-f32=false" not in target.flags
+        # int64 as int32 (targets.VULKAN_I64_DEMOTION): data moved in is checked.
+        self.demotes_i64 = VULKAN_I64_DEMOTION in target.flags
         _quiet_shutdown()
 
     def load(self, vmfb: bytes, clobbered: tuple[int, ...] = (),
@@ -148,6 +150,8 @@ class Session:
         host = host.detach().contiguous()
         if self.demotes_f64 and host.dtype in _DEMOTED:
             host = host.to(_DEMOTED[host.dtype])
+        if self.demotes_i64 and host.dtype == torch.int64:
+            host = _int64_as_int32(host, self.target.name)
         if host.dtype == torch.bfloat16:  # numpy has no bfloat16: go through ml_dtypes
             import ml_dtypes
             arr = host.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
@@ -301,6 +305,26 @@ class Session:
         new_view = rt.HalBufferView(dst, list(view.shape), view.element_type)
         return rt.DeviceArray(self.device, new_view, implicit_host_transfer=True,
                               override_dtype=array.dtype)
+
+
+INT64_ON_DEVICE = 2 ** 30 - 1
+"""The largest magnitude of int64 data on a device that holds int64 as
+int32 (``passes.int64_range.ARGUMENT``)."""
+
+
+def _int64_as_int32(host: torch.Tensor, target: str) -> torch.Tensor:
+    """``host`` as int32 for a device that holds int64 as int32; raises,
+    saying what to do, for a value that does not fit (never wraps it)."""
+    if host.numel():
+        lo, hi = int(host.min()), int(host.max())
+        if lo < -INT64_ON_DEVICE or hi > INT64_ON_DEVICE:
+            raise OverflowError(
+                f"lazy-mlir: an int64 tensor holds {lo if lo < -INT64_ON_DEVICE else hi}, "
+                f"outside +-(2**30 - 1), where the {target} target keeps int64 data (it "
+                "computes int64 in 32 bits: passes/int64_range.py); run "
+                "this part on the cpu target (lazy_mlir.set_target('cpu')), or set "
+                "LAZY_MLIR_VULKAN_INT64=1 to keep 64-bit integers on Vulkan")
+    return host.to(torch.int32)
 
 
 @functools.lru_cache(maxsize=None)

@@ -4,8 +4,11 @@
 parser. The handler prints, with rich: the versions of Python, torch,
 torch-mlir, the IREE compiler and runtime and lazy-mlir; every IREE runtime
 driver with its devices (or why it has none); the compile targets with their
-flags and whether they can run here; the compiled-module cache location.
-It only reports: it returns 0 whatever it finds.
+flags and whether they can run here; per target, whether a probe graph
+(a matmul, a softmax, a bool mask, an int64 index) compiles, runs and matches
+the cpu target (``probe``; cuda and others without a device: compiles only);
+the compiled-module cache location. It only reports: it returns 0 whatever
+it finds (``--no-probe`` skips the probe compiles).
 """
 from __future__ import annotations
 
@@ -19,8 +22,50 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add ``doctor`` to ``subparsers`` (from ``add_subparsers``); returns its parser."""
     p = subparsers.add_parser(
         "doctor", help="versions, IREE drivers and devices, compile targets, cache location")
+    p.add_argument("--no-probe", action="store_true",
+                   help="skip compiling and running the probe graph on each target")
     p.set_defaults(func=run)
     return p
+
+
+def _probe_fn(x, w, ids):
+    y = (x @ w).softmax(-1)
+    return y, y > 0.2, x[ids].sum(0)
+
+
+def _probe_args():
+    import torch
+    g = torch.Generator().manual_seed(0)
+    return (torch.randn(5, 7, generator=g), torch.randn(7, 3, generator=g),
+            torch.tensor([4, 0, 2, 2]))
+
+
+def probe(name: str, runs: bool) -> tuple[str, str]:
+    """(status, detail) of the probe graph on target ``name``: status is
+    "ok" (compiled, ran, matched the cpu target within 1e-4), "compiles"
+    (compiled; no device to run it), "wrong" or "fails"."""
+    import torch
+    from ..frontends.jit import jit
+    from ..pipeline.stages import compile_stages
+    from ..targets import get_target
+    args = _probe_args()
+    try:
+        lowered = jit(_probe_fn).lower(*args, target=name)
+        if not runs:
+            target = get_target(name)
+            compiled = compile_stages((lowered.stage("linalg", target),), target,
+                                      lowered.config)
+            return "compiles", f"{len(compiled.vmfb):,} bytes; no device to run it"
+        want = jit(_probe_fn).lower(*args, target="cpu").compile()(*args)
+        got = lowered.compile()(*args)
+    except Exception as e:  # report, never raise
+        return "fails", " ".join(str(e).split())[:300]
+    for g, w in zip(got, want):
+        if g.dtype != w.dtype or g.shape != w.shape or not torch.allclose(
+                g.float(), w.float(), atol=1e-4, rtol=1e-4):
+            return "wrong", f"differs from the cpu target: {g.flatten()[:4].tolist()} vs " \
+                            f"{w.flatten()[:4].tolist()}"
+    return "ok", "compiled, ran, matches the cpu target"
 
 
 def versions() -> dict[str, str]:
@@ -84,6 +129,8 @@ def run(args: argparse.Namespace) -> int:
     console.print(t)
 
     console.print(_targets_table(usable))
+    if not getattr(args, "no_probe", False):
+        console.print(_probe_table(usable))
 
     from ..runtime.disk_cache import cache_enabled, default_cache_dir
     t = Table(title="compiled-module cache", show_header=False)
@@ -117,6 +164,25 @@ def _targets_table(usable: set[str]):
                           for f in target.flags)
         t.add_row(name, f"{target.backend} / {target.driver}", runs,
                   f"{target.device}\n{flags}")
+    return t
+
+
+def _probe_table(usable: set[str]):
+    from rich.table import Table
+    from ..targets import TARGETS
+    t = Table(title="probe graph per target (matmul, softmax, bool mask, int64 index)")
+    t.add_column("target", style="bold", no_wrap=True)
+    t.add_column("result", no_wrap=True)
+    t.add_column("detail", overflow="fold")
+    colour = {"ok": "green", "compiles": "yellow", "wrong": "red", "fails": "red"}
+    for name in TARGETS:
+        try:
+            runs = TARGETS[name].driver in usable
+        except Exception as e:
+            t.add_row(name, "[red]fails[/red]", str(e))
+            continue
+        status, detail = probe(name, runs)
+        t.add_row(name, f"[{colour[status]}]{status}[/{colour[status]}]", detail)
     return t
 
 

@@ -70,13 +70,13 @@ def test_cuda_sm_override_and_default(monkeypatch):
 def test_vulkan_override(monkeypatch):
     monkeypatch.setenv("LAZY_MLIR_VULKAN_TARGET", "rdna3")
     t = get_target("vulkan")
-    assert t.flags == ("--iree-vulkan-target=rdna3", T.VULKAN_CONV_LAYOUT)
+    assert t.flags == ("--iree-vulkan-target=rdna3", T.VULKAN_I64_DEMOTION, T.VULKAN_CONV_LAYOUT)
     assert "LAZY_MLIR_VULKAN_TARGET" in t.device
     assert get_target("vulkan:valhall").flags[0] == "--iree-vulkan-target=valhall"
     monkeypatch.setenv("LAZY_MLIR_VULKAN_FEATURES", "spirv:v1.3,cap:Shader")
     assert get_target("vulkan").flags == ("--iree-vulkan-target=rdna3",
                                           "--iree-vulkan-target-features=spirv:v1.3,cap:Shader",
-                                          T.VULKAN_CONV_LAYOUT)
+                                          T.VULKAN_I64_DEMOTION, T.VULKAN_CONV_LAYOUT)
 
 
 def test_vulkan_detection(monkeypatch):
@@ -92,7 +92,8 @@ def test_vulkan_detection(monkeypatch):
             T._detected_vulkan.cache_clear()
 
     none = detect(((), "no driver"))
-    assert none.flags == (f"--iree-vulkan-target={T.VULKAN_BASELINE}", T.VULKAN_CONV_LAYOUT)
+    assert none.flags == (f"--iree-vulkan-target={T.VULKAN_BASELINE}", T.VULKAN_I64_DEMOTION,
+                          T.VULKAN_CONV_LAYOUT)
     assert "no Vulkan device" in none.device
     lvp = detect((({"name": "llvmpipe (LLVM 15.0.6, 256 bits)"},), ""))
     assert lvp.flags[0] == f"--iree-vulkan-target={T.VULKAN_BASELINE}"
@@ -100,10 +101,10 @@ def test_vulkan_detection(monkeypatch):
     assert "--iree-input-demote-f64-to-f32=false" in lvp.flags
     monkeypatch.setattr(T, "_checked_vulkan_target", lambda arch: True)
     amd = detect((({"name": "AMD Radeon RX 7900 XTX (RADV NAVI31)"},), ""))
-    assert amd.flags[:-1] == ("--iree-vulkan-target=rdna3",)
+    assert amd.flags[:-2] == ("--iree-vulkan-target=rdna3",)
     monkeypatch.setattr(T, "_checked_vulkan_target", lambda arch: False)
     amd = detect((({"name": "AMD Radeon RX 7900 XTX (RADV NAVI31)"},), ""))
-    assert amd.flags[:-1] == (f"--iree-vulkan-target={T.VULKAN_BASELINE}",)
+    assert amd.flags[:-2] == (f"--iree-vulkan-target={T.VULKAN_BASELINE}",)
 
 
 @pytest.mark.parametrize("name, sm, arch", [
