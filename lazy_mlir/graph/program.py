@@ -58,7 +58,9 @@ class Graph:
                         # One update per node (the same bytes as one per
                         # part), node inputs without a call to ``ref``.
                         parts = [node.key]
-                        for v in node.inputs:
+                        for v in node.flat:
+                            if type(v) is not Value:
+                                continue
                             if v.data is None:
                                 parts.append(b"n%d.%d;" % (order[id(v.node)], v.index))
                             else:
@@ -68,8 +70,8 @@ class Graph:
                         nodes.append(node)
                         continue
                     stack.append((node, True))
-                    for v in reversed(node.inputs):
-                        if v.data is None and id(v.node) not in order:
+                    for v in reversed(node.flat):
+                        if type(v) is Value and v.data is None and id(v.node) not in order:
                             stack.append((v.node, False))
 
         walk(roots)

@@ -90,32 +90,22 @@ def emit_flat(func, flat: list, tree: tuple):
     key = _plan_key(op_info(func), flat, tree)
     plan = _emit_plans.get(key) if key is not None else None
     if plan is not None:
-        inputs = [v for v in flat if type(v) is Value]
         where = debug.user_location() if debug.tracking_locations() else None
-        outs = make_node(func, flat, tree, inputs, plan.specs, "", where, plan.key)
+        outs = make_node(func, flat, tree, plan.specs, "", where, plan.key)
         return outs, plan.out_flat, plan.out_tree
-    inputs, placeholders = _placeholders(flat)
-    out_flat, out_tree = shapes.infer(func, placeholders, tree)
+    out_flat, out_tree = shapes.infer(func, _placeholders(flat), tree)
     _store_plan(_emit_plans, key, func, flat, tree, out_flat, out_tree)
-    return _node(func, flat, tree, inputs, out_flat), out_flat, out_tree
+    return _node(func, flat, tree, out_flat), out_flat, out_tree
 
 
-def _placeholders(flat: list):
-    """(the Values of ``flat``, ``flat`` with Values as shape placeholders)."""
-    inputs = []
-    placeholders = []
-    for a in flat:
-        if type(a) is Value:
-            inputs.append(a)
-            placeholders.append(shapes.Placeholder(a.spec))
-        else:
-            placeholders.append(a)
-    return inputs, placeholders
+def _placeholders(flat: list) -> list:
+    """``flat`` with Values as shape placeholders."""
+    return [shapes.Placeholder(a.spec) if type(a) is Value else a for a in flat]
 
 
-def _node(func, flat, tree, inputs, out_flat) -> list[Value]:
+def _node(func, flat, tree, out_flat) -> list[Value]:
     specs = [o if type(o) is TensorSpec else None for o in out_flat]
-    return make_node(func, flat, tree, inputs, specs, _const_repr(flat, tree),
+    return make_node(func, flat, tree, specs, _const_repr(flat, tree),
                      debug.user_location() if debug.tracking_locations() else None)
 
 
@@ -203,9 +193,8 @@ def _store_plan(table, key, func, flat, tree, out_flat, out_tree) -> None:
 
 
 def _run_plan(plan: _Plan, info: OpInfo, func, vals, tree, bare=False):
-    inputs = [v for v in vals if type(v) is Value]
     where = debug.user_location() if debug.tracking_locations() else None
-    outs = make_node(func, vals, tree, inputs, plan.specs, "", where, plan.key)
+    outs = make_node(func, vals, tree, plan.specs, "", where, plan.key)
     metrics.counter_inc(info.counter)
     if plan.single:
         return outs[0] if bare else wrap_value(outs[0])

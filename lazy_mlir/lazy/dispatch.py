@@ -91,9 +91,8 @@ def record(func, args, kwargs, bare=False):
     if _support.decomposed_before_import(func):
         if decompose.import_decomposition_reads_values(func, vals, tree):
             return run_eagerly(func, args, kwargs, why="its decomposition reads tensor values")
-    inputs, placeholders = _placeholders(vals)
     try:
-        out_flat, out_tree = shapes.infer(func, placeholders, tree)
+        out_flat, out_tree = shapes.infer(func, _placeholders(vals), tree)
     except _NO_STATIC_SHAPE as e:  # nonzero, masked_select, unique_consecutive, ...
         return run_eagerly(func, args, kwargs,
                            why=f"output shape depends on the data ({type(e).__name__})")
@@ -103,8 +102,7 @@ def record(func, args, kwargs, bare=False):
     _store_plan(_plans, key, func, vals, tree, out_flat, out_tree)
     if info.bounds:
         vals = _guarded(func, vals, tree)
-        inputs = [v for v in vals if type(v) is Value]
-    outs = _node(func, vals, tree, inputs, out_flat)
+    outs = _node(func, vals, tree, out_flat)
     metrics.counter_inc(info.counter)
     if len(out_flat) == 1 and out_tree is None:
         return wrap_value(outs[0])

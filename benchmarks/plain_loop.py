@@ -1,0 +1,132 @@
+"""Host cost of the plain training loop (device + ``mark_step``) on the
+real-model suite, per recorded op, on repeated (cache-hit) steps.
+
+    python benchmarks/plain_loop.py [--models gpt2,bert,...] [--size tiny]
+        [--steps N] [--warmup N] [--profile N] [--no-eager]
+
+For each model of ``lazy_mlir.tools.real_models`` runs the README's loop
+(``zero_grad(set_to_none=True)``, ``rm.loss(model, batch)``, ``backward``,
+``opt.step()``, ``lm.mark_step()``) until every graph is cached, then times
+``--steps`` more, one phase at a time: capture (the step's Python, every aten
+op recorded), ``mark_step`` (graph build, key, cache lookup, launch) and
+``loss.item()`` (waits for the run, reads the loss back). Rows: recorded ops
+per step (``lazy::`` counters), capture and mark_step in microseconds per op
+(wall), their sum in the capturing thread's CPU time (``time.thread_time``,
+which a loaded machine inflates less; its mean too, where Python's full
+garbage collections show, one step in 10-20 paying 0.15-0.2 s),
+the whole step (capture + mark_step + item) and, in the same process, the
+same loop in eager PyTorch on the CPU, interleaved step by step with the lazy
+one so that a burst of load hits both. Medians, with the minimum after a
+slash. ``--profile N`` prints cProfile's N most expensive functions (own
+time) over the lazy steps of each model instead of timing.
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import statistics
+import time
+
+import torch
+
+import lazy_mlir as lm
+from lazy_mlir.tools.real_models import MODEL_NAMES, real_model
+
+
+def _ops() -> int:
+    return sum(lm.metrics.counter_value(n) for n in lm.metrics.counter_names()
+               if n.startswith("lazy::"))
+
+
+def _loop(rm, device):
+    model = rm.make().to(device)
+    opt = rm.optimizer(model)
+    batches = [rm.batch(i, device) for i in range(2)]  # moved once: the loop's own cost
+    state = {"i": 0}
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = rm.loss(model, batches[state["i"] % 2])
+        state["i"] += 1
+        loss.backward()
+        opt.step()
+        return loss
+    return step
+
+
+def measure(name: str, size: str, steps: int, warmup: int, profile: int, eager: bool):
+    rm = real_model(name, size)
+    lazy_step = _loop(rm, "lazy")
+    eager_step = _loop(rm, "cpu") if eager else None
+    for _ in range(warmup):  # compile, then settle
+        loss = lazy_step()
+        lm.mark_step()
+        loss.item()
+        if eager_step:
+            eager_step().item()
+    lm.metrics.reset()
+    compiles = lm.metrics.counter_value("UncachedCompile")
+    cap, sync, read, whole, ref, cpu = [], [], [], [], [], []
+    prof = cProfile.Profile() if profile else None
+    for _ in range(steps):
+        if prof:
+            prof.enable()
+        c0, t0 = time.thread_time(), time.perf_counter()
+        loss = lazy_step()
+        t1 = time.perf_counter()
+        lm.mark_step()
+        t2 = time.perf_counter()
+        cpu.append(time.thread_time() - c0)
+        loss.item()
+        t3 = time.perf_counter()
+        if prof:
+            prof.disable()
+        cap.append(t1 - t0)
+        sync.append(t2 - t1)
+        read.append(t3 - t2)
+        whole.append(t3 - t0)
+        if eager_step:
+            e0 = time.perf_counter()
+            eager_step().item()
+            ref.append(time.perf_counter() - e0)
+    lm.wait_device_ops()
+    ops = _ops() / steps
+    fallbacks = sum(lm.metrics.counter_value(n) for n in lm.metrics.counter_names()
+                    if n.startswith("aten::"))
+    recompiled = lm.metrics.counter_value("UncachedCompile") - compiles
+    if prof:
+        print(f"== {name}-{size}: {ops:.0f} ops/step")
+        pstats.Stats(prof).sort_stats("tottime").print_stats(profile)
+    med = statistics.median
+
+    def pair(xs, scale=1e6, per=1.0):
+        return f"{med(xs) * scale / per:.1f} / {min(xs) * scale / per:.1f}"
+
+    ratio = f"{med(whole) / med(ref):.2f}x" if ref else "-"
+    eager_ms = pair(ref, 1e3) if ref else "-"
+    return (f"| {name}-{size} | {ops:.0f} | {pair(cap, per=ops)} | {pair(sync, per=ops)} | "
+            f"{pair(cpu, per=ops)} / mean {statistics.mean(cpu) * 1e6 / ops:.1f} | "
+            f"{pair(read, 1e3)} | "
+            f"{pair(whole, 1e3)} | {eager_ms} | {ratio} | {fallbacks} | {recompiled} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=",".join(MODEL_NAMES))
+    ap.add_argument("--size", default="tiny")
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--profile", type=int, default=0, metavar="N")
+    ap.add_argument("--no-eager", action="store_true")
+    a = ap.parse_args()
+    rows = [measure(m.strip(), a.size, a.steps, a.warmup, a.profile, not a.no_eager)
+            for m in a.models.split(",")]
+    print("| model | ops/step | capture us/op | mark_step us/op | capture+mark_step thread CPU us/op "
+          "| item ms | lazy step ms | eager step ms | lazy/eager | fallbacks | recompiles |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()
