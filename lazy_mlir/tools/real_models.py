@@ -101,10 +101,7 @@ def _gpt2(d):
     from transformers import GPT2Config, GPT2LMHeadModel
     return GPT2LMHeadModel(GPT2Config(
         vocab_size=VOCAB, n_positions=d["seq"], n_embd=d["hidden"], n_layer=d["layers"],
-        n_head=d["heads"], bos_token_id=0, eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-        # training needs no key/value cache (its concatenations are wasted ops,
-        # and PyTorch's TorchScript lazy backend fails on them)
-        use_cache=False))
+        n_head=d["heads"], bos_token_id=0, eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
 
 
 def _bert(d):
