@@ -11,6 +11,21 @@ returns ``step``; ``step(*inputs, target)`` does what this does::
     optimizer.step()
     return loss.detach()
 
+The batch may also come as keyword inputs, and the model may compute its own
+loss (``loss_fn`` left out: ``compile_train_step(model, optimizer)``):
+
+- ``step(*inputs, target)``: ``loss_fn(model(*inputs), target)``, as above;
+- ``step(**batch)`` or ``step(batch_dict)`` with a ``loss_fn``:
+  ``loss_fn(model(**rest), batch[target_key])``: the ``target_key`` entry
+  (``"labels"``) is the target, the rest are the model's keyword inputs;
+- without a ``loss_fn``, ``step(*inputs, **batch)`` or ``step(batch_dict)``:
+  the loss is what ``model(*inputs, **batch)`` returns: a tensor, or
+  ``output.loss`` (``transformers`` models given ``labels``), or
+  ``output["loss"]``.
+
+Inputs that are not tensors (``return_dict=True``) are passed as given and
+are part of the guard below (a new value records again).
+
 The first calls run exactly that on the lazy device, each as one graph whose
 leading inputs are the state (parameters, buffers, optimizer state) and the
 batch. Once two consecutive calls record the same graph with the same
@@ -22,7 +37,8 @@ the loss) to the same tensor objects. ``model.parameters()``,
 Guarantees:
 
 - A replay happens only under the conditions of its recording: the same
-  batch shapes and dtypes, the same state tensor objects, the same
+  batch structure (positional count, keyword names, non-tensor values), shapes
+  and dtypes, the same state tensor objects, the same
   hyperparameters and non-tensor optimizer state (a learning-rate scheduler's
   change records again, once), the same ``train()``/``eval()`` modes (of
   the modules the model had when the step was made), grad
@@ -53,6 +69,7 @@ Counters: ``TrainStepRecorded``, ``TrainStepReplayed``, ``TrainStepPlain``,
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 import torch
 
@@ -69,14 +86,72 @@ log = logging.getLogger("lazy_mlir")
 _HASHABLE = (int, float, bool, str, type(None), tuple, frozenset)
 
 
-def compile_train_step(model, loss_fn, optimizer) -> "CompiledTrainStep":
-    """``step(*inputs, target)``: one training step, replayed as one compiled
-    graph once it repeats (see the module docstring)."""
+def compile_train_step(model, loss_fn=None, optimizer=None, *,
+                       target_key: str = "labels") -> "CompiledTrainStep":
+    """``step``: one training step, replayed as one compiled graph once it
+    repeats (see the module docstring for the call forms).
+
+    ``compile_train_step(model, loss_fn, optimizer)``, or
+    ``compile_train_step(model, optimizer)`` for a model that returns its own
+    loss. ``target_key``: with a keyword batch and a ``loss_fn``, the entry
+    given to ``loss_fn`` as the target instead of to the model."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError("lm.compile_train_step takes an nn.Module")
+    if optimizer is None and isinstance(loss_fn, torch.optim.Optimizer):
+        loss_fn, optimizer = None, loss_fn  # compile_train_step(model, optimizer)
     if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError("lm.compile_train_step takes a torch.optim.Optimizer")
-    return CompiledTrainStep(model, loss_fn, optimizer)
+        raise TypeError("lm.compile_train_step takes a torch.optim.Optimizer: "
+                        "compile_train_step(model, loss_fn, optimizer), or "
+                        "compile_train_step(model, optimizer) for a model that returns its loss")
+    if loss_fn is not None and not callable(loss_fn):
+        raise TypeError(f"lm.compile_train_step: loss_fn must be callable (or None for a model "
+                        f"that returns its loss), not {type(loss_fn).__name__}")
+    return CompiledTrainStep(model, loss_fn, optimizer, target_key)
+
+
+class _Call:
+    """One call's batch: the positional and keyword inputs (tensors on the
+    lazy device), the tensors in order, and the structure the guard keeps."""
+
+    __slots__ = ("args", "kwargs", "tensors", "layout")
+
+    def __init__(self, args: tuple, kwargs: dict):
+        self.tensors: list = []
+        self.args = tuple(self._take(a) for a in args)
+        self.kwargs = {k: self._take(v) for k, v in kwargs.items()}
+        # a tensor's place is marked by its type; other values are kept as given
+        mark = lambda v: LazyTensor if isinstance(v, torch.Tensor) else v  # noqa: E731
+        self.layout = (tuple(mark(a) for a in self.args),
+                       tuple((k, mark(v)) for k, v in self.kwargs.items()))
+
+    def _take(self, v):
+        if isinstance(v, torch.Tensor):
+            v = v if isinstance(v, LazyTensor) else v.to("lazy")
+            self.tensors.append(v)
+        return v
+
+    def hashable(self) -> bool:
+        try:
+            hash(self.layout)
+            return True
+        except TypeError:
+            return False
+
+
+def _loss_of(out) -> torch.Tensor:
+    """The loss a model returns: a scalar tensor, ``out.loss`` or ``out["loss"]``."""
+    loss = out
+    if not isinstance(out, torch.Tensor):
+        loss = out.get("loss") if isinstance(out, Mapping) else getattr(out, "loss", None)
+    if isinstance(loss, torch.Tensor) and loss.dim() == 0:
+        return loss
+    what = (f"a tensor of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor)
+            else f"{type(out).__name__}" + (" with no loss" if loss is None else ""))
+    raise TypeError(
+        "lm.compile_train_step without a loss_fn: the model must return its loss (a scalar "
+        "tensor, or an output with .loss or ['loss'], as transformers models given labels); "
+        f"it returned {what}. Pass the labels in the batch, or a loss_fn: "
+        "compile_train_step(model, loss_fn, optimizer)")
 
 
 def _frozen(v):
@@ -111,10 +186,11 @@ class _Plan:
 
 
 class CompiledTrainStep:
-    def __init__(self, model, loss_fn, optimizer):
+    def __init__(self, model, loss_fn, optimizer, target_key: str = "labels"):
         self.model = model
         self.loss_fn = loss_fn
         self.optimizer = optimizer
+        self.target_key = target_key
         # Kept: the guard reads every module's train() flag per call, and
         # walking model.modules() costs more than the rest of the guard.
         self._modules = list(model.modules())
@@ -149,7 +225,7 @@ class CompiledTrainStep:
                     out += [(st, k, st[k]) for k in sorted(st) if isinstance(st[k], torch.Tensor)]
         return out
 
-    def _guard(self, batch, state) -> tuple | None:
+    def _guard(self, call: _Call, state) -> tuple | None:
         """The conditions a replay needs; None when they cannot be stated."""
         opt = self.optimizer
         hyper = []
@@ -164,25 +240,54 @@ class CompiledTrainStep:
                     hyper += [(k, st[k]) for k in sorted(st) if not isinstance(st[k], torch.Tensor)]
         if not all(isinstance(v, _HASHABLE) for _, v in hyper):
             return None  # e.g. a tensor learning rate: its value is not guarded
-        return (tuple((tuple(b.shape), b.dtype) for b in batch),
+        return (call.layout, tuple((tuple(b.shape), b.dtype) for b in call.tensors),
                 tuple(id(t) for _, _, t in state),
                 tuple(hyper), tuple(m.training for m in self._modules),
                 torch.is_grad_enabled(), current_target().cache_key, current_config().key)
 
     # -- a call --------------------------------------------------------------
-    def __call__(self, *batch):
-        if len(batch) < 2:
-            raise TypeError("step(*inputs, target): the loss is loss_fn(model(*inputs), target)")
-        batch = [b if isinstance(b, LazyTensor) else b.to("lazy") for b in batch]
+    def __call__(self, *args, **kwargs):
+        if len(args) == 1 and not kwargs and isinstance(args[0], Mapping):
+            args, kwargs = (), dict(args[0])  # step(batch_dict)
+        self._check_form(args, kwargs)
+        call = _Call(args, kwargs)
         state = self._state()
-        guard = self._guard(batch, state)
-        plan = self._plans.get(guard) if guard is not None else "a hyperparameter is a tensor"
+        guard = self._guard(call, state) if call.hashable() else None
+        if guard is not None:
+            plan = self._plans.get(guard)
+        elif call.hashable():
+            plan = "a hyperparameter is a tensor"
+        else:
+            plan = "a non-tensor input cannot be hashed"
         if isinstance(plan, _Plan):
-            return self._replay(plan, batch, state)
+            return self._replay(plan, call, state)
         if plan is not None:
             metrics.counter_inc("TrainStepPlain")
-            return self._plain(batch)
-        return self._record(batch)
+            return self._plain(call)
+        return self._record(call)
+
+    def _check_form(self, args, kwargs) -> None:
+        """A call that cannot be a training step says so before it runs."""
+        if self.loss_fn is None:
+            if not args and not kwargs:
+                raise TypeError("step(*inputs) or step(**batch): the step needs the model's inputs")
+        elif kwargs:
+            if args or self.target_key not in kwargs:
+                raise TypeError(
+                    f"step(**batch) with a loss_fn: the batch holds the model's keyword inputs "
+                    f"and the target under {self.target_key!r} (compile_train_step(..., "
+                    f"target_key=...) names another), with no positional inputs; got "
+                    f"{len(args)} positional and keys {sorted(kwargs)}")
+        elif len(args) < 2:
+            raise TypeError("step(*inputs, target): the loss is loss_fn(model(*inputs), target)")
+
+    def _loss(self, call: _Call) -> torch.Tensor:
+        if self.loss_fn is None:
+            return _loss_of(self.model(*call.args, **call.kwargs))
+        if call.kwargs:
+            rest = {k: v for k, v in call.kwargs.items() if k != self.target_key}
+            return self.loss_fn(self.model(**rest), call.kwargs[self.target_key])
+        return self.loss_fn(self.model(*call.args[:-1]), call.args[-1])
 
     def reset(self) -> None:
         """Forget the recordings: the next calls record again. For a change
@@ -190,42 +295,42 @@ class CompiledTrainStep:
         self._plans.clear()
         self._recorded.clear()
 
-    def _plain(self, batch, mark: bool = True) -> torch.Tensor:
+    def _plain(self, call: _Call, mark: bool = True) -> torch.Tensor:
         """The step on the lazy device; ``mark``: then ``mark_step()``, as the
         plain training loop does (else the next step's graph would hold this one)."""
         self.optimizer.zero_grad(set_to_none=True)
-        loss = self.loss_fn(self.model(*batch[:-1]), batch[-1])
+        loss = self._loss(call)
         loss.backward()
         self.optimizer.step()
         if mark:
             mark_step()
         return loss.detach()
 
-    def _refuse(self, batch, moved, why: str) -> None:
+    def _refuse(self, call: _Call, moved, why: str) -> None:
         """Plain steps from now on under these conditions (with the moved
         CPU state back on the CPU, so the guard is the one later calls see)."""
         for st, k, t in moved:
             st[k] = t.cpu()
-        guard = self._guard(batch, self._state())
+        guard = self._guard(call, self._state())
         self._plans[guard] = why
         self._recorded.pop(guard, None)
         metrics.counter_inc("TrainStepRefused")
         log.warning("lazy-mlir: compile_train_step runs the plain lazy step: %s", why)
 
-    def _record(self, batch) -> torch.Tensor:
+    def _record(self, call: _Call) -> torch.Tensor:
         moved = self._state_to_lazy()
         state = self._state()
-        guard = self._guard(batch, state)  # moved state tensors are new objects
-        execute([value_of(t) for _, _, t in state] + [value_of(b) for b in batch])
-        lead = [value_of(t).data for _, _, t in state] + [value_of(b).data for b in batch]
+        guard = self._guard(call, state)  # moved state tensors are new objects
+        execute([value_of(t) for _, _, t in state] + [value_of(b) for b in call.tensors])
+        lead = [value_of(t).data for _, _, t in state] + [value_of(b).data for b in call.tensors]
         if any(t._view for _, _, t in state):
-            self._refuse(batch, moved, "a state tensor is a view of another")
-            return self._plain(batch)
+            self._refuse(call, moved, "a state tensor is a view of another")
+            return self._plain(call)
         before = metrics.host_reads()
         drawn = random.log_seeds()
         try:
             with bounds.in_graph():
-                loss = self._plain(batch, mark=False)
+                loss = self._plain(call, mark=False)
         finally:
             random.stop_logging(drawn)
         changed = metrics.changed_since(before)
@@ -236,17 +341,17 @@ class CompiledTrainStep:
             if any(n.split("::")[1] in COLLECTIVES for n in changed):  # lm.distributed (#28)
                 hint += ("; a collective (all-reduce) runs on the host between two graphs, "
                          "which one replayed graph cannot hold")
-            self._refuse(batch, moved, "the step reads tensors on the host or runs ops "
+            self._refuse(call, moved, "the step reads tensors on the host or runs ops "
                          f"eagerly ({', '.join(n.split('::')[1] for n in changed)}){hint}")
             mark_step()
             return loss
-        plan = self._launch(state, batch, lead, loss, drawn)
+        plan = self._launch(state, lead, loss, drawn)
         last = self._recorded.get(guard)
         if last is not None and plan.same_as(last):
             self._plans[guard] = plan
             self._recorded.pop(guard)
         elif last is not None:
-            self._refuse(batch, [], "a value the step computes on the host changes from "
+            self._refuse(call, [], "a value the step computes on the host changes from "
                                     "step to step (two recordings differ)")
         else:
             self._recorded[guard] = plan
@@ -261,7 +366,7 @@ class CompiledTrainStep:
                 moved.append((st, k, st[k]))
         return moved
 
-    def _launch(self, state, batch, lead, loss, drawn) -> _Plan:
+    def _launch(self, state, lead, loss, drawn) -> _Plan:
         """Run the recorded step as one graph (leading inputs: state, batch)."""
         roots, slots = [], []
         for i, (_, _, t) in enumerate(state):
@@ -297,8 +402,8 @@ class CompiledTrainStep:
                              if id(t) in cleared and i not in given)
         return plan
 
-    def _replay(self, plan: _Plan, batch, state) -> torch.Tensor:
-        values = [value_of(t) for _, _, t in state] + [value_of(b) for b in batch]
+    def _replay(self, plan: _Plan, call: _Call, state) -> torch.Tensor:
+        values = [value_of(t) for _, _, t in state] + [value_of(b) for b in call.tensors]
         pending = [v for v in values if v.pending]
         if pending:  # the state was changed lazily since the last step
             execute(pending)

@@ -22,6 +22,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--target", default=None, help="cpu (default; also LAZY_MLIR_TARGET)")
     d.add_argument("--steps", type=int, default=None,
                    help="stop after this many training steps (default: all)")
+    d.add_argument("--plain", action="store_true",
+                   help="train with the plain loop (device + mark_step) instead of "
+                        "lm.compile_train_step")
     d.set_defaults(func=_demo)
     from .cache_cmd import add_parser as add_cache
     from .coverage_cmd import add_parser as add_coverage

@@ -1,7 +1,9 @@
 """``lazy-mlir demo``: the LTC tutorial's CNN trained on real handwritten digits.
 
-Trains on the lazy device with only the device and ``mark_step()`` changed
-from the tutorial's loop, shows progress (step, loss, compiles), then reports
+Trains on the lazy device by the product's best path, ``lm.compile_train_step``
+(the tutorial's step recorded, then replayed as one compiled graph), or with
+``--plain`` by the tutorial's own loop with only the device and ``mark_step()``
+changed; shows progress (step, loss, compiles), then reports which path ran,
 test accuracy and the per-step time of eager PyTorch measured in the same run.
 """
 from __future__ import annotations
@@ -19,8 +21,10 @@ def _batches(x, y, batch_size):
         yield x[i:i + batch_size], y[i:i + batch_size]
 
 
-def train(device, x, y, epochs, batch_size, steps=None, progress=None, seed=0):
-    """Train the tutorial's CNN; returns (model, losses, step times in s)."""
+def train(device, x, y, epochs, batch_size, steps=None, progress=None, seed=0,
+          compiled=False):
+    """Train the tutorial's CNN; returns (model, losses, step times in s).
+    ``compiled``: on the lazy device, through ``lm.compile_train_step``."""
     import lazy_mlir as lm
     from .seed_models import MnistCNN
     torch.manual_seed(seed)
@@ -29,18 +33,22 @@ def train(device, x, y, epochs, batch_size, steps=None, progress=None, seed=0):
     scheduler = StepLR(optimizer, step_size=1, gamma=0.7)
     losses, times = [], []
     lazy = torch.device(device).type == "lazy"
+    step = lm.compile_train_step(model, F.nll_loss, optimizer) if lazy and compiled else None
     done = 0
     for epoch in range(epochs):
         model.train()
         for data, target in _batches(x, y, batch_size):
             t0 = time.perf_counter()
             data, target = data.to(device), target.to(device)
-            optimizer.zero_grad(set_to_none=True)
-            loss = F.nll_loss(model(data), target)
-            loss.backward()
-            optimizer.step()
-            if lazy:
-                lm.mark_step()
+            if step is not None:
+                loss = step(data, target)
+            else:
+                optimizer.zero_grad(set_to_none=True)
+                loss = F.nll_loss(model(data), target)
+                loss.backward()
+                optimizer.step()
+                if lazy:
+                    lm.mark_step()
             losses.append(loss.item())
             times.append(time.perf_counter() - t0)
             done += 1
@@ -50,6 +58,17 @@ def train(device, x, y, epochs, batch_size, steps=None, progress=None, seed=0):
                 return model, losses, times
         scheduler.step()
     return model, losses, times
+
+
+def path_used(compiled: bool, steps: int) -> str:
+    """Which path the lazy training took, from the counters."""
+    import lazy_mlir as lm
+    if not compiled:
+        return "plain loop (mark_step)"
+    replayed = lm.metrics.counter_value("TrainStepReplayed")
+    if replayed == 0:
+        return "compile_train_step, never replayed (see the log)"
+    return f"compile_train_step ({replayed} of {steps} steps replayed)"
 
 
 def accuracy(model, device, x, y, batch_size=256) -> float:
@@ -96,8 +115,9 @@ def run_demo(args) -> int:
             bar.update(task, completed=step, info=f"epoch {epoch + 1} loss {loss:.4f} "
                        f"compiles {lm.metrics.counter_value('UncachedCompile')}")
 
+        compiled = not getattr(args, "plain", False)
         model, losses, times = train("lazy", x_train, y_train, args.epochs, args.batch_size,
-                                     args.steps, progress)
+                                     args.steps, progress, compiled=compiled)
     acc = accuracy(model, "lazy", x_test, y_test)
     # Eager's first steps warm up its kernels: time 13 steps, report the last 10.
     _, eager_losses, eager_times = train("cpu", x_train, y_train, 1, args.batch_size, 13)
@@ -106,6 +126,7 @@ def run_demo(args) -> int:
     table = Table(title="lazy-mlir demo")
     table.add_column("what")
     table.add_column("value", justify="right")
+    table.add_row("path", path_used(compiled, len(losses)))
     table.add_row("training steps", str(len(losses)))
     table.add_row("final loss", f"{losses[-1]:.4f}")
     table.add_row("test accuracy", f"{acc:.1%}")

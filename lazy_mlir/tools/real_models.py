@@ -40,7 +40,10 @@ class RealModel:
     ``batch(step, device)``: the step's keyword inputs; ``loss(model, batch)``:
     forward and loss (``model(**batch).loss`` for ``transformers`` models).
     ``computes_own_loss``: the model returns its loss from labels in the
-    batch (so ``compile_train_step`` needs no ``loss_fn``)."""
+    batch (so ``compile_train_step`` needs no ``loss_fn``); else ``loss_fn``
+    is the loss of the model's output and the batch's ``labels``, as
+    ``compile_train_step(model, loss_fn, optimizer)`` takes it: both forms
+    train with ``step(**batch)``."""
 
     name: str
     size: str
@@ -48,15 +51,18 @@ class RealModel:
     batch: Callable[..., dict]
     loss: Callable[[nn.Module, dict], torch.Tensor]
     computes_own_loss: bool
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
 
     @property
     def id(self) -> str:
         return f"{self.name}-{self.size}"
 
-    def optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
-        """AdamW as users create it: ``capturable`` off the CPU (so that
-        ``compile_train_step`` replays it; the CPU refuses the flag)."""
-        capturable = next(model.parameters()).device.type != "cpu"
+    def optimizer(self, model: nn.Module, capturable: bool | None = None) -> torch.optim.Optimizer:
+        """AdamW as users create it: by default ``capturable`` off the CPU (so
+        that ``compile_train_step`` replays it; the CPU refuses the flag).
+        PyTorch's TorchScript lazy backend refuses it too: pass False there."""
+        if capturable is None:
+            capturable = next(model.parameters()).device.type != "cpu"
         return torch.optim.AdamW(model.parameters(), lr=1e-3, capturable=capturable)
 
 
@@ -154,14 +160,18 @@ class EncoderLanguageModel(nn.Module):
         return self.head(self.encoder(self.embed(input_ids) + self.position))
 
 
+def token_cross_entropy(logits, labels):
+    """A language model's loss: cross entropy over every position."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+
+
 def _lm_loss(model, batch):
-    logits = model(batch["input_ids"])
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["labels"].reshape(-1))
+    return token_cross_entropy(model(input_ids=batch["input_ids"]), batch["labels"])
 
 
 def _entry(name, size, build, batch, own_loss=True) -> RealModel:
     return RealModel(name, size, _seeded(build), batch, _hf_loss if own_loss else _lm_loss,
-                     own_loss)
+                     own_loss, None if own_loss else token_cross_entropy)
 
 
 def real_model(name: str, size: str = "tiny") -> RealModel:

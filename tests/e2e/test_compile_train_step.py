@@ -280,3 +280,91 @@ def test_tied_weights_and_batch_norm_buffers_are_state_in_torchs_order():
     _same_state(lazy, lopt, eager, eopt)
     for got, want in zip(lazy.buffers(), eager.buffers()):
         torch.testing.assert_close(got.cpu(), want, **TOL)
+
+
+class _OwnLoss(nn.Module):
+    """A model that computes its own loss, as transformers models do: keyword
+    inputs, ``labels`` optional, an output with ``.loss`` (or a dict)."""
+
+    def __init__(self, as_dict: bool = False):
+        super().__init__()
+        self.net = _model()
+        self.as_dict = as_dict
+
+    def forward(self, pixels, labels=None, scale: float = 1.0):
+        logits = self.net(pixels) * scale
+        loss = None if labels is None else F.cross_entropy(logits, labels)
+        if self.as_dict:
+            return {"loss": loss, "logits": logits}
+        return type("Output", (), {"loss": loss, "logits": logits})()
+
+
+def test_a_model_that_computes_its_own_loss_is_replayed_from_keyword_batches():
+    """``compile_train_step(model, optimizer)`` and ``step(**batch)`` (then
+    ``step(batch_dict)``): the loss is ``model(**batch).loss``; a non-tensor
+    input is passed as given and a new value records again."""
+    eager = _OwnLoss()
+    lazy = copy.deepcopy(eager).to("lazy")
+    eopt = torch.optim.SGD(eager.parameters(), lr=0.1, momentum=0.9)
+    lopt = torch.optim.SGD(lazy.parameters(), lr=0.1, momentum=0.9)
+    step = lm.compile_train_step(lazy, lopt)
+    before = _counters()
+    for i in range(7):
+        x, y = _batch(i)
+        scale = 1.0 if i < 5 else 0.5
+        eopt.zero_grad(set_to_none=True)
+        want = eager(x, labels=y, scale=scale).loss
+        want.backward()
+        eopt.step()
+        batch = {"pixels": x.to("lazy"), "labels": y.to("lazy"), "scale": scale}
+        got = step(**batch) if i % 2 else step(batch)
+        torch.testing.assert_close(got.cpu(), want.detach(), **TOL)
+    _same_state(lazy.net, lopt, eager.net, eopt)
+    # 1 makes the momentum, 2-3 record, 4-5 replay; the new scale records 6 and 7
+    assert _delta(before) == {"TrainStepRecorded": 5, "TrainStepReplayed": 2,
+                              "TrainStepPlain": 0, "TrainStepRefused": 0}
+
+
+def test_a_keyword_batch_gives_its_labels_to_the_loss_fn():
+    """With a ``loss_fn``, the ``target_key`` entry is the target and the rest
+    are the model's keyword inputs; a dict output's ``"loss"`` also works."""
+    eager = _model()
+    lazy = copy.deepcopy(eager).to("lazy")
+    eopt = torch.optim.SGD(eager.parameters(), lr=0.1)
+    lopt = torch.optim.SGD(lazy.parameters(), lr=0.1)
+    step = lm.compile_train_step(lazy, F.cross_entropy, lopt, target_key="y")
+    before = _counters()
+    for i in range(4):
+        _, y = _batch(i)
+        x = _batch(i)[0]
+        eopt.zero_grad(set_to_none=True)
+        want = F.cross_entropy(eager(input=x), y)
+        want.backward()
+        eopt.step()
+        got = step(input=x.to("lazy"), y=y.to("lazy"))
+        torch.testing.assert_close(got.cpu(), want.detach(), **TOL)
+    assert _delta(before)["TrainStepReplayed"] == 2
+    own = _OwnLoss(as_dict=True).to("lazy")
+    step = lm.compile_train_step(own, torch.optim.SGD(own.parameters(), lr=0.1))
+    x, y = _batch(0)
+    assert step(pixels=x.to("lazy"), labels=y.to("lazy")).item() > 0
+
+
+@pytest.mark.parametrize("make_step,call,message", [
+    (lambda m, o: lm.compile_train_step(m, F.cross_entropy, o), lambda s, x, y: s(x),
+     r"step\(\*inputs, target\)"),
+    (lambda m, o: lm.compile_train_step(m, F.cross_entropy, o), lambda s, x, y: s(input=x),
+     r"target under 'labels'"),
+    (lambda m, o: lm.compile_train_step(m, o), lambda s, x, y: s(x),
+     r"must return its loss.*a tensor of shape \(16, 10\)"),
+    (lambda m, o: lm.compile_train_step(m, None, None), None,
+     r"takes a torch.optim.Optimizer"),
+    (lambda m, o: lm.compile_train_step(m, "cross_entropy", o), None,
+     r"loss_fn must be callable"),
+])
+def test_a_call_that_cannot_be_a_training_step_says_how_to_call_it(make_step, call, message):
+    model = _model().to("lazy")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = (t.to("lazy") for t in _batch(0))
+    with pytest.raises(TypeError, match=message):
+        call(make_step(model, opt), x, y) if call else make_step(model, opt)

@@ -1,0 +1,259 @@
+"""The real-model suite's training step: eager vs torch.compile vs TorchScript LTC vs lazy-mlir.
+
+    python benchmarks/real_models.py [--size tiny|medium] [--models gpt2,bert,...]
+        [--backends eager,compile,ts_lazy,lazy_mlir,lazy_mlir_step] [--steps N]
+        [--warmup W] [--rounds R] [--out FILE.md] [--log-dir DIR] [--warm-caches]
+
+The models are ``lazy_mlir.tools.real_models``' (GPT-2, BERT, ViT, ResNet
+from transformers configs, an LSTM and an nn.TransformerEncoder language
+model), trained with AdamW from the same seeded weights on the same batches.
+Each (model, backend) pair runs in a fresh subprocess: PyTorch's TorchScript
+lazy backend and lazy-mlir both own the ``lazy`` device and cannot share a
+process, and a fresh process makes the first step (compilation) comparable.
+
+Backends (``RUNNERS``, one function each; add a row by adding an entry):
+
+- ``eager``: PyTorch on the CPU;
+- ``compile``: ``torch.compile`` (inductor) of the whole step, its step-1 loss
+  checked against eager's;
+- ``ts_lazy``: PyTorch's TorchScript lazy backend (``torch._lazy.ts_backend``)
+  with ``mark_step()``; AdamW not capturable (that backend refuses the flag);
+- ``lazy_mlir``: the plain loop, the device + ``lm.mark_step()``;
+- ``lazy_mlir_step``: ``lm.compile_train_step``, ``step(**batch)``.
+
+A timed step is zero_grad, forward, loss, backward, ``optimizer.step()``, the
+backend's sync and ``loss.item()``; four batches are moved to the device
+before timing and used in turn. Reported per row: the first step (with its
+compile), min/median/max over ``--steps`` steps after ``--warmup`` untimed
+ones, the median over eager's, and the step-1 loss against eager's.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import platform
+import sys
+import time
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _harness as H  # noqa: E402
+
+SIZES = ("tiny", "medium")
+N_BATCHES = 4
+DEFAULT_STEPS = {"tiny": 20, "medium": 8}
+
+
+def suite_module():
+    """``lazy_mlir.tools.real_models`` loaded from its file, without importing
+    the ``lazy_mlir`` package (that registers lazy-mlir's ``lazy`` device,
+    which the ts_lazy worker and the driver must not do)."""
+    name = "_bench_real_models"
+    if name in sys.modules:
+        return sys.modules[name]
+    pkg = importlib.util.find_spec("lazy_mlir")
+    if pkg is None or not pkg.submodule_search_locations:
+        raise ImportError("lazy_mlir is not installed")
+    path = os.path.join(list(pkg.submodule_search_locations)[0], "tools", "real_models.py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# --------------------------------------------------------------------------- runners
+# A runner takes the suite's RealModel and returns (device, step, sync):
+# ``step(batch) -> loss`` runs one training step on a batch already on
+# ``device``; ``sync()`` ends it (mark_step on the lazy backends).
+
+def _plain_step(rm, model, opt):
+    def step(batch):
+        opt.zero_grad(set_to_none=True)
+        loss = rm.loss(model, batch)
+        loss.backward()
+        opt.step()
+        return loss
+    return step
+
+
+def run_eager(rm):
+    model = rm.make()
+    return "cpu", model, _plain_step(rm, model, rm.optimizer(model)), lambda: None
+
+
+def run_compile(rm):
+    import torch
+    model = rm.make()
+    return "cpu", model, torch.compile(_plain_step(rm, model, rm.optimizer(model))), lambda: None
+
+
+def run_ts_lazy(rm):
+    import torch._lazy
+    import torch._lazy.ts_backend
+    torch._lazy.ts_backend.init()
+    model = rm.make().to("lazy")
+    opt = rm.optimizer(model, capturable=False)
+    return "lazy", model, _plain_step(rm, model, opt), torch._lazy.mark_step
+
+
+def run_lazy_mlir(rm):
+    import lazy_mlir as lm
+    model = rm.make().to("lazy")
+    return "lazy", model, _plain_step(rm, model, rm.optimizer(model)), lm.mark_step
+
+
+def run_lazy_mlir_step(rm):
+    import lazy_mlir as lm
+    model = rm.make().to("lazy")
+    opt = rm.optimizer(model)
+    step = (lm.compile_train_step(model, opt) if rm.computes_own_loss
+            else lm.compile_train_step(model, rm.loss_fn, opt))
+    return "lazy", model, lambda batch: step(**batch), lm.mark_step
+
+
+RUNNERS = {
+    "eager": run_eager,
+    "compile": run_compile,
+    "ts_lazy": run_ts_lazy,
+    "lazy_mlir": run_lazy_mlir,
+    "lazy_mlir_step": run_lazy_mlir_step,
+    # torch.compile(backend="lazy_mlir"), once it exists:
+    # "lazy_mlir_dynamo": lambda rm: (..., torch.compile(step, backend="lazy_mlir"), ...),
+}
+
+
+# --------------------------------------------------------------------------- worker
+
+def run_worker(backend: str, model_id: str, steps: int, warmup: int) -> dict:
+    """Time one (model, backend) pair in this process; a JSON-able dict."""
+    import torch
+    name, size = model_id.rsplit("-", 1)
+    res: dict = {"backend": backend, "model": model_id}
+    try:
+        if backend == "compile":
+            import torch._inductor.config as icfg
+            icfg.layout_optimization = False  # as benchmarks/train_step.py: wrong conv grads
+        rm = suite_module().real_model(name, size)
+        device, model, step, sync = RUNNERS[backend](rm)
+        model.train()
+        batches = [rm.batch(i, device) for i in range(N_BATCHES)]
+        sync()  # the batches are on the device before timing starts
+        res["threads"] = torch.get_num_threads()
+        times, losses = [], []
+        for i in range(1 + warmup + steps):
+            t0 = time.perf_counter()
+            loss = step(batches[i % N_BATCHES])
+            sync()
+            losses.append(loss.item())
+            times.append(time.perf_counter() - t0)
+        res["first_ms"] = times[0] * 1e3
+        if backend.startswith("lazy_mlir"):
+            import lazy_mlir as lm
+            lm.wait_device_ops()
+        res.update(losses=losses, steady_ms=[t * 1e3 for t in times[1 + warmup:]],
+                   notes=H._backend_notes(backend))
+    except BaseException as e:  # report, don't crash: the driver shows the first line
+        msg = str(e).strip().splitlines()
+        res["error"] = f"{type(e).__name__}: {msg[0] if msg else ''}".strip()
+        res["traceback"] = traceback.format_exc()
+    return res
+
+
+# --------------------------------------------------------------------------- driver
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--size", default="tiny", choices=SIZES)
+    p.add_argument("--models", default=None, help="comma-separated (default: every model)")
+    p.add_argument("--backends", default=",".join(RUNNERS),
+                   help=f"of {', '.join(RUNNERS)} (default: all)")
+    p.add_argument("--steps", type=int, default=None,
+                   help=f"timed steps per row (default {DEFAULT_STEPS})")
+    p.add_argument("--warmup", type=int, default=3,
+                   help="untimed steps after the first (3: compile_train_step replays from "
+                        "the fourth step on)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run every backend of a row this many times, in turn; the ratio to "
+                        "eager is then the median of the rounds' ratios")
+    p.add_argument("--out", default=None, help="also write the markdown table here")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds per subprocess")
+    p.add_argument("--log-dir", default=None, help="keep each worker's stdout/stderr here")
+    p.add_argument("--threads", type=int, default=None, help="torch threads per worker")
+    p.add_argument("--warm-caches", action="store_true",
+                   help="use the user's compile caches (default: a fresh one per worker, so "
+                        "the first step is a cold compile)")
+    # internal: one worker
+    p.add_argument("--_worker", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--model", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--batch", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--_inputs", default=None, help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def _choices(text, known, what):
+    out = [x.strip() for x in text.split(",") if x.strip()]
+    for x in out:
+        if x not in known:
+            raise SystemExit(f"unknown {what} {x!r}; choose from {', '.join(known)}")
+    return out
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    if a._worker:
+        res = run_worker(a._worker, a.model, a.steps, a.warmup)
+        H.emit(res)
+        if "traceback" in res:
+            sys.stderr.write(res["traceback"])
+        return 0
+    from rich.console import Console
+    console = Console(stderr=True)
+    suite = suite_module()
+    models = _choices(a.models or ",".join(suite.MODEL_NAMES), suite.MODEL_NAMES, "model")
+    backends = sorted(_choices(a.backends, tuple(RUNNERS), "backend"),
+                      key=list(RUNNERS).index)  # eager first: the reference
+    steps = a.steps if a.steps is not None else DEFAULT_STEPS[a.size]
+    batch = suite.SIZES[a.size]["batch"]
+    specs = [H.Spec(f"{m}-{a.size}", batch, steps) for m in models]
+    if a.log_dir:
+        os.makedirs(a.log_dir, exist_ok=True)
+    script = os.path.abspath(__file__)
+    rows: list[H.Row] = []
+    t_start, load0 = time.perf_counter(), os.getloadavg()[0]
+    for spec in specs:
+        runs = {b: [] for b in backends}
+        for r in range(a.rounds):
+            for b in backends:
+                console.print(f"[bold]{spec.name}[/] [cyan]{b}[/]"
+                              f"{f' round {r + 1}/{a.rounds}' if a.rounds > 1 else ''} ...",
+                              end=" ")
+                res = H.run_subprocess(script, spec, b, a.warmup, "", a.timeout, a.log_dir,
+                                       cold=not a.warm_caches, threads=a.threads,
+                                       log_tag=f"_round{r + 1}" if a.rounds > 1 else "")
+                runs[b].append(res)
+                console.print(f"[red]error[/] {res['error']}" if "error" in res else
+                              f"first {res['first_ms']:.0f} ms, loss@1 {res['losses'][0]:.6f} "
+                              f"({res['wall_s']:.1f} s)")
+        rows += [H.Row(spec, b, H.merge_rounds(runs[b])) for b in backends]
+    H.judge(rows)
+    import torch
+    title = (f"## Real models ({a.size}), AdamW, {steps} timed steps after {a.warmup} warmup, "
+             f"{'warm' if a.warm_caches else 'cold (empty)'} compile caches; torch "
+             f"{torch.__version__}, {os.cpu_count()} CPU cores ({platform.machine()}); load "
+             f"average {load0:.1f} at start, {os.getloadavg()[0]:.1f} at end; total "
+             f"{time.perf_counter() - t_start:.0f} s")
+    out = Console(width=max(Console().width, 180))
+    out.print(H.rich_table(rows, f"real models, {a.size}"))
+    md = H.markdown(rows, title)
+    print()
+    print(md)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""The real-model suite trained on the lazy device, compared with eager PyTorch.
+
+Every model of ``lazy_mlir.tools.real_models`` trains a few steps from the
+same weights and batches in eager PyTorch and on the lazy device, by the two
+paths a user has: the plain loop (device + ``mark_step()``) and
+``lm.compile_train_step`` (replayed as one compiled graph). Each test checks
+the losses against eager's, that no op ran eagerly (no ``aten::`` counter),
+and that nothing compiles after the warm-up steps (a recompile every step is
+the failure the suite exists to catch).
+
+CI runs one model each way at the tiny size (see ``PLAIN_IN_CI``); the
+rest, and the medium size, are ``slow`` (``--runslow``).
+"""
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+import lazy_mlir as lm
+from lazy_mlir.tools.real_models import MODEL_NAMES, real_model
+
+pytest.importorskip("transformers")
+
+STEPS = 5
+# Eager AdamW keeps its bias corrections in Python floats, the lazy one
+# (capturable=True) in float32 tensors: the updates differ by rounding.
+TOL = dict(rtol=2e-4, atol=2e-5)
+# CI runs two tests (cold compiles cost about 2 CPU-minutes a test, most of it
+# in iree-compile): GPT-2's plain loop (a transformers decoder) and ResNet's
+# replayed step (convolutions, batch norm buffers, a model's own loss from a
+# keyword batch). --runslow runs every model both ways, and the medium size.
+PLAIN_IN_CI = ("gpt2",)
+REPLAYED_IN_CI = ("resnet",)
+
+
+def _params(names, ci, size="tiny"):
+    return [pytest.param(n, size, id=f"{n}-{size}",
+                         marks=() if n in ci and size == "tiny" else pytest.mark.slow)
+            for n in names]
+
+
+@functools.lru_cache(maxsize=None)
+def _eager_losses(name: str, size: str, steps: int) -> tuple[float, ...]:
+    rm = real_model(name, size)
+    model = rm.make()
+    opt = rm.optimizer(model)
+    losses = []
+    for i in range(steps):
+        opt.zero_grad(set_to_none=True)
+        loss = rm.loss(model, rm.batch(i))
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return tuple(losses)
+
+
+def _counters() -> dict[str, int]:
+    return {n: lm.metrics.counter_value(n) for n in lm.metrics.counter_names()}
+
+
+def _new(before: dict, prefix: str) -> dict[str, int]:
+    now = _counters()
+    return {n: v - before.get(n, 0) for n, v in now.items()
+            if n.startswith(prefix) and v != before.get(n, 0)}
+
+
+def _modules_made(before: dict) -> int:
+    """Modules compiled or loaded from disk since ``before`` (the in-memory
+    hits, ``CachedCompile``, are the reuse that must follow the warm-up)."""
+    now = _counters()
+    return sum(now.get(n, 0) - before.get(n, 0) for n in ("UncachedCompile", "PersistentCacheHit"))
+
+
+def _check(rm, losses, made, before, warmup):
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(_eager_losses(
+        rm.name, rm.size, len(losses))), **TOL)
+    assert _new(before, "aten::") == {}, "ops ran eagerly"
+    # step 1 creates AdamW's state, so step 2's graph differs; from then on, none
+    assert made[warmup - 1:] == [made[warmup - 1]] * (len(made) - warmup + 1), made
+
+
+@pytest.mark.parametrize("name,size", _params(MODEL_NAMES, PLAIN_IN_CI)
+                         + _params(MODEL_NAMES, (), "medium"))
+def test_plain_loop_matches_eager(name, size):
+    rm = real_model(name, size)
+    model = rm.make().to("lazy")
+    opt = rm.optimizer(model)
+    before = _counters()
+    losses, made = [], []
+    for i in range(STEPS):
+        opt.zero_grad(set_to_none=True)
+        loss = rm.loss(model, rm.batch(i, "lazy"))
+        loss.backward()
+        opt.step()
+        lm.mark_step()
+        losses.append(loss.item())
+        made.append(_modules_made(before))
+    _check(rm, losses, made, before, warmup=2)
+
+
+@pytest.mark.parametrize("name,size", _params(MODEL_NAMES, REPLAYED_IN_CI)
+                         + _params(MODEL_NAMES, (), "medium"))
+def test_compile_train_step_replays_and_matches_eager(name, size):
+    """Keyword batches (``step(**batch)``); the transformers models compute
+    their own loss (no ``loss_fn``), the torch.nn ones get one."""
+    rm = real_model(name, size)
+    model = rm.make().to("lazy")
+    opt = rm.optimizer(model)
+    step = (lm.compile_train_step(model, opt) if rm.computes_own_loss
+            else lm.compile_train_step(model, rm.loss_fn, opt))
+    before = _counters()
+    losses, made = [], []
+    for i in range(STEPS):
+        losses.append(step(**rm.batch(i, "lazy")).item())
+        made.append(_modules_made(before))
+    # 1 records (and makes AdamW's state), 2 and 3 record the same graph, 4 and 5 replay
+    assert _new(before, "TrainStep") == {"TrainStepRecorded": 3, "TrainStepReplayed": 2}
+    _check(rm, losses, made, before, warmup=2)
