@@ -1,7 +1,7 @@
 """The real-model suite's training step: eager vs torch.compile vs TorchScript LTC vs lazy-mlir.
 
     python benchmarks/real_models.py [--size tiny|medium] [--models gpt2,bert,...]
-        [--backends eager,compile,ts_lazy,lazy_mlir,lazy_mlir_step] [--steps N]
+        [--backends eager,compile,ts_lazy,lazy_mlir,lazy_mlir_step,lazy_mlir_compile] [--steps N]
         [--warmup W] [--rounds R] [--out FILE.md] [--log-dir DIR] [--warm-caches]
 
 The models are ``lazy_mlir.tools.real_models``' (GPT-2, BERT, ViT, ResNet
@@ -19,7 +19,8 @@ Backends (``RUNNERS``, one function each; add a row by adding an entry):
 - ``ts_lazy``: PyTorch's TorchScript lazy backend (``torch._lazy.ts_backend``)
   with ``mark_step()``; AdamW not capturable (that backend refuses the flag);
 - ``lazy_mlir``: the plain loop, the device + ``lm.mark_step()``;
-- ``lazy_mlir_step``: ``lm.compile_train_step``, ``step(**batch)``.
+- ``lazy_mlir_step``: ``lm.compile_train_step``, ``step(**batch)``;
+- ``lazy_mlir_compile``: ``torch.compile(step, backend="lazy_mlir")``.
 
 A timed step is zero_grad, forward, loss, backward, ``optimizer.step()``, the
 backend's sync and ``loss.item()``; four batches are moved to the device
@@ -89,6 +90,17 @@ def run_compile(rm):
     return "cpu", model, torch.compile(_plain_step(rm, model, rm.optimizer(model))), lambda: None
 
 
+def run_lazy_mlir_compile(rm):
+    """``torch.compile(step, backend="lazy_mlir")`` on CPU tensors (the
+    ``compile`` row's step, compiled by our backend instead of inductor)."""
+    import torch
+    from lazy_mlir.frontends import dynamo
+    dynamo.register()  # a checkout not reinstalled lacks the entry point
+    model = rm.make()
+    step = _plain_step(rm, model, rm.optimizer(model))
+    return "cpu", model, torch.compile(step, backend="lazy_mlir"), lambda: None
+
+
 def run_ts_lazy(rm):
     import torch._lazy
     import torch._lazy.ts_backend
@@ -119,8 +131,7 @@ RUNNERS = {
     "ts_lazy": run_ts_lazy,
     "lazy_mlir": run_lazy_mlir,
     "lazy_mlir_step": run_lazy_mlir_step,
-    # torch.compile(backend="lazy_mlir"), once it exists:
-    # "lazy_mlir_dynamo": lambda rm: (..., torch.compile(step, backend="lazy_mlir"), ...),
+    "lazy_mlir_compile": run_lazy_mlir_compile,
 }
 
 
