@@ -7,7 +7,7 @@ needs a device (tests/cuda/test_cuda.py). iree-compile 3.13 has no sm_90
 description, so ``cuda:sm_90`` compiles PTX for sm_89, which the driver
 compiles further for an sm_90 device (``targets._known_sm``).
 
-CI compiles one model per architecture; the rest are slow.
+CI compiles the transformer for sm_80; the rest (sm_90 too) are slow.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from lazy_mlir.tools.real_models import MODEL_NAMES, real_model
 
 pytest.importorskip("transformers")
 
-CI = {("transformer", "sm_80"), ("transformer", "sm_90")}
+CI = {("transformer", "sm_80")}  # sm_90 builds sm_89 PTX through the same path: slow
 
 
 def _step_lowered(name: str, target: str):

@@ -2,9 +2,10 @@
 
 ``python ddp_worker.py RANK WORLD PORT MODE OUT``; MODE is "train" (SGD with
 momentum and Adam, synchronised; SGD with the synchronisation off; the
-synchronised SGD through lm.compile_train_step), "torch_ddp" (the same
-training through torch.nn.parallel.DistributedDataParallel itself, with
-``gradient_as_bucket_view`` on and off), "raise" (rank 1
+synchronised SGD through lm.compile_train_step), "torch_ddp=RUNS" (the
+same training through torch.nn.parallel.DistributedDataParallel itself, RUNS
+of "sgd-torch_view", "sgd-torch_copy", "adam-torch_view": bucket views on or
+off), "raise" (rank 1
 raises at its third step), or "nccl" (one all-reduce on an NCCL group).
 Writes its results to OUT (torch.save).
 """
@@ -140,10 +141,10 @@ def main() -> None:
         results["step"] = _train(lm, "sgd", sync=True, step_fn=True)
         results["plain_steps"] = lm.metrics.counter_value("TrainStepPlain")
         results["refused"] = lm.metrics.counter_value("TrainStepRefused")
-    elif mode == "torch_ddp":
-        for opt_name, wrapper in (("sgd", "torch_view"), ("sgd", "torch_copy"),
-                                  ("adam", "torch_view")):
-            results[f"{opt_name}-{wrapper}"] = _train(lm, opt_name, sync=True, wrapper=wrapper)
+    elif mode.startswith("torch_ddp"):  # "torch_ddp=sgd-torch_view,adam-torch_view"
+        for run in mode.partition("=")[2].split(","):
+            opt_name, wrapper = run.split("-")
+            results[run] = _train(lm, opt_name, sync=True, wrapper=wrapper)
     elif mode == "nccl":  # the NCCL group through the same functions (needs two GPUs)
         x = (torch.arange(4.0) + rank).to("lazy") * 2
         lm.distributed.all_reduce_([x], "avg")

@@ -134,16 +134,22 @@ def test_collectives_on_lazy_tensors(trained):
         torch.testing.assert_close(got["reduce_scatter"], summed[2 * rank:2 * rank + 2])
 
 
+# CI trains the first (cold compiles cost about a minute each); --runslow all three.
+TORCH_DDP_RUNS = ["sgd-torch_view", "sgd-torch_copy", "adam-torch_view"]
+
+
 @pytest.fixture(scope="module")
-def torch_ddp(tmp_path_factory):
-    # 3 trainings with cold compiles: 6.5 min on this 2-core host at load 30
-    ranks = _run_ranks(tmp_path_factory.mktemp("torch-ddp"), "torch_ddp", timeout_s=900)
+def torch_ddp(tmp_path_factory, request):
+    runs = TORCH_DDP_RUNS if request.config.getoption("--runslow") else TORCH_DDP_RUNS[:1]
+    ranks = _run_ranks(tmp_path_factory.mktemp("torch-ddp"), "torch_ddp=" + ",".join(runs),
+                       timeout_s=900)
     for rc, err, _ in ranks:
         assert rc == 0, err[-3000:]
     return [r for _, _, r in ranks]
 
 
-@pytest.mark.parametrize("run", ["sgd-torch_view", "sgd-torch_copy", "adam-torch_view"])
+@pytest.mark.parametrize("run", [pytest.param(r, marks=() if i == 0 else pytest.mark.slow)
+                                 for i, r in enumerate(TORCH_DDP_RUNS)])
 def test_torch_ddp_equals_eager_on_the_whole_batch(torch_ddp, run):
     # torch.nn.parallel.DistributedDataParallel itself on the lazy device:
     # its C++ reducer's bucket views, copies and allreduce_ reach lazy tensors.
