@@ -19,7 +19,6 @@ import json
 import os
 import pickle
 import struct
-import sys
 import traceback
 
 _LEN = struct.Struct("<Q")

@@ -96,11 +96,7 @@ def module_for(graph, target, config):
         memory_cache.put(key, entry)
         metrics.counter_inc("EagerWhileCompiling")
         return entry
-    compiler = None
-    if pool is not None:
-        def compiler(gm, target, config):
-            return compile_pool.compile_in_worker(gm, target, config, cache,
-                                                  stages=dumper is not None)
+    compiler = None if pool is None else _worker_compiler(cache, stages=dumper is not None)
     compiled = compile_graph(graph, target, config, compiler=compiler)
     entry = load_module(compiled, graph, target)
     if not isinstance(entry, EagerEntry):
@@ -112,6 +108,13 @@ def module_for(graph, target, config):
                                           compiled.vmfb), cache[2])
     memory_cache.put(key, entry)
     return entry
+
+
+def _worker_compiler(cache, stages: bool):
+    """compile_graph's ``compiler`` hook that lowers and compiles in a worker process."""
+    def compiler(gm, target, config):
+        return compile_pool.compile_in_worker(gm, target, config, cache, stages=stages)
+    return compiler
 
 
 def compiles_in_flight() -> int:

@@ -4,7 +4,6 @@ from __future__ import annotations
 import logging
 import shutil
 
-import pytest
 import torch
 
 import lazy_mlir as lm

@@ -2,7 +2,6 @@
 (``lazy/foreach.py``), never run on host copies, and equal to eager."""
 from __future__ import annotations
 
-import pytest
 import torch
 
 import lazy_mlir as lm

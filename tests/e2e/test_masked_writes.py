@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from e2e_helpers import lazy, same_as_eager
+from e2e_helpers import same_as_eager
 
 NAN, INF = float("nan"), float("inf")
 

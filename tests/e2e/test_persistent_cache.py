@@ -11,7 +11,7 @@ import textwrap
 import pytest
 import torch
 
-import lazy_mlir as lm
+import lazy_mlir as lm  # noqa: F401  (registers the lazy device)
 from lazy_mlir.lazy.capture import value_of
 from lazy_mlir.graph.program import Graph
 from lazy_mlir.config import PipelineConfig
