@@ -122,6 +122,34 @@ def _finish(works, hosts, staged, name: str, group) -> None:
             h.copy_(s)
 
 
+def _bucketed_in_place(tensors: list, name: str, group, launch, bucket_bytes: int,
+                       finish_piece=None) -> list:
+    """The bucket loop of the in-place collectives: flatten ``tensors`` into
+    buckets, cut the graph, run ``launch(host)`` (an async collective) on each
+    bucket's host data, all in flight at once, then write each tensor's slice
+    of its bucket back (through ``finish_piece`` when given)."""
+    groups = buckets(tensors, bucket_bytes)
+    with torch.no_grad():
+        flats = [torch.cat([tensors[i].reshape(-1) for i in b]) for b in groups]
+        _cut()
+        hosts = [_writable_host(f, len(b) > 1) for f, b in zip(flats, groups)]
+        staged = [_staged(h, group) for h in hosts]
+        works = [launch(h) for h in staged]
+        _finish(works, hosts, staged, name, group)
+        for b, h in zip(groups, hosts):
+            _count(name, h.numel() * h.element_size())
+            full = wrap_value(data_value(h))
+            offset = 0
+            for i in b:
+                t = tensors[i]
+                piece = full[offset:offset + t.numel()].view(t.shape)
+                offset += t.numel()
+                if finish_piece is not None:
+                    piece = finish_piece(piece)
+                assign(t, value_of(piece))
+    return tensors
+
+
 def all_reduce_(tensors: list, op: str = "sum", group=None,
                 bucket_bytes: int = BUCKET_BYTES) -> list:
     """Reduce each lazy tensor across the group, in place (``op``: sum, avg,
@@ -135,28 +163,15 @@ def all_reduce_(tensors: list, op: str = "sum", group=None,
         raise ValueError(f"lazy-mlir: all_reduce op {op!r}: expected one of {sorted(_REDUCE_OPS)}")
     if not tensors or _dry_run[0] is not None:  # a dry run (check_coverage) communicates nothing
         return tensors
-    groups = buckets(tensors, bucket_bytes)
-    with torch.no_grad():
-        flats = [torch.cat([tensors[i].reshape(-1) for i in b]) for b in groups]
-        _cut()
-        hosts = [_writable_host(f, len(b) > 1) for f, b in zip(flats, groups)]
-        reduce_op = dist.ReduceOp.SUM if op == "avg" else _REDUCE_OPS[op]
-        staged = [_staged(h, group) for h in hosts]
-        works = [dist.all_reduce(h, op=reduce_op, group=group, async_op=True) for h in staged]
-        _finish(works, hosts, staged, "all_reduce", group)
-        world = dist.get_world_size(group)
-        for b, h in zip(groups, hosts):
-            _count("all_reduce", h.numel() * h.element_size())
-            reduced = wrap_value(data_value(h))
-            offset = 0
-            for i in b:
-                t = tensors[i]
-                piece = reduced[offset:offset + t.numel()].view(t.shape)
-                offset += t.numel()
-                if op == "avg":
-                    piece = piece / world if piece.is_floating_point() else piece // world
-                assign(t, value_of(piece))
-    return tensors
+    reduce_op = dist.ReduceOp.SUM if op == "avg" else _REDUCE_OPS[op]
+    world = dist.get_world_size(group)
+
+    def average(piece):
+        return piece / world if piece.is_floating_point() else piece // world
+    return _bucketed_in_place(
+        tensors, "all_reduce", group,
+        lambda h: dist.all_reduce(h, op=reduce_op, group=group, async_op=True),
+        bucket_bytes, average if op == "avg" else None)
 
 
 def all_reduce(tensor: LazyTensor, op: str = "sum", group=None) -> LazyTensor:
@@ -215,24 +230,9 @@ def broadcast_(tensors: list, src: int = 0, group=None,
     _require_group(group)
     if not tensors or _dry_run[0] is not None:
         return tensors
-    groups = buckets(tensors, bucket_bytes)
-    with torch.no_grad():
-        flats = [torch.cat([tensors[i].reshape(-1) for i in b]) for b in groups]
-        _cut()
-        hosts = [_writable_host(f, len(b) > 1) for f, b in zip(flats, groups)]
-        staged = [_staged(h, group) for h in hosts]
-        works = [dist.broadcast(h, src=src, group=group, async_op=True) for h in staged]
-        _finish(works, hosts, staged, "broadcast", group)
-        for b, h in zip(groups, hosts):
-            _count("broadcast", h.numel() * h.element_size())
-            full = wrap_value(data_value(h))
-            offset = 0
-            for i in b:
-                t = tensors[i]
-                piece = full[offset:offset + t.numel()].view(t.shape)
-                offset += t.numel()
-                assign(t, value_of(piece))
-    return tensors
+    return _bucketed_in_place(
+        tensors, "broadcast", group,
+        lambda h: dist.broadcast(h, src=src, group=group, async_op=True), bucket_bytes)
 
 
 # ---------------------------------------------- torch.ops._c10d_functional
