@@ -72,23 +72,28 @@ def default_specs(models, quick: bool, steps: int | None) -> list[Spec]:
     return out
 
 
-def seed_models():
-    """``lazy_mlir.tools.seed_models`` loaded from its file, without importing
+def tool_module(filename: str):
+    """``lazy_mlir/tools/<filename>`` loaded from its file, without importing
     the ``lazy_mlir`` package: importing it registers the ``lazy`` device, which
     must not happen in the ts_lazy worker (nor in the driver)."""
     import importlib.util
-    name = "_bench_seed_models"
+    name = "_bench_" + filename.removesuffix(".py")
     if name in sys.modules:
         return sys.modules[name]
     pkg = importlib.util.find_spec("lazy_mlir")
     if pkg is None or not pkg.submodule_search_locations:
         raise ImportError("lazy_mlir is not installed")
-    path = os.path.join(list(pkg.submodule_search_locations)[0], "tools", "seed_models.py")
+    path = os.path.join(list(pkg.submodule_search_locations)[0], "tools", filename)
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
     spec.loader.exec_module(mod)
     return mod
+
+
+def seed_models():
+    """``lazy_mlir.tools.seed_models``, loaded by ``tool_module``."""
+    return tool_module("seed_models.py")
 
 
 def build(name: str):
@@ -448,6 +453,29 @@ def rich_table(rows: list[Row], title: str):
         style = {"ok": None, "ERROR": "red", "MISMATCH": "yellow"}.get(r.correctness)
         t.add_row(*cells, style=style)
     return t
+
+
+def environment_line(load0: float, t_start: float) -> str:
+    """The benchmark title's tail: torch version, cores, load and total time."""
+    import platform
+    import time
+    import torch
+    return (f"torch {torch.__version__}, {os.cpu_count()} CPU cores ({platform.machine()}); "
+            f"load average {load0:.1f} at start, {os.getloadavg()[0]:.1f} at end; "
+            f"total {time.perf_counter() - t_start:.0f} s")
+
+
+def print_report(rows: list[Row], table_title: str, title: str, out_path: str | None) -> None:
+    """The rich table on the console (at least 180 columns, so rows stay whole
+    in a log), then the markdown table, also written to ``out_path``."""
+    from rich.console import Console
+    Console(width=max(Console().width, 180)).print(rich_table(rows, table_title))
+    md = markdown(rows, title)
+    print()
+    print(md)
+    if out_path:
+        with open(out_path, "w") as f:
+            f.write(md)
 
 
 def inputs_dir() -> str:

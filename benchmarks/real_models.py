@@ -31,9 +31,7 @@ ones, the median over eager's, and the step-1 loss against eager's.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
-import platform
 import sys
 import time
 import traceback
@@ -47,21 +45,9 @@ DEFAULT_STEPS = {"tiny": 20, "medium": 8}
 
 
 def suite_module():
-    """``lazy_mlir.tools.real_models`` loaded from its file, without importing
-    the ``lazy_mlir`` package (that registers lazy-mlir's ``lazy`` device,
-    which the ts_lazy worker and the driver must not do)."""
-    name = "_bench_real_models"
-    if name in sys.modules:
-        return sys.modules[name]
-    pkg = importlib.util.find_spec("lazy_mlir")
-    if pkg is None or not pkg.submodule_search_locations:
-        raise ImportError("lazy_mlir is not installed")
-    path = os.path.join(list(pkg.submodule_search_locations)[0], "tools", "real_models.py")
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    """``lazy_mlir.tools.real_models``, loaded by ``_harness.tool_module``
+    (without registering lazy-mlir's ``lazy`` device)."""
+    return H.tool_module("real_models.py")
 
 
 # --------------------------------------------------------------------------- runners
@@ -249,20 +235,10 @@ def main(argv=None) -> int:
                               f"({res['wall_s']:.1f} s)")
         rows += [H.Row(spec, b, H.merge_rounds(runs[b])) for b in backends]
     H.judge(rows)
-    import torch
     title = (f"## Real models ({a.size}), AdamW, {steps} timed steps after {a.warmup} warmup, "
-             f"{'warm' if a.warm_caches else 'cold (empty)'} compile caches; torch "
-             f"{torch.__version__}, {os.cpu_count()} CPU cores ({platform.machine()}); load "
-             f"average {load0:.1f} at start, {os.getloadavg()[0]:.1f} at end; total "
-             f"{time.perf_counter() - t_start:.0f} s")
-    out = Console(width=max(Console().width, 180))
-    out.print(H.rich_table(rows, f"real models, {a.size}"))
-    md = H.markdown(rows, title)
-    print()
-    print(md)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(md)
+             f"{'warm' if a.warm_caches else 'cold (empty)'} compile caches; "
+             + H.environment_line(load0, t_start))
+    H.print_report(rows, f"real models, {a.size}", title, a.out)
     return 0
 
 

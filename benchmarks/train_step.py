@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import time
 
@@ -124,23 +123,10 @@ def main(argv=None) -> int:
         os.rmdir(tmp)
 
     H.judge(rows)
-    import torch
     title = (f"## Training step, {a.warmup} warmup steps, "
              f"{'warm' if a.warm_caches else 'cold (empty)'} compile caches; "
-             f"torch {torch.__version__}, "
-             f"{os.cpu_count()} CPU cores ({platform.machine()}); "
-             f"load average {load0:.1f} at start, {os.getloadavg()[0]:.1f} at end; "
-             f"total {time.perf_counter() - t_start:.0f} s")
-    md = H.markdown(rows, title)
-    out = Console()
-    if out.width < 180:
-        out = Console(width=180)
-    out.print(H.rich_table(rows, "training step"))
-    print()
-    print(md)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(md)
+             + H.environment_line(load0, t_start))
+    H.print_report(rows, "training step", title, a.out)
     return 0
 
 
