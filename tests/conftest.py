@@ -33,3 +33,19 @@ def pytest_collection_modifyitems(config, items):
 def _private_cache_dir(tmp_path_factory):
     """Tests use a persistent cache of their own, never the user's."""
     os.environ["LAZY_MLIR_CACHE_DIR"] = str(tmp_path_factory.mktemp("lazy-mlir-cache"))
+
+
+@pytest.fixture(scope="session")
+def vulkan_session():
+    """lazy-mlir's session on the Vulkan target (lavapipe in CI), or a skip
+    saying why there is none."""
+    import iree.runtime as rt
+    from lazy_mlir.runtime.session import DeviceUnavailableError, session_for
+    from lazy_mlir.targets import get_target
+    drivers = rt.query_available_drivers()
+    if "vulkan" not in drivers:
+        pytest.skip(f"the IREE runtime has no vulkan driver (drivers: {', '.join(drivers)})")
+    try:
+        return session_for(get_target("vulkan"))
+    except DeviceUnavailableError as e:
+        pytest.skip(f"no Vulkan device: {e} (install mesa-vulkan-drivers for lavapipe)")

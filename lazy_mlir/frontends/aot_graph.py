@@ -255,14 +255,11 @@ def _module_for(spec: _Specialized):
 def _compile(spec: _Specialized, dumper, disk_key: str):
     """(loaded module, layout, CompiledGraph), or (``_Eager``, None, None)."""
     from ..dialects.runner import PipelineError
-    from ..pipeline.compile import compile_module
-    from ..pipeline.stages import lower
     t0 = time.perf_counter()
     module_gm = layout = None
     try:
         module_gm, layout = tensor_module(spec.gm, spec.inputs)
-        stages = lower(module_gm, spec.config, spec.target.name)
-        compiled = compile_module(stages, spec.target, spec.config)
+        compiled = _lower_and_compile(module_gm, spec, stages=dumper is not None)
     except Exception as e:  # the graph runs eagerly: say why once, with a repro
         blamed = list(getattr(e, "unlowered", ()) or ())
         repro = getattr(e, "repro", None) or _write_fx_repro(spec.gm, e)
@@ -281,6 +278,21 @@ def _compile(spec: _Specialized, dumper, disk_key: str):
     if dumper is not None:
         dumper.dump(_DumpView(spec, module_gm, layout), compiled.compiled, spec.config, disk_key)
     return entry, layout, compiled
+
+
+def _lower_and_compile(module_gm: fx.GraphModule, spec: _Specialized, stages: bool):
+    """``module_gm`` lowered and compiled in a compile worker, where a crashing
+    compiler costs this graph only (``CompilerCrash``, with a repro), as the
+    lazy device's graphs are; in this process without workers, or for a graph
+    holding constants as module attributes (the worker rebuilds the graph
+    from its rows, not the module's attributes)."""
+    from ..runtime import compile_pool
+    if compile_pool.pool() is not None and all(n.op != "get_attr" for n in module_gm.graph.nodes):
+        return compile_pool.compile_in_worker(module_gm, spec.target, spec.config, stages=stages)
+    from ..pipeline.compile import compile_module
+    from ..pipeline.stages import lower
+    return compile_module(lower(module_gm, spec.config, spec.target.name), spec.target,
+                          spec.config)
 
 
 def _load(compiled, spec: _Specialized):

@@ -67,3 +67,22 @@ def same_as_eager(fn, *inputs, exact: bool = False, no_fallback: bool = False) -
         fell_back = {n: lm.metrics.counter_value(n) - before.get(n, 0)
                      for n in lm.metrics.counter_names() if n.startswith("aten::")}
         assert not any(fell_back.values()), fell_back
+
+
+def train_classifier(model, opt, batches, device: str, between=None) -> list[float]:
+    """Cross-entropy training steps of ``model`` on ``(x, y)`` host batches
+    moved to ``device`` (``mark_step`` after each on the lazy device); the
+    losses. ``between(i)``, when given, runs after step ``i``."""
+    import torch.nn.functional as F
+    losses = []
+    for i, (x, y) in enumerate(batches):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x.to(device)), y.to(device))
+        loss.backward()
+        opt.step()
+        if device == "lazy":
+            lm.mark_step()
+        losses.append(loss.item())
+        if between:
+            between(i)
+    return losses

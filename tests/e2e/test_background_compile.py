@@ -12,12 +12,12 @@ import textwrap
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import lazy_mlir as lm
 from lazy_mlir.runtime import compile_pool
 from lazy_mlir.runtime.cache import memory_cache
 from lazy_mlir.runtime.module_cache import compiles_in_flight, wait_for_compiles
+from e2e_helpers import train_classifier
 
 
 @pytest.fixture
@@ -32,28 +32,13 @@ def background(monkeypatch):
     compile_pool.reset()
 
 
-def _train(model, opt, batches, device, between=None):
-    losses = []
-    for i, (x, y) in enumerate(batches):
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x.to(device)), y.to(device))
-        loss.backward()
-        opt.step()
-        if device == "lazy":
-            lm.mark_step()
-        losses.append(loss.item())
-        if between:
-            between(i)
-    return losses
-
-
 def test_training_switches_to_compiled_with_eagers_results(background):
     torch.manual_seed(0)
     ref = torch.nn.Sequential(torch.nn.Linear(10, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
     model = torch.nn.Sequential(torch.nn.Linear(10, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
     model.load_state_dict(ref.state_dict())
     batches = [(torch.randn(8, 10), torch.randint(0, 4, (8,))) for _ in range(5)]
-    expected = _train(ref, torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9), batches,
+    expected = train_classifier(ref, torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9), batches,
                       "cpu")
     model.to("lazy")
     in_flight = []
@@ -63,7 +48,7 @@ def test_training_switches_to_compiled_with_eagers_results(background):
         if i == 1:
             wait_for_compiles()
 
-    got = _train(model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), batches,
+    got = train_classifier(model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), batches,
                  "lazy", settle_after_first)
     assert got == pytest.approx(expected, rel=1e-5, abs=1e-6)
     eager_runs = lm.metrics.counter_value("EagerWhileCompiling")

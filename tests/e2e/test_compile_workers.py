@@ -58,6 +58,27 @@ def test_int8_matmul_survives_in_a_worker(tmp_path):
     assert (repro / "job.pkl").exists()
 
 
+INT8_MATMUL_COMPILED = textwrap.dedent("""
+    import json, torch, lazy_mlir as lm
+    torch.manual_seed(0)
+    a = torch.randint(0, 100, (16, 4)).to(torch.int8)
+    b = torch.randint(0, 100, (4, 16)).to(torch.int8)
+    f = torch.compile(lambda a, b: a @ b, backend="lazy_mlir")
+    print(json.dumps({"equal": torch.equal(f(a, b), a @ b)}))
+""")
+
+
+def test_torch_compile_backend_compiles_in_a_worker(tmp_path):
+    """The torch.compile backend's graphs compile in workers too: the same
+    crash costs that graph (it runs eagerly, with a repro), not the program."""
+    out = _run_script(INT8_MATMUL_COMPILED, tmp_path, LAZY_MLIR_COMPILE_WORKERS="1")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"equal": True}
+    assert "compile worker died (killed by SIGSEGV)" in out.stderr
+    assert "it runs eagerly on the CPU" in out.stderr
+    assert re.search(r"repro: \S+", out.stderr)
+
+
 @pytest.fixture
 def workers(monkeypatch, tmp_path):
     """A fresh pool of one worker, compiles waited for. (Not LAZY_MLIR_DUMP_DIR

@@ -11,6 +11,7 @@ import lazy_mlir as lm
 from lazy_mlir.config import ConfigError, PipelineConfig
 from lazy_mlir.pipeline.stages import IREE_PHASES
 from lazy_mlir.targets import CPU_DATA_TILING
+from e2e_helpers import train_classifier
 
 
 def mlp(x, w1, w2):
@@ -304,15 +305,7 @@ def _train_sgd(net, x_shape, device, momentum=0.9):
     net = net().to(device)
     opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=momentum)
     x, y = torch.randn(*x_shape), torch.randint(0, 5, (x_shape[0],))
-    losses = []
-    for _ in range(3):
-        opt.zero_grad()
-        loss = F.cross_entropy(net(x.to(device)), y.to(device))
-        loss.backward()
-        opt.step()
-        if device == "lazy":
-            lm.mark_step()
-        losses.append(loss.item())
+    losses = train_classifier(net, opt, [(x, y)] * 3, device)
     return losses, [p.detach().cpu() for p in net.parameters()]
 
 

@@ -14,24 +14,6 @@ import torch
 import torch.nn.functional as F
 
 import lazy_mlir as lm
-from lazy_mlir.targets import get_target
-
-
-@pytest.fixture(scope="module")
-def vulkan_session():
-    """The Vulkan session, or a skip saying why there is none."""
-    try:
-        import iree.runtime as rt
-    except ImportError as e:  # pragma: no cover - iree is a dependency
-        pytest.skip(f"iree.runtime not importable: {e}")
-    drivers = rt.query_available_drivers()
-    if "vulkan" not in drivers:
-        pytest.skip(f"the IREE runtime has no vulkan driver (drivers: {', '.join(drivers)})")
-    from lazy_mlir.runtime.session import DeviceUnavailableError, session_for
-    try:
-        return session_for(get_target("vulkan"))
-    except DeviceUnavailableError as e:
-        pytest.skip(f"no Vulkan device: {e} (install mesa-vulkan-drivers for lavapipe)")
 
 
 def _settle():
