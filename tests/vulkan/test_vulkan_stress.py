@@ -156,3 +156,19 @@ def test_stress_after_a_failed_device_query(vulkan, cpu_load, monkeypatch):
         T.driver_devices.cache_clear()
         T._detected_vulkan.cache_clear()
         lm.set_target("vulkan")
+
+
+def test_llvmpipe_refuses_modules_without_narrow_storage(vulkan, monkeypatch):
+    """The baseline Vulkan target, asked for by name, lacks llvmpipe's 8/16-bit
+    storage: on llvmpipe the session refuses it, saying what to do, rather
+    than answering wrongly."""
+    from lazy_mlir.runtime.session import Session, TargetMismatchError
+    devices, _ = T.driver_devices("vulkan")
+    if not devices or "llvmpipe" not in str(devices[0].get("name", "")).lower():
+        pytest.skip("the Vulkan device is not llvmpipe")
+    monkeypatch.setenv("LAZY_MLIR_VULKAN_TARGET", T.VULKAN_BASELINE)
+    with pytest.raises(TargetMismatchError, match="(?s)StorageBuffer8BitAccess.*"
+                       "LAZY_MLIR_VULKAN_FEATURES="):
+        Session(get_target("vulkan"))
+    monkeypatch.setenv("LAZY_MLIR_VULKAN_FEATURES", T.LLVMPIPE_FEATURES)
+    Session(get_target("vulkan"))  # with the features: accepted
