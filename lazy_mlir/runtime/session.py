@@ -82,6 +82,11 @@ def _check_vulkan_storage(target: Target) -> None:
     bfloat16 results zeros and garbage)."""
     if target.driver != "vulkan":
         return
+    if target.device.startswith("no Vulkan device"):  # (targets._detected_vulkan)
+        raise TargetMismatchError(
+            f"lazy-mlir: the {target.name} target was resolved when the Vulkan driver "
+            f"answered {target.device!r}, but a device was created since: its flags "
+            "may not fit it; resolve the target again (lazy_mlir.set_target('vulkan'))")
     devices, _ = driver_devices("vulkan")
     name = str(devices[0].get("name", "")) if devices else ""
     if "llvmpipe" not in name.lower() and "lavapipe" not in name.lower():

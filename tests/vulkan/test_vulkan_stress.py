@@ -148,7 +148,11 @@ def test_stress_after_a_failed_device_query(vulkan, cpu_load, monkeypatch):
     try:
         with monkeypatch.context() as m:
             m.setattr(rt, "get_driver", failing)
-            assert "no Vulkan device" in get_target("vulkan").device
+            stale = get_target("vulkan")
+            assert "no Vulkan device" in stale.device
+        from lazy_mlir.runtime.session import Session, TargetMismatchError
+        with pytest.raises(TargetMismatchError, match="resolve the target again"):
+            Session(stale)        # a target resolved without a device is not run on one
         lm.set_target("vulkan")   # the device answers again
         for r in range(2):
             _round(200 + r)
