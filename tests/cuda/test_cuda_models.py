@@ -9,10 +9,9 @@ name, never its SM). Nothing runs: that needs a device
 ``cuda:sm_90`` compiles PTX for sm_89, which the driver compiles further for
 an sm_90 device (``targets._known_sm``).
 
-Every model runs in CI. Measured on the shared 2-core machine at load 8-10
-(``/tmp`` script in the issue-29 note): lowering 0.7-12.5 s, each
-iree-compile 5-15 s of CPU (the LSTM's unrolled 3,511-node step: 141 kernels,
-~14 s per architecture); the slowest test, the LSTM, ~1 min wall.
+Every model runs in CI: the file took ~107 s of CPU in all on the shared
+2-core machine (lowering 0.5-10 s of CPU per model, each iree-compile 5-16 s;
+the LSTM's unrolled 3,511-node step: 141 kernels, ~15 s per architecture).
 """
 from __future__ import annotations
 
