@@ -33,7 +33,8 @@ Guarantees:
   reported when a ``runtime.session.Session`` is created for the target.
 - ``cache_key`` includes every flag, so modules built for different devices
   never share a cache entry.
-- Devices are queried once per process; the environment is read on every call.
+- Devices are queried once per process (until one is found); the environment
+  is read on every call.
 """
 from __future__ import annotations
 
@@ -200,12 +201,34 @@ def vulkan_target_for(device_name: str, cuda_sm: int | None = None) -> str | Non
     return None
 
 
-@functools.lru_cache(maxsize=None)
+def _kept_when(found):
+    """A per-process cache, like ``functools.lru_cache``, that keeps only the
+    answers ``found`` accepts. A "no device" answer (a driver that failed to
+    start once, a test's patched query) is asked again next time: kept, it
+    picked a process's Vulkan flags for good, without lavapipe's 8/16-bit
+    storage (issue 29's wrong bool and bfloat16 results)."""
+    def wrap(fn):
+        memo: dict = {}
+
+        @functools.wraps(fn)
+        def cached(*args):
+            if args in memo:
+                return memo[args]
+            out = fn(*args)
+            if found(out):
+                memo.setdefault(args, out)
+            return out
+        cached.cache_clear = memo.clear
+        return cached
+    return wrap
+
+
+@_kept_when(lambda answer: bool(answer[0]))
 def driver_devices(driver: str) -> tuple[tuple[dict, ...], str]:
     """(devices, error) of an IREE runtime driver: its devices as
     ``query_available_devices`` lists them, or () and why not. Cached per
-    process. Creates the driver: ``local-task`` gets its worker count set
-    first (it starts its workers when created)."""
+    process once a device is found. Creates the driver: ``local-task`` gets
+    its worker count set first (it starts its workers when created)."""
     try:
         import iree.runtime as rt
         if driver not in rt.query_available_drivers():
@@ -248,7 +271,7 @@ operations: llvmpipe's subgroups have 8 lanes, a size no IREE target
 description has, and reductions assuming another size are wrong."""
 
 
-@functools.lru_cache(maxsize=None)
+@_kept_when(lambda answer: not answer[1].startswith("no Vulkan device"))
 def _detected_vulkan() -> tuple[tuple[str, ...], str]:
     """(flags, device description) for the first Vulkan device."""
     devices, err = driver_devices("vulkan")

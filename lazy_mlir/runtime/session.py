@@ -15,6 +15,8 @@ Guarantees:
   (``ZeroCopyFromDevice`` bytes). Callers must treat both as read-only, which
   lazy device data is; modules never write into them (see ``LoadedModule``).
   ``LAZY_MLIR_ZERO_COPY=0`` turns this off (every transfer copies).
+- A vulkan target without 8/16-bit storage is refused on llvmpipe
+  (``TargetMismatchError``): it would answer wrongly for narrow dtypes.
 - On drivers whose buffers the host cannot map (Vulkan, CUDA), results are
   read back by a device copy into host memory: imported 4096-byte aligned
   host memory when the device can import it, else a mappable staging buffer.
@@ -36,7 +38,8 @@ import numpy as np
 import torch
 
 from .. import metrics
-from ..targets import VULKAN_I64_DEMOTION, Target, configure_cpu_threads, driver_devices
+from ..targets import (LLVMPIPE_FEATURES, VULKAN_I64_DEMOTION, Target, configure_cpu_threads,
+                       driver_devices)
 from .host_memory import keep_freed_memory
 
 log = logging.getLogger("lazy_mlir")
@@ -60,6 +63,44 @@ _DEMOTED = {torch.float64: torch.float32, torch.complex128: torch.complex64}
 
 class DeviceUnavailableError(RuntimeError):
     """A target's IREE runtime driver is missing or has no usable device."""
+
+
+class TargetMismatchError(RuntimeError):
+    """The device would run a target's modules, but compute wrong answers."""
+
+
+NARROW_STORAGE = ("cap:StorageBuffer8BitAccess", "cap:StorageBuffer16BitAccess")
+"""What llvmpipe needs to store bool/int8/16-bit tensors whose byte size is
+not a multiple of 4 (``targets.LLVMPIPE_FEATURES``)."""
+
+
+def _check_vulkan_storage(target: Target) -> None:
+    """Refuse, saying what to do, a vulkan target without 8/16-bit storage
+    on llvmpipe (lavapipe): its modules pack narrow tensors into 32-bit words
+    and llvmpipe drops the last word of an odd-sized buffer, so results are
+    silently wrong (issue 29: a 35-element bool mask from element 32 on,
+    bfloat16 results zeros and garbage)."""
+    if target.driver != "vulkan":
+        return
+    if target.device.startswith("no Vulkan device"):  # (targets._detected_vulkan)
+        raise TargetMismatchError(
+            f"lazy-mlir: the {target.name} target was resolved when the Vulkan driver "
+            f"answered {target.device!r}, but a device was created since: its flags "
+            "may not fit it; resolve the target again (lazy_mlir.set_target('vulkan'))")
+    devices, _ = driver_devices("vulkan")
+    name = str(devices[0].get("name", "")) if devices else ""
+    if "llvmpipe" not in name.lower() and "lavapipe" not in name.lower():
+        return
+    features = ",".join(f.partition("=")[2] for f in target.flags
+                        if f.startswith("--iree-vulkan-target-features="))
+    missing = [c for c in NARROW_STORAGE if c not in features.split(",")]
+    if missing:
+        raise TargetMismatchError(
+            f"lazy-mlir: the {target.name} target's flags ({target.device}) lack "
+            f"{', '.join(missing)}, which {name} needs to store bool, int8 and 16-bit "
+            "tensors of odd byte sizes correctly; unset LAZY_MLIR_VULKAN_TARGET (the "
+            "detected device gets them), or set LAZY_MLIR_VULKAN_FEATURES="
+            f"{LLVMPIPE_FEATURES}")
 
 
 def _driver_report(rt) -> str:
@@ -120,6 +161,7 @@ class Session:
         self.rt = rt
         self.target = target
         self.device = _device_for(rt, target)
+        _check_vulkan_storage(target)
         self.config = rt.Config(device=self.device)
         self.lock = threading.Lock()
         self.host_memory = target.driver in HOST_DRIVERS

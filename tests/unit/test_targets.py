@@ -84,10 +84,13 @@ def test_vulkan_detection(monkeypatch):
     monkeypatch.delenv("LAZY_MLIR_VULKAN_FEATURES", raising=False)
 
     def detect(devices):
+        # The patch is undone before the cache is cleared: no answer made up
+        # here is left for the worker's later tests (tests/vulkan compile by it).
         T._detected_vulkan.cache_clear()
-        monkeypatch.setattr(T, "driver_devices", lambda d: devices)
         try:
-            return get_target("vulkan")
+            with monkeypatch.context() as m:
+                m.setattr(T, "driver_devices", lambda d: devices)
+                return get_target("vulkan")
         finally:
             T._detected_vulkan.cache_clear()
 
@@ -191,3 +194,37 @@ def test_cpu_threads(monkeypatch):
         cpu_threads()
     monkeypatch.delenv("LAZY_MLIR_CPU_THREADS")
     assert cpu_threads() >= 1
+
+
+def test_no_device_answers_are_asked_again(monkeypatch):
+    """A driver that found no device once is asked again: that answer is not
+    kept for the process (issue 29: a cached "no Vulkan device" compiled every
+    later graph without lavapipe's narrow storage, and answered wrongly)."""
+    calls = []
+    answers = iter([((), "failed once"), (({"name": "llvmpipe (LLVM 15)"},), "")])
+
+    def detect_once(_driver):
+        calls.append(_driver)
+        return next(answers)
+
+    monkeypatch.delenv("LAZY_MLIR_VULKAN_TARGET", raising=False)
+    monkeypatch.delenv("LAZY_MLIR_VULKAN_FEATURES", raising=False)
+    T._detected_vulkan.cache_clear()
+    try:
+        with monkeypatch.context() as m:
+            m.setattr(T, "driver_devices", detect_once)
+            assert "no Vulkan device" in get_target("vulkan").device
+            found = get_target("vulkan")
+            assert found.device.startswith("llvmpipe") and "cap:Int8" in found.flags[1]
+            assert get_target("vulkan") == found and len(calls) == 2  # kept once found
+    finally:
+        T._detected_vulkan.cache_clear()
+
+    seen = []
+
+    @T._kept_when(lambda answer: bool(answer[0]))
+    def query(driver):
+        seen.append(driver)
+        return ((), "none") if len(seen) == 1 else (({"name": "d"},), "")
+    assert query("x") == ((), "none") and query("x")[0] and query("x")[0]
+    assert seen == ["x", "x"]

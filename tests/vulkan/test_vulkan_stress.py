@@ -13,6 +13,16 @@ graph rounds once where eager rounds after each op).
 
 ``test_stress_ci``: 2 rounds (a few seconds once compiled; the first run
 compiles 20 small modules). ``test_stress_50_runs`` (slow): 50 rounds.
+
+The cause (found by compiling these graphs for the baseline Vulkan target on
+lavapipe: the 35-element bool mask wrong from element 32 on, bfloat16 results
+zeros and garbage): modules built without llvmpipe's 8/16-bit storage
+features (``targets.LLVMPIPE_FEATURES``). The process could reach that state
+when a device query failed once: the "no Vulkan device" answer was cached and
+chose the baseline flags for every later graph.
+``test_stress_after_a_failed_device_query`` forces that state and runs the
+rounds; ``test_llvmpipe_refuses_modules_without_narrow_storage`` checks the
+session refuses such a target instead of answering wrongly.
 """
 from __future__ import annotations
 
@@ -25,6 +35,7 @@ import pytest
 import torch
 
 import lazy_mlir as lm
+from lazy_mlir import targets as T
 from lazy_mlir.targets import get_target
 
 SHAPES = [(5, 7), (3, 5), (1,), (13,), (2, 3, 3)]   # 35, 15, 1, 13, 18 elements: not words
@@ -118,3 +129,50 @@ def test_stress_ci(vulkan, cpu_load):
 def test_stress_50_runs(vulkan, cpu_load):
     for r in range(50):
         _round(100 + r)
+
+
+def test_stress_after_a_failed_device_query(vulkan, cpu_load, monkeypatch):
+    """A Vulkan device query that fails once (a driver that could not start
+    under load; test_targets patches the query the same way) must not pick
+    the flags of every later graph: the rounds after it are right."""
+    import iree.runtime as rt
+    real = rt.get_driver
+
+    def failing(name):
+        if name == "vulkan":
+            raise RuntimeError("VK_ERROR_INITIALIZATION_FAILED (made to fail once by this test)")
+        return real(name)
+
+    T.driver_devices.cache_clear()
+    T._detected_vulkan.cache_clear()
+    try:
+        with monkeypatch.context() as m:
+            m.setattr(rt, "get_driver", failing)
+            stale = get_target("vulkan")
+            assert "no Vulkan device" in stale.device
+        from lazy_mlir.runtime.session import Session, TargetMismatchError
+        with pytest.raises(TargetMismatchError, match="resolve the target again"):
+            Session(stale)        # a target resolved without a device is not run on one
+        lm.set_target("vulkan")   # the device answers again
+        for r in range(2):
+            _round(200 + r)
+    finally:                      # whatever happened, later tests detect afresh
+        T.driver_devices.cache_clear()
+        T._detected_vulkan.cache_clear()
+        lm.set_target("vulkan")
+
+
+def test_llvmpipe_refuses_modules_without_narrow_storage(vulkan, monkeypatch):
+    """The baseline Vulkan target, asked for by name, lacks llvmpipe's 8/16-bit
+    storage: on llvmpipe the session refuses it, saying what to do, rather
+    than answering wrongly."""
+    from lazy_mlir.runtime.session import Session, TargetMismatchError
+    devices, _ = T.driver_devices("vulkan")
+    if not devices or "llvmpipe" not in str(devices[0].get("name", "")).lower():
+        pytest.skip("the Vulkan device is not llvmpipe")
+    monkeypatch.setenv("LAZY_MLIR_VULKAN_TARGET", T.VULKAN_BASELINE)
+    with pytest.raises(TargetMismatchError, match="(?s)StorageBuffer8BitAccess.*"
+                       "LAZY_MLIR_VULKAN_FEATURES="):
+        Session(get_target("vulkan"))
+    monkeypatch.setenv("LAZY_MLIR_VULKAN_FEATURES", T.LLVMPIPE_FEATURES)
+    Session(get_target("vulkan"))  # with the features: accepted
