@@ -44,15 +44,8 @@ TOLERANCE = {torch.bfloat16: 2e-2, torch.float16: 2e-3}
 
 
 @pytest.fixture(scope="module")
-def vulkan():
-    import iree.runtime as rt
-    if "vulkan" not in rt.query_available_drivers():
-        pytest.skip("the IREE runtime has no vulkan driver")
-    from lazy_mlir.runtime.session import DeviceUnavailableError, session_for
-    try:
-        session_for(get_target("vulkan"))
-    except DeviceUnavailableError as e:
-        pytest.skip(f"no Vulkan device: {e}")
+def vulkan(vulkan_session):
+    """The lazy device on the vulkan target for the module's tests."""
     lm.mark_step()
     lm.wait_device_ops()
     lm.set_target("vulkan")
