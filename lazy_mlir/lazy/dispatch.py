@@ -111,6 +111,9 @@ def record(func, args, kwargs, bare=False):
     return tree_unflatten(result, out_tree)
 
 
+_foreach._record = record  # a foreach op recorded as one node (foreach._record_whole)
+
+
 # ------------------------------------------------------------------ dispatch
 def dispatch(func, args, kwargs):
     t0 = time.perf_counter()
