@@ -25,6 +25,7 @@ from . import bounds, decompose, empty_inputs, fallback, random, shapes
 from . import collectives as _collectives
 from . import foreach as _foreach
 from . import tensor as _tensor
+from .gc_hold import held as _gc_held, hold as _gc_hold
 from .capture import (LAZY_TYPE, _EXACT_CONSTS, _PLANS_MAX, _guarded, _make_scalar, _node,
                       _placeholders, _plan_key, _run_plan, _store_plan, _to_value, assign,
                       data_value, emit, op_info, value_of)
@@ -123,6 +124,8 @@ def dispatch(func, args, kwargs):
             kind = func._lazy_mlir.kind
         except AttributeError:
             kind = op_info(func).kind
+        if _gc_held[0] is None and kind != "sync":  # a step's first op (gc_hold.py)
+            _gc_hold()
         if kind == "functional":
             return record(func, args, kwargs)
         if kind == "view":
