@@ -50,8 +50,9 @@ _NO_STATIC_SHAPE = (NotImplementedError, torch._subclasses.fake_tensor.DynamicOu
 
 def record(func, args, kwargs, bare=False):
     """Record a functional op on lazy tensors; returns lazy tensors. With
-    ``bare``, an op of one output recorded from its plan returns its Value
-    instead (no wrapper tensor): the in-place path only assigns it."""
+    ``bare``, an op recorded from its plan returns its output Value (a list
+    of them when every output is a tensor) instead (no wrapper tensors): the
+    in-place paths only assign them."""
     func, args, kwargs = lift_scalars(func, args, kwargs, LazyTensor, _make_scalar, record)
     info = op_info(func)
     flat, tree = argtree.flatten(args, kwargs)

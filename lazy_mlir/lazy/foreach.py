@@ -35,6 +35,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from .. import metrics
 from ..config import current_config
+from ..graph.ir import Value
 from ..ops import support as _support
 from ..ops.foreach import PREFIX, element_calls, length as _length, plan, whole_node_ops
 from .capture import _make_scalar, assign, data_value, value_of
@@ -156,10 +157,15 @@ def _record_whole(func, how, bound, n):
     for arg in how.kwarg_only:  # (alpha: a liftable one went per element above)
         kw[arg] = args[names.index(arg)]
     pos = [a for arg, a in zip(names, args) if arg not in how.kwarg_only]
-    out = _record(fn, tuple(pos), kw)
     if not how.inplace:
-        return list(out)
-    for t, o in zip(selves, out):
+        return list(_record(fn, tuple(pos), kw))
+    # bare: Values when recorded from its plan (no wrapper tensor per element)
+    for t, o in zip(selves, _record(fn, tuple(pos), kw, bare=True)):
+        if type(o) is Value:
+            if o.spec.dtype == t.dtype:  # the common case: no cast
+                assign(t, o)
+                continue
+            o = wrap_value(o)
         if o.dtype != t.dtype:
             o = aten._to_copy.default(o, dtype=t.dtype)
         assign(t, value_of(o))
