@@ -14,6 +14,9 @@ per step (``lazy::`` counters), capture and mark_step in microseconds per op
 (wall), their sum in the capturing thread's CPU time (``time.thread_time``,
 which a loaded machine inflates less; its mean too, where Python's full
 garbage collections show, one step in 10-20 paying 0.15-0.2 s),
+the same per step in milliseconds (ops per step differ between versions: a
+foreach node does a whole optimizer update), the number of Python's full
+collections (generation 2) during the lazy steps,
 the whole step (capture + mark_step + item) and, in the same process, the
 same loop in eager PyTorch on the CPU, interleaved step by step with the lazy
 one so that a burst of load hits both. Medians, with the minimum after a
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import pstats
 import statistics
 import time
@@ -65,10 +69,18 @@ def measure(name: str, size: str, steps: int, warmup: int, profile: int, eager: 
         loss.item()
         if eager_step:
             eager_step().item()
+    gc.collect()  # (the warm-up's garbage: repeated steps are measured)
     lm.metrics.reset()
     compiles = lm.metrics.counter_value("UncachedCompile")
     cap, sync, read, whole, ref, cpu = [], [], [], [], [], []
     prof = cProfile.Profile() if profile else None
+    full = []  # Python's full collections during the lazy steps
+
+    def count_full(phase, info):
+        if phase == "start" and info["generation"] == 2 and not eager_running[0]:
+            full.append(1)
+    eager_running = [False]
+    gc.callbacks.append(count_full)
     for _ in range(steps):
         if prof:
             prof.enable()
@@ -87,9 +99,12 @@ def measure(name: str, size: str, steps: int, warmup: int, profile: int, eager: 
         read.append(t3 - t2)
         whole.append(t3 - t0)
         if eager_step:
+            eager_running[0] = True
             e0 = time.perf_counter()
             eager_step().item()
             ref.append(time.perf_counter() - e0)
+            eager_running[0] = False
+    gc.callbacks.remove(count_full)
     lm.wait_device_ops()
     ops = _ops() / steps
     fallbacks = sum(lm.metrics.counter_value(n) for n in lm.metrics.counter_names()
@@ -107,6 +122,7 @@ def measure(name: str, size: str, steps: int, warmup: int, profile: int, eager: 
     eager_ms = pair(ref, 1e3) if ref else "-"
     return (f"| {name}-{size} | {ops:.0f} | {pair(cap, per=ops)} | {pair(sync, per=ops)} | "
             f"{pair(cpu, per=ops)} / mean {statistics.mean(cpu) * 1e6 / ops:.1f} | "
+            f"{pair(cpu, 1e3)} / mean {statistics.mean(cpu) * 1e3:.1f} | {len(full)} | "
             f"{pair(read, 1e3)} | "
             f"{pair(whole, 1e3)} | {eager_ms} | {ratio} | {fallbacks} | {recompiled} |")
 
@@ -123,8 +139,9 @@ def main() -> None:
     rows = [measure(m.strip(), a.size, a.steps, a.warmup, a.profile, not a.no_eager)
             for m in a.models.split(",")]
     print("| model | ops/step | capture us/op | mark_step us/op | capture+mark_step thread CPU us/op "
-          "| item ms | lazy step ms | eager step ms | lazy/eager | fallbacks | recompiles |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| the same, ms/step | full GCs | item ms | lazy step ms | eager step ms | lazy/eager "
+          "| fallbacks | recompiles |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
 
 

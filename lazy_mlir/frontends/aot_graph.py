@@ -228,17 +228,20 @@ def _module_for(spec: _Specialized):
         return hit
     from ..pipeline.dump import active_dumper
     from ..runtime.disk_cache import default_cache, make_key
-    from ..runtime.session import session_for
     from ..runtime.compile_worker import pack_entry, unpack_entry
+    from ..runtime.module_cache import load_or_none
     dumper = active_dumper()
     disk = default_cache() if dumper is None else None  # a dump wants every graph compiled
     disk_key = make_key("dynamo:" + spec.key, spec.target.cache_key, spec.config.key)
     packed = disk.get(disk_key) if disk else None
-    if packed is not None:
+    loaded = None
+    if packed is not None:  # (one the runtime refuses is compiled again)
         layout, _, packed = packed.partition(b"\n")
         clobbered, passthrough, vmfb = unpack_entry(packed)
-        entry = (session_for(spec.target).load(vmfb, clobbered, passthrough),
-                 _layout_from_json(layout))
+        loaded = load_or_none(spec.target, vmfb, clobbered, passthrough,
+                              "a cached module", "compiling it again")
+    if loaded is not None:
+        entry = (loaded, _layout_from_json(layout))
     else:
         metrics.counter_inc("UncachedCompile")
         entry = _compile(spec, dumper, disk_key)
@@ -298,18 +301,11 @@ def _lower_and_compile(module_gm: fx.GraphModule, spec: _Specialized, stages: bo
 def _load(compiled, spec: _Specialized):
     """``compiled`` loaded on the target's session with its protections
     (as ``runtime.module_cache.load_module``); ``_Eager`` when IREE cannot
-    load it (a dispatch over the runtime's 32 buffers)."""
-    from ..runtime.session import session_for
-    try:
-        return session_for(spec.target).load(compiled.vmfb, compiled.clobbered,
-                                             compiled.passthrough)
-    except (IndexError, RuntimeError, ValueError) as e:
-        if "binding count" not in str(e):
-            raise
-        log.warning("lazy-mlir (torch.compile backend): IREE cannot load graph %s (a "
-                    "dispatch reads more buffers than the runtime allows); it runs eagerly",
-                    spec.key[:12])
-        return _Eager(spec.gm, _op_names(spec.gm))
+    load it (a dispatch over the runtime's 32 buffers, a driver limit)."""
+    from ..runtime.module_cache import load_or_none
+    loaded = load_or_none(spec.target, compiled.vmfb, compiled.clobbered, compiled.passthrough,
+                          f"torch.compile graph {spec.key[:12]}")
+    return _Eager(spec.gm, _op_names(spec.gm)) if loaded is None else loaded
 
 
 def tensor_module(gm: fx.GraphModule, inputs):

@@ -198,6 +198,8 @@ def _run_plan(plan: _Plan, info: OpInfo, func, vals, tree, bare=False):
     metrics.counter_inc(info.counter)
     if plan.single:
         return outs[0] if bare else wrap_value(outs[0])
+    if bare and len(outs) == len(plan.out_flat):  # (a whole foreach op's outputs)
+        return outs
     it = iter(outs)
     result = [wrap_value(next(it)) if type(o) is TensorSpec else o for o in plan.out_flat]
     return tree_unflatten(result, plan.out_tree)

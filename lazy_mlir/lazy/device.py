@@ -12,6 +12,7 @@ import torch
 
 from .capture import data_value, emit
 from .capturable import allow_lazy
+from .foreach import prefer_foreach
 from .dispatch import _copy_
 from .module_ties import keep_ties
 from .sync import to_host
@@ -82,4 +83,5 @@ def register() -> None:
             op = getattr(getattr(aten, base), overload or "default")
             _lib.impl(name, _host_factory(op), "Lazy")
     allow_lazy()  # Adam(..., capturable=True) on lazy parameters
+    prefer_foreach()  # torch.optim's default update as foreach ops (one node each)
     keep_ties()  # tied weights stay tied through model.to("lazy")

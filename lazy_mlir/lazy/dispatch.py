@@ -25,6 +25,7 @@ from . import bounds, decompose, empty_inputs, fallback, random, shapes
 from . import collectives as _collectives
 from . import foreach as _foreach
 from . import tensor as _tensor
+from .gc_hold import held as _gc_held, hold as _gc_hold
 from .capture import (LAZY_TYPE, _EXACT_CONSTS, _PLANS_MAX, _guarded, _make_scalar, _node,
                       _placeholders, _plan_key, _run_plan, _store_plan, _to_value, assign,
                       data_value, emit, op_info, value_of)
@@ -49,8 +50,9 @@ _NO_STATIC_SHAPE = (NotImplementedError, torch._subclasses.fake_tensor.DynamicOu
 
 def record(func, args, kwargs, bare=False):
     """Record a functional op on lazy tensors; returns lazy tensors. With
-    ``bare``, an op of one output recorded from its plan returns its Value
-    instead (no wrapper tensor): the in-place path only assigns it."""
+    ``bare``, an op recorded from its plan returns its output Value (a list
+    of them when every output is a tensor) instead (no wrapper tensors): the
+    in-place paths only assign them."""
     func, args, kwargs = lift_scalars(func, args, kwargs, LazyTensor, _make_scalar, record)
     info = op_info(func)
     flat, tree = argtree.flatten(args, kwargs)
@@ -111,6 +113,9 @@ def record(func, args, kwargs, bare=False):
     return tree_unflatten(result, out_tree)
 
 
+_foreach._record = record  # a foreach op recorded as one node (foreach._record_whole)
+
+
 # ------------------------------------------------------------------ dispatch
 def dispatch(func, args, kwargs):
     t0 = time.perf_counter()
@@ -120,6 +125,8 @@ def dispatch(func, args, kwargs):
             kind = func._lazy_mlir.kind
         except AttributeError:
             kind = op_info(func).kind
+        if _gc_held[0] is None and kind != "sync":  # a step's first op (gc_hold.py)
+            _gc_hold()
         if kind == "functional":
             return record(func, args, kwargs)
         if kind == "view":

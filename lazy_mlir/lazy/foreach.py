@@ -1,133 +1,90 @@
-"""Foreach ops (``torch._foreach_*``) recorded as per-tensor graph ops.
+"""Foreach ops (``torch._foreach_*``) on lazy tensors.
 
-Optimizers with ``foreach=True``, ``clip_grad_norm_(foreach=True)`` and
-direct ``torch._foreach_*`` calls apply one op to every tensor of a list.
-PyTorch's CPU kernels do exactly that, one tensor after the other (the "slow
-path"); here each element becomes the per-tensor aten op on lazy tensors:
+Optimizers with ``foreach=True`` (the default on the lazy device:
+``prefer_foreach``), ``clip_grad_norm_(foreach=True)`` and direct
+``torch._foreach_*`` calls apply one op to every tensor of a list. Two ways
+to record one (the mapping to per-tensor ops is ``ops/foreach.py``'s):
 
-- ``_foreach_X(lists...)`` returns ``[X(a_i, b_i, ...)]``, new lazy tensors;
-- ``_foreach_X_(lists...)`` calls ``X_(a_i, b_i, ...)`` for i in order, so each
-  write goes through capture's in-place path (views and aliases see it, and a
-  later element sees an earlier element's write, as in eager).
+- whole (``_record_whole``): the functional foreach op becomes ONE graph node
+  with an output per element, decomposed into its per-tensor ops before
+  import; an in-place one then writes each output into its element. An
+  optimizer's update costs a dozen recorded ops a step instead of a dozen
+  per parameter. Taken when every list element is a lazy tensor of one
+  dtype, an in-place op's elements share no storage with each other or with
+  its other arguments, and every number that could change between steps
+  (a learning rate) becomes a graph input: the ``.Scalar`` overloads of
+  add/mul/div are recorded as their ``.Tensor`` overloads with the number
+  lifted to a 0-dim tensor, as ``scalars.lift_scalars`` does per op; the
+  hyperparameters in ``_CONSTANT_ARGS`` stay constants of the node.
+- per element, otherwise: ``_foreach_X(lists...)`` returns
+  ``[X(a_i, b_i, ...)]`` and ``_foreach_X_(lists...)`` calls
+  ``X_(a_i, b_i, ...)`` for i in order, so each write goes through capture's
+  in-place path (views and aliases see it, and a later element sees an
+  earlier element's write, as in eager).
 
-The per-tensor op is found by name: ``_foreach_add_.List`` -> ``aten.add_``,
-called through the overload packet so that PyTorch's own schema matching picks
-the Tensor or Scalar overload for each element's arguments. List arguments
-(``Tensor[]``, ``Scalar[]``) give their i-th element, everything else is
-passed to every call. A few ops differ from their per-tensor op and are
-mapped explicitly (``_REDIRECT``, ``_VALUE_ARG``); an in-place op with no
-in-place per-tensor op (``maximum_``) computes the functional one and copies it
-into the element, as PyTorch's kernel does. Ops with no per-tensor op
-(``_foreach_powsum``, ``out=`` overloads), and per-element scalars given as a
-lazy tensor, run eagerly on host copies: counted as ``aten::<op>`` fallbacks
-and written back into the lazy tensors, never silently.
+Ops with no per-tensor op (``_foreach_powsum``, ``out=`` overloads), and
+per-element scalars given as a lazy tensor, run eagerly on host copies:
+counted as ``aten::<op>`` fallbacks and written back into the lazy tensors,
+never silently.
 """
 from __future__ import annotations
-
-import functools
 
 import torch
 
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from .. import metrics
-from .capture import assign, data_value
+from ..config import current_config
+from ..graph.ir import Value
+from ..ops import support as _support
+from ..ops.foreach import PREFIX, element_calls, length as _length, plan, whole_node_ops
+from .capture import _make_scalar, assign, data_value, value_of
+from .kinds import functional_of
+from .scalars import _scalar_dtype
 from .state import dry_run as _dry_run
 from .supported import note_fallback
 from .sync import to_host
 from .tensor import LazyTensor, wrap_value
 
 aten = torch.ops.aten
-PREFIX = "_foreach_"
+__all__ = ["PREFIX", "plan", "dispatch", "run_eagerly", "prefer_foreach"]
 
-# Foreach ops whose per-tensor op has another name, by (base name, overload).
-# PyTorch's CPU kernels implement maximum/minimum with a scalar as
-# clamp_min/clamp_max (maximum has no Scalar overload), and the norm as
-# linalg_vector_norm(t, ord, dtype=dtype).
-_REDIRECT = {
-    ("maximum", "Scalar"): "clamp_min", ("maximum", "ScalarList"): "clamp_min",
-    ("minimum", "Scalar"): "clamp_max", ("minimum", "ScalarList"): "clamp_max",
-    ("norm", "Scalar"): "linalg_vector_norm",
-}
-# Arguments that the per-tensor op takes by keyword although the foreach op
-# takes them by position: {base name: {foreach argument: per-tensor keyword}}.
-_VALUE_ARG = {"addcdiv": {"value": "value", "scalars": "value"},
-              "addcmul": {"value": "value", "scalars": "value"},
-              "norm": {"dtype": "dtype"}}
+# ``dispatch.record`` (installed by dispatch.py, which imports this module).
+_record = None
 
-
-class _Plan:
-    """How one foreach overload maps to its per-tensor op."""
-
-    __slots__ = ("op", "inplace", "via_copy", "names", "lists", "keyword", "kwarg_only",
-                 "defaults", "tensor_scalars")
-
-    def __init__(self, op, inplace, schema, base, via_copy):
-        self.op = op  # an OpOverloadPacket
-        self.inplace = inplace
-        self.via_copy = via_copy  # in place as op(...) then self.copy_(result)
-        args = schema.arguments
-        self.names = [a.name for a in args]
-        self.lists = {a.name for a in args if isinstance(a.type, torch.ListType)}
-        self.kwarg_only = {a.name for a in args if a.kwarg_only}
-        self.keyword = _VALUE_ARG.get(base, {})
-        self.defaults = {a.name: a.default_value for a in args if a.has_default_value()}
-        # addcdiv.Tensor / addcmul.Tensor: one scalar per element, as a 1-D tensor
-        self.tensor_scalars = {a.name for a in args
-                               if a.name == "scalars" and not isinstance(a.type, torch.ListType)}
-
-
-@functools.lru_cache(maxsize=None)
-def plan(func):
-    """The ``_Plan`` of a foreach op, or a string saying why there is none."""
-    name = func._schema.name.split("::")[-1]
-    overload = func._overloadname
-    if not name.startswith(PREFIX):
-        return "not a foreach op"
-    if "out" in overload.split("_") or overload == "out":
-        return "an out= overload"
-    inplace = name.endswith("_")
-    base = name[len(PREFIX):].rstrip("_")
-    target = _REDIRECT.get((base, overload), base)
-    packet = getattr(aten, target + "_" if inplace else target, None)
-    via_copy = False
-    if inplace and not isinstance(packet, torch._ops.OpOverloadPacket):
-        # maximum_/minimum_ do not exist: PyTorch's kernel computes
-        # maximum(a, b) and copies it into a; so do we (copy_ is in place).
-        packet, via_copy = getattr(aten, target, None), True
-    if not isinstance(packet, torch._ops.OpOverloadPacket):
-        return f"no per-tensor op aten.{target}{'_' if inplace else ''}"
-    return _Plan(packet, inplace, func._schema, base, via_copy)
+_NUMBERS = (int, float)
+# .Scalar overloads recorded as their .Tensor overload, the number lifted.
+_TENSOR_SIBLING = {"add", "mul", "div"}
+# Numbers that stay constants of a whole node: hyperparameters torch.optim
+# passes as they are (Adam's 1 - beta1, 1 - beta2, beta ** step), which do
+# not change between steps. Any other number that could (a learning rate as
+# ``alpha``, per-element step sizes) sends the op down the per-element path.
+_CONSTANT_ARGS = {("lerp", "weight"), ("addcmul", "value"), ("addcdiv", "value"),
+                  ("pow", "self")}
+_WHOLE = None  # the functional overloads decomposed before import (ops/foreach.py)
+_NO = object()
 
 
 def dispatch(func, args, kwargs):
-    """Run a foreach op on lazy tensors as its per-tensor ops."""
+    """Record a foreach op on lazy tensors: whole when it can, else as its
+    per-tensor ops."""
     how = plan(func)
     name = func.__name__.split(".")[0]
     if isinstance(how, str):
         return run_eagerly(func, args, kwargs, how)
-    bound = dict(how.defaults)
-    bound.update(zip(how.names, args))
-    bound.update(kwargs)
+    bound = how.bind(args, kwargs)
     n = _length(func, how, bound)
+    if not how.tensor_scalars and _record is not None:
+        out = _record_whole(func, how, bound, n)
+        if out is not _NO:  # (counted by record, as lazy::<the functional op>)
+            return out
     for s in how.tensor_scalars:
         if isinstance(bound[s], LazyTensor):  # its values are needed on the host
             return run_eagerly(func, args, kwargs, "per-element scalars in a lazy tensor")
         bound[s] = _scalar_list(bound[s], n)
     metrics.counter_inc("lazy::" + name)
     results = []
-    for i in range(n):
-        pos, kw = [], {}
-        for arg in how.names:
-            v = bound[arg]
-            if arg in how.lists or arg in how.tensor_scalars:
-                v = v[i]
-            if arg in how.keyword:
-                kw[how.keyword[arg]] = v
-            elif arg in how.kwarg_only:
-                kw[arg] = v
-            else:
-                pos.append(v)
+    for pos, kw in element_calls(how, bound, n):
         out = how.op(*pos, **kw)
         if how.via_copy:
             aten.copy_(pos[0], out)
@@ -135,18 +92,111 @@ def dispatch(func, args, kwargs):
     return None if how.inplace else results
 
 
-def _length(func, how, bound) -> int:
-    """The common length of the list arguments; raises as PyTorch does when
-    they differ."""
-    lengths = [(a, len(bound[a])) for a in how.names if a in how.lists]
-    n = lengths[0][1]
-    if n == 0:
-        raise RuntimeError(f"{func}: Tensor list must have at least one tensor.")
-    for a, m in lengths[1:]:
-        if m != n:
-            raise RuntimeError(f"{func}: the lists {lengths[0][0]} and {a} must have the same "
-                               f"number of elements, got {n} and {m}")
-    return n
+def _whole_op(func, how):
+    """The functional overload to record ``func`` as, or None."""
+    global _WHOLE
+    try:
+        return func._lazy_mlir_whole
+    except AttributeError:
+        pass
+    if _WHOLE is None:
+        _WHOLE = frozenset(whole_node_ops())
+    fn = functional_of(func) if how.inplace else func
+    fn = fn if fn in _WHOLE else None
+    try:
+        func._lazy_mlir_whole = fn
+    except (AttributeError, TypeError):
+        pass
+    return fn
+
+
+def _record_whole(func, how, bound, n):
+    """Record ``func`` as one node (see the module docstring); ``_NO`` when
+    it must go per element."""
+    fn = _whole_op(func, how)
+    if (fn is None or not _support.op_is_supported(fn) or not current_config().decompositions
+            or _support.DENIED_SIGNATURES.get(_support.mlir_name(fn))):
+        return _NO
+    names = how.names
+    first = next(a for a in names if a in how.lists)  # (pow.ScalarAndTensor: "exponent")
+    selves = bound[first]
+    dtype = None
+    own = set()
+    for t in selves:
+        if type(t) is not LazyTensor or (dtype is not None and t.dtype != dtype):
+            return _NO
+        dtype = t.dtype
+        own.add(id(t._storage))
+    if how.inplace and len(own) != n:
+        return _NO
+    args = []
+    for arg in names:
+        v = bound[arg]
+        tv = type(v)
+        if arg in how.lists and arg != first:
+            for t in v:
+                if type(t) is LazyTensor:
+                    if how.inplace and id(t._storage) in own:
+                        return _NO
+                elif type(t) in _NUMBERS:
+                    if t not in (0, 1):
+                        return _NO  # per-element step sizes
+                else:
+                    return _NO
+        elif type(v) is LazyTensor:
+            if how.inplace and id(v._storage) in own:
+                return _NO
+        elif tv in _NUMBERS and v not in (0, 1):
+            if how.base in _TENSOR_SIBLING and fn._overloadname == "Scalar":
+                fn = getattr(aten, PREFIX + how.base).Tensor
+                v = _make_scalar(v, _scalar_dtype(dtype, selves[0].dim() == 0, tv))
+            elif (how.base, arg) not in _CONSTANT_ARGS:
+                return _NO
+        args.append(v)
+    kw = {}
+    for arg in how.kwarg_only:  # (alpha: a liftable one went per element above)
+        kw[arg] = args[names.index(arg)]
+    pos = [a for arg, a in zip(names, args) if arg not in how.kwarg_only]
+    if not how.inplace:
+        return list(_record(fn, tuple(pos), kw))
+    # bare: Values when recorded from its plan (no wrapper tensor per element)
+    for t, o in zip(selves, _record(fn, tuple(pos), kw, bare=True)):
+        if type(o) is Value:
+            if o.spec.dtype == t.dtype:  # the common case: no cast
+                assign(t, o)
+                continue
+            o = wrap_value(o)
+        if o.dtype != t.dtype:
+            o = aten._to_copy.default(o, dtype=t.dtype)
+        assign(t, value_of(o))
+    return None
+
+
+def prefer_foreach() -> bool:
+    """Make torch.optim's default (``foreach=None``) take its foreach path
+    for lazy parameters, as it does on CUDA: there its update is a dozen
+    foreach ops, each recorded as one node (``_record_whole``), instead of a
+    dozen ops per parameter. torch.optim decides with
+    ``_default_to_fused_or_foreach``, from the device types of
+    ``_get_foreach_kernels_supported_devices()`` and the tensor types of
+    ``_foreach_supported_types``; lazy tensors are added to both, in
+    ``torch.optim.optimizer`` only. Returns whether it applied."""
+    import torch.optim.optimizer as opt_mod
+    original = getattr(opt_mod, "_get_foreach_kernels_supported_devices", None)
+    types = getattr(opt_mod, "_foreach_supported_types", None)
+    if original is None or not isinstance(types, list):
+        return False
+    original = getattr(original, "__wrapped__", original)  # applied once
+
+    def supported_devices(*args, **kwargs) -> list[str]:
+        devices = original(*args, **kwargs)
+        return devices if "lazy" in devices else [*devices, "lazy"]
+
+    supported_devices.__wrapped__ = original
+    opt_mod._get_foreach_kernels_supported_devices = supported_devices
+    if LazyTensor not in types:
+        types.append(LazyTensor)
+    return True
 
 
 def _scalar_list(t: torch.Tensor, n: int) -> list:

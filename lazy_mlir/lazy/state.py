@@ -16,6 +16,7 @@ from __future__ import annotations
 from ..graph import debug
 from ..ops import support
 from ..runtime.cache import memory_cache
+from . import gc_hold
 from .tensor import live_storages
 
 # -- capture (shapes.py, capture.py, dispatch.py)
@@ -85,3 +86,4 @@ def reset() -> None:
     support.DENIED.clear()
     support.DENIED.update(_DENIED_AT_IMPORT)
     support.DENIED_SIGNATURES.clear()
+    gc_hold.release()

@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from . import bounds
+from . import bounds, gc_hold
 from . import tensor as _tensor
 from .. import metrics
 from .capture import emit, value_of
@@ -43,7 +43,16 @@ def set_target(name: str) -> None:
 
 def execute(values: list[Value], everything: bool = False) -> None:
     """Launch every pending value in ``values`` as one graph (with the index
-    checks it can compute; all pending ones with ``everything``)."""
+    checks it can compute; all pending ones with ``everything``). Ends the
+    step's hold on the garbage collector (``gc_hold``), once its nodes are
+    freed."""
+    try:
+        _execute(values, everything)
+    finally:
+        gc_hold.release()
+
+
+def _execute(values: list[Value], everything: bool) -> None:
     if _dry_run[0] is not None:  # lm.check_coverage compiles nothing
         return
     seen = set()

@@ -74,8 +74,52 @@ def decompose(gm: fx.GraphModule, extra: dict | None = None,
         table[op] = _first_implemented(fn, table[op]) if op in table else fn
     fakes = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
     mode = fakes[0].fake_mode if fakes else FakeTensorMode()
+    foreach = any(n.op == "call_function" and getattr(n.target, "__name__", "").startswith(
+        "_foreach_") for n in gm.graph.nodes)
     with mode:
-        return make_fx(gm, decomposition_table=table)(*fakes)
+        out = make_fx(gm, decomposition_table=table)(*fakes)
+    return schedule_by_outputs(out) if foreach else out
+
+
+def schedule_by_outputs(gm: fx.GraphModule) -> fx.GraphModule:
+    """The same graph, its nodes in depth-first post-order from each output
+    in turn (the order ``Graph.build`` gives a captured graph).
+
+    A foreach node (one node for a whole optimizer step's list, see
+    ``ops/foreach.py``) expands into its per-tensor ops side by side: every
+    parameter's 0-dim bias-correction ops end up adjacent, IREE forms one
+    scalar dispatch of them all, and past 64 buffers (28 parameters) the
+    module fails to load. Scheduled per output, each parameter's chain
+    stands beside the tensor ops that use it, as when captured per element.
+    The graph is functional (make_fx's output), so any topological order
+    computes the same values."""
+    g = gm.graph
+    nodes = list(g.nodes)
+    if any(n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+           and n.target._schema.is_mutable for n in nodes):
+        return gm  # (an order of writes to keep: leave it)
+    output = nodes[-1]
+    order: list = [n for n in nodes if n.op == "placeholder"]
+    seen = set(order)
+    for root in output.all_input_nodes:
+        stack = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if node in seen:
+                continue
+            if expanded:
+                seen.add(node)
+                order.append(node)
+                continue
+            stack.append((node, True))
+            for arg in reversed(node.all_input_nodes):
+                if arg not in seen:
+                    stack.append((arg, False))
+    new = fx.Graph()
+    env: dict = {}
+    for node in order + [output]:
+        env[node] = new.node_copy(node, lambda n: env[n])
+    return fx.GraphModule(gm, new)
 
 
 def _first_implemented(first, second):

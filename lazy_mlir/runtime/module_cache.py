@@ -73,16 +73,19 @@ def module_for(graph, target, config):
         metrics.counter_inc("CachedCompile")
         return entry
     from ..pipeline.dump import active_dumper
-    from .session import session_for
     dumper = active_dumper()
     disk = default_cache() if dumper is None else None  # a dump wants every graph compiled
     disk_key = make_key(graph.key, target.cache_key, config.key) if disk else None
     packed = disk.get(disk_key) if disk else None
     if packed is not None:
         clobbered, passthrough, vmfb = unpack_entry(packed)
-        entry = session_for(target).load(vmfb, clobbered, passthrough)
-        memory_cache.put(key, entry)
-        return entry
+        entry = load_or_none(target, vmfb, clobbered, passthrough, "a cached module",
+                             "compiling it again")
+        if entry is not None:
+            memory_cache.put(key, entry)
+            return entry
+        # (a stored module the runtime refuses: compiled again below, which
+        # replaces the entry, or falls back if the new one cannot load either)
     metrics.counter_inc("UncachedCompile")
     debug.on_uncached_compile(graph)
     cache = (str(disk.root), disk_key, {"graph": graph.key, "target": target.name,
@@ -157,18 +160,38 @@ def load_module(result, graph, target):
     protections (copied ``clobbered`` arguments, ``passthrough`` results); an
     ``EagerEntry`` stays one. The one loader of mark_step and ``lm.jit``.
 
-    IREE's runtime takes at most 32 buffers per dispatch; a graph whose
-    fused dispatch reads more (a sum of 40 input tensors) compiles but cannot
-    be loaded: it gets an ``EagerEntry`` that runs it on the CPU instead."""
+    A module that compiles but cannot be loaded (IREE's runtime takes at most
+    32 buffers per dispatch, Vulkan drivers limit push constants, a damaged
+    vmfb) gets an ``EagerEntry`` that runs the graph on the CPU instead, every
+    op counted as a fallback, as for a failed compile: never an exception in
+    the user's step."""
     if isinstance(result, EagerEntry):
         return result
+    entry = load_or_none(target, result.vmfb, result.clobbered, result.passthrough,
+                         "this graph")
+    return eager_entry(graph) if entry is None else entry
+
+
+_load_warned: set[str] = set()
+
+
+def load_or_none(target, vmfb: bytes, clobbered=(), passthrough=(), what: str = "a module",
+                 instead: str = "it runs eagerly on the CPU"):
+    """The module loaded on ``target``'s session, or None when the runtime
+    refuses it (counted as ``ModuleLoadFailed``; warned once per kind of
+    error). The loader ``load_module``, the disk cache and the torch.compile
+    backend share."""
     from .session import session_for
     try:
-        return session_for(target).load(result.vmfb, result.clobbered, result.passthrough)
-    except (IndexError, RuntimeError, ValueError) as e:
-        if "binding count" not in str(e):
-            raise
-        reason = str(e).split(";")[0].split(": ")[-1]
-        log.warning("lazy-mlir: IREE cannot load this graph (%s: a dispatch reads more "
-                    "buffers than the runtime allows); it runs eagerly on the CPU", reason)
-        return eager_entry(graph)
+        return session_for(target).load(vmfb, clobbered, passthrough)
+    except Exception as e:  # IREE raises RuntimeError/ValueError/IndexError by cause
+        metrics.counter_inc("ModuleLoadFailed")
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        kind = f"{type(e).__name__}: {reason.split(';')[0][:200]}"
+        if kind not in _load_warned:
+            _load_warned.add(kind)
+            log.warning("lazy-mlir: IREE cannot load %s for %s (%s); %s (counted as "
+                        "ModuleLoadFailed)", what, target.name, kind, instead)
+        else:
+            log.debug("lazy-mlir: cannot load %s (%s)", what, kind)
+        return None
