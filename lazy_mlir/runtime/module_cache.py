@@ -182,8 +182,9 @@ def load_or_none(target, vmfb: bytes, clobbered=(), passthrough=(), what: str = 
     error). The loader ``load_module``, the disk cache and the torch.compile
     backend share."""
     from .session import session_for
+    session = session_for(target)  # (no device, a refused target: the user's to fix, raised)
     try:
-        return session_for(target).load(vmfb, clobbered, passthrough)
+        return session.load(vmfb, clobbered, passthrough)
     except Exception as e:  # IREE raises RuntimeError/ValueError/IndexError by cause
         metrics.counter_inc("ModuleLoadFailed")
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
