@@ -455,6 +455,19 @@ def rich_table(rows: list[Row], title: str):
     return t
 
 
+def timed_lazy_step(step, mark_step) -> tuple[float, float, float, float]:
+    """One step of a lazy training loop, timed: (capture s, mark_step s,
+    capture + mark_step CPU s of this thread, loss read-back s)."""
+    c0, t0 = time.thread_time(), time.perf_counter()
+    loss = step()
+    t1 = time.perf_counter()
+    mark_step()
+    t2 = time.perf_counter()
+    cpu = time.thread_time() - c0
+    loss.item()
+    return t1 - t0, t2 - t1, cpu, time.perf_counter() - t2
+
+
 def environment_line(load0: float, t_start: float) -> str:
     """The benchmark title's tail: torch version, cores, load and total time."""
     import platform

@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import os
 import pstats
 import statistics
+import sys
 import time
 
 import torch
@@ -32,6 +34,9 @@ import torch.nn.functional as F
 
 import lazy_mlir as lm
 from lazy_mlir.tools.seed_models import MLP, LeNet5
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _harness, beside
+import _harness as H  # noqa: E402
 
 
 def build(name: str, batch: int | None):
@@ -79,16 +84,8 @@ def measure(name: str, steps: int, batch: int | None, profile: int) -> str:
     if prof:
         prof.enable()
     for _ in range(steps):
-        c0, t0 = time.thread_time(), time.perf_counter()
-        loss = step()
-        t1 = time.perf_counter()
-        lm.mark_step()
-        t2 = time.perf_counter()
-        cpu.append(time.thread_time() - c0)
-        loss.item()
-        read.append(time.perf_counter() - t2)
-        cap.append(t1 - t0)
-        sync.append(t2 - t1)
+        for series, seconds in zip((cap, sync, cpu, read), H.timed_lazy_step(step, lm.mark_step)):
+            series.append(seconds)
     if prof:
         prof.disable()
         pstats.Stats(prof).sort_stats("tottime").print_stats(profile)

@@ -28,14 +28,17 @@ from __future__ import annotations
 import argparse
 import cProfile
 import gc
+import os
 import pstats
 import statistics
+import sys
 import time
-
-import torch
 
 import lazy_mlir as lm
 from lazy_mlir.tools.real_models import MODEL_NAMES, real_model
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _harness, beside
+import _harness as H  # noqa: E402
 
 
 def _ops() -> int:
@@ -84,20 +87,12 @@ def measure(name: str, size: str, steps: int, warmup: int, profile: int, eager: 
     for _ in range(steps):
         if prof:
             prof.enable()
-        c0, t0 = time.thread_time(), time.perf_counter()
-        loss = lazy_step()
-        t1 = time.perf_counter()
-        lm.mark_step()
-        t2 = time.perf_counter()
-        cpu.append(time.thread_time() - c0)
-        loss.item()
-        t3 = time.perf_counter()
+        timed = H.timed_lazy_step(lazy_step, lm.mark_step)
         if prof:
             prof.disable()
-        cap.append(t1 - t0)
-        sync.append(t2 - t1)
-        read.append(t3 - t2)
-        whole.append(t3 - t0)
+        for series, seconds in zip((cap, sync, cpu, read), timed):
+            series.append(seconds)
+        whole.append(timed[0] + timed[1] + timed[3])
         if eager_step:
             eager_running[0] = True
             e0 = time.perf_counter()
