@@ -128,6 +128,20 @@ def test_session_checks_int64_data():
         _int64_as_int32(torch.tensor([1 << 40]), "vulkan")
 
 
+def test_clamped_counter_update_fits():
+    """BatchNorm's ``num_batches_tracked += 1`` as capture records it on a
+    target that narrows int64 (``lazy.bounds.int64_in_band``): accepted."""
+    band = int64_range.ARGUMENT
+
+    def update(n):
+        new = n + 1
+        safe = new.clamp(band[0], band[1])
+        return safe, (safe != new).any()
+    n = torch.tensor(3)
+    assert int64_range.int64_overflow_reason(decompose(_fx(update, n))) is None
+    assert int64_range.int64_overflow_reason(decompose(_fx(lambda n: n + 1, n)))
+
+
 def _grad_sum(w, xs, terms):
     g = xs[0] @ w
     for i in range(1, terms):
