@@ -1,12 +1,19 @@
 """The real-model suite on Vulkan: compiled (no fallback) and matching the
 cpu target.
 
-``test_lowering_is_vulkan_ready`` (CI, no Vulkan compile): each model's
-training step lowered for the vulkan target has no float64 tensors (torch-
-mlir's float64 variance is replaced, ``passes.variance_f32``) and passes the
-int64-fits-int32 analysis (``passes.int64_range``).
+CI:
 
-``test_trains_on_vulkan_like_cpu`` (slow): 6 steps of the plain loop and of
+- ``test_lowering_is_vulkan_ready`` (no Vulkan compile): each model's
+  training step lowered for the vulkan target has no float64 tensors (torch-
+  mlir's float64 variance is replaced, ``passes.variance_f32``) and passes the
+  int64-fits-int32 analysis (``passes.int64_range``);
+- ``test_batch_norm_counter_stays_compiled``: BatchNorm's int64 counter on
+  lavapipe (``lazy.bounds.int64_in_band``), compiled, and raising where it
+  would leave the int32 band.
+
+Slow: ``test_long_gradient_sum_loads`` (``passes.wide_sums``: a module that
+needed more push constants than lavapipe has), and
+``test_trains_on_vulkan_like_cpu``: 6 steps of the plain loop and of
 ``compile_train_step`` on the vulkan target, no ``aten::`` fallback, losses
 within 1e-4 of the cpu target's. lavapipe compiles are slow (GPT-2 tiny's
 two step graphs took 5-20 minutes on the loaded 2-core machine), so none of
@@ -72,6 +79,7 @@ def vulkan():
         lm.set_target("cpu")
 
 
+@pytest.mark.slow  # 40 matmul dispatches: minutes on lavapipe (the LSTM runs cover it too)
 def test_long_gradient_sum_loads(vulkan):
     """A weight used 40 times: autograd sums 40 gradient terms, which IREE
     fused into one dispatch needing 42 push constants, more than lavapipe's
