@@ -115,18 +115,16 @@ def test_batch_norm_counter_stays_compiled(vulkan):
     ref = copy.deepcopy(model)
     lazy = model.to("lazy")
     before = _fallbacks()
-    for _ in range(2):
-        ref(x).sum().backward()
-        lazy(x.to("lazy")).sum().backward()
-        lm.mark_step()
+    ref(x).sum().backward()
+    lazy(x.to("lazy")).sum().backward()
+    lm.mark_step()
     assert _fallbacks() == before
     bn_ref, bn = ref[1], lazy[1]
-    assert bn.num_batches_tracked.item() == bn_ref.num_batches_tracked.item() == 3
+    assert bn.num_batches_tracked.item() == bn_ref.num_batches_tracked.item() == 2
     torch.testing.assert_close(bn.running_var.cpu(), bn_ref.running_var, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(lazy[0].weight.grad.cpu(), ref[0].weight.grad,
                                atol=1e-4, rtol=1e-4)
-    bn.num_batches_tracked.fill_(2 ** 30 - 1)
-    lm.mark_step()
+    bn.num_batches_tracked.fill_(2 ** 30 - 1)  # one graph: the fill, a forward, its + 1
     lazy(x.to("lazy"))
     lm.mark_step()
     with pytest.raises(OverflowError, match="left \\+-\\(2\\*\\*30 - 1\\)"):
