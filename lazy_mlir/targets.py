@@ -340,6 +340,12 @@ the workgroup memory limit. The cpu target keeps float64 accumulation, as
 eager ATen does."""
 
 
+WIDE_SUM_TARGETS = frozenset({"vulkan"})
+"""Targets whose sums of more than ``passes.wide_sums.MAX_TERMS`` tensors
+are computed as one reduction of their stack: IREE would pass each term's
+offset as a push constant, and Vulkan devices may take only 32 (128 bytes)."""
+
+
 # -- cuda ------------------------------------------------------------------
 
 CUDA_DEFAULT_SM = 80

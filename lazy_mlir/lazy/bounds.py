@@ -441,6 +441,32 @@ def within(func):
         _state["outer"] = was
 
 
+# ------------------------------------------------ int64 state kept as int32
+def int64_in_band(v: Value, emit) -> Value:
+    """``v``, the new value of an int64 tensor updated in place (BatchNorm's
+    ``num_batches_tracked += 1``) on a target that holds int64 as int32
+    (``targets.narrows_int64``), clamped into +-(2**30 - 1) and flagged where
+    the clamp changed it: the graph then fails with ``OverflowError`` instead
+    of keeping a value the next graph's 32-bit arithmetic may wrap.
+
+    ``passes.int64_range`` assumes int64 data on such a device lies in that
+    band and refuses a graph whose int64 results may leave it; a counter's
+    ``+ 1`` may, by one, so without this every training step of a model with
+    batch norm ran eagerly. Graphs recorded without flags (``unchecked``: lm.jit,
+    export; dry runs) are left as they are: the analysis refuses them instead."""
+    if _state["unchecked"] or _dry_run[0] is not None:
+        return v
+    from ..passes.int64_range import ARGUMENT
+    safe = emit(aten.clamp.default, (v, ARGUMENT[0], ARGUMENT[1]), {})[0]
+    flag = emit(aten.any.default, (emit(aten.ne.Tensor, (safe, v), {})[0],), {})[0]
+    _pending.append(Check(flag, v, OverflowError, (
+        "an int64 tensor updated in place left +-(2**30 - 1), the range int64 data keeps on "
+        "a device that computes int64 in 32 bits (passes/int64_range.py); run this part on "
+        "the cpu target (lazy_mlir.set_target('cpu')), or set LAZY_MLIR_VULKAN_INT64=1 to "
+        f"keep 64-bit integers on Vulkan; captured at {_location()}")))
+    return safe
+
+
 # ------------------------------------------------------------ at a sync point
 def pending() -> bool:
     return bool(_pending)

@@ -36,7 +36,8 @@ from .scalars import lift_scalars
 from .state import dispatch_depth, dry_run as _dry_run, inplace_checked as _inplace_checked
 from .state import record_plans as _plans, trace_seconds
 from .supported import UNSUPPORTED_DTYPES, dtypes_supported
-from .sync import to_host
+from .sync import current_target, to_host
+from ..targets import narrows_int64
 from .tensor import LazyTensor, wrap_value
 from .views import functional_view_op
 
@@ -252,12 +253,13 @@ def _mutating(func, args, kwargs):
         out = record(fn, args, kwargs, bare=True)
         if type(out) is Value:  # recorded from its plan
             if out.spec.dtype == self.dtype:  # the common case: no cast
-                assign(self, out)
+                assign(self, _int64_state(out) if self.dtype is torch.int64 else out)
                 return self
             out = wrap_value(out)
         if out.dtype != self.dtype:
             out = aten._to_copy.default(out, dtype=self.dtype)
-        assign(self, value_of(out))
+        out = value_of(out)
+        assign(self, _int64_state(out) if self.dtype is torch.int64 else out)
         return self
     written = _written_args(func)
     if not all(n.startswith("out") for n in written):
@@ -274,6 +276,12 @@ def _mutating(func, args, kwargs):
                 f"{tuple(r.shape)}; call the op without out= on lazy tensors")
         o.copy_(r)
     return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _int64_state(v: Value) -> Value:
+    """An int64 tensor's new value, kept in the band a target that holds
+    int64 as int32 assumes (``bounds.int64_in_band``)."""
+    return bounds.int64_in_band(v, emit) if narrows_int64(current_target().name) else v
 
 
 def _functional_variant(func):

@@ -138,7 +138,7 @@ def _run(entry, inputs: list[DeviceData], outputs: list[DeviceData], target,
         flags = flag.host if flag.host is not None else session.to_host(flag.device, flag.spec)
         try:
             bounds.raise_if_flagged(flags, checks)
-        except (IndexError, RuntimeError):
+        except (IndexError, RuntimeError, OverflowError):
             for d in outputs:  # nothing a failed graph computed can be read: it raises
                 d.host = d.device = None
             raise

@@ -17,7 +17,8 @@ from ..passes import pipelines
 from ..dialects.runner import PipelineError, run_pipeline, write_repro
 from ..config import PipelineConfig
 from .contractions import largest_matmul
-from ..targets import F32_STATISTICS_TARGETS, LARGE_MATMUL_MACS, Target, narrows_int64
+from ..targets import (F32_STATISTICS_TARGETS, LARGE_MATMUL_MACS, WIDE_SUM_TARGETS, Target,
+                       narrows_int64)
 
 log = logging.getLogger("lazy_mlir")
 
@@ -94,6 +95,10 @@ def lower(gm: fx.GraphModule, config: PipelineConfig,
         from ..passes.mixed_precision import bf16_mixed_precision
         gm = bf16_mixed_precision(gm)
         made_by.append("bf16_mixed_precision")
+    if target in WIDE_SUM_TARGETS:  # few push constants per dispatch
+        from ..passes.wide_sums import wide_sums_as_stack
+        gm = wide_sums_as_stack(gm)
+        made_by.append("wide_sums_as_stack")
     if target is not None and narrows_int64(target):
         from ..passes.int64_range import int64_overflow_reason
         why = int64_overflow_reason(gm)

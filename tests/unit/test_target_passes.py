@@ -1,6 +1,7 @@
 """The per-target passes for GPUs (no compiler needed): variance in float32
 (``passes.variance_f32``), the int64-fits-int32 analysis
-(``passes.int64_range``) and the session's check of int64 data."""
+(``passes.int64_range``), the session's check of int64 data, and long sums
+as one reduction (``passes.wide_sums``)."""
 from __future__ import annotations
 
 import pytest
@@ -8,9 +9,9 @@ import torch
 import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from lazy_mlir.passes import int64_range, variance_f32
+from lazy_mlir.passes import int64_range, variance_f32, wide_sums
 from lazy_mlir.pipeline.fx_graph import decompose
-from lazy_mlir.targets import F32_STATISTICS_TARGETS, get_target, narrows_int64
+from lazy_mlir.targets import F32_STATISTICS_TARGETS, WIDE_SUM_TARGETS, get_target, narrows_int64
 
 aten = torch.ops.aten
 
@@ -125,3 +126,61 @@ def test_session_checks_int64_data():
     assert torch.equal(_int64_as_int32(ok, "vulkan"), ok.to(torch.int32))
     with pytest.raises(OverflowError, match="LAZY_MLIR_VULKAN_INT64"):
         _int64_as_int32(torch.tensor([1 << 40]), "vulkan")
+
+
+def test_clamped_counter_update_fits():
+    """BatchNorm's ``num_batches_tracked += 1`` as capture records it on a
+    target that narrows int64 (``lazy.bounds.int64_in_band``): accepted."""
+    band = int64_range.ARGUMENT
+
+    def update(n):
+        new = n + 1
+        safe = new.clamp(band[0], band[1])
+        return safe, (safe != new).any()
+    n = torch.tensor(3)
+    assert int64_range.int64_overflow_reason(decompose(_fx(update, n))) is None
+    assert int64_range.int64_overflow_reason(decompose(_fx(lambda n: n + 1, n)))
+
+
+def _grad_sum(w, xs, terms):
+    g = xs[0] @ w
+    for i in range(1, terms):
+        g = g + xs[i] @ w
+    return g * 2, xs[0] + xs[1]
+
+
+def _ops(gm, *ops):
+    return sum(n.target in ops for n in gm.graph.nodes)
+
+
+@pytest.mark.parametrize("terms", [32, 16])
+def test_long_sums_become_one_reduction(terms):
+    """The LSTM's 32-term gradient sums: IREE fused them into a dispatch
+    needing 136 bytes of push constants (lavapipe has 128)."""
+    assert "vulkan" in WIDE_SUM_TARGETS and "cpu" not in WIDE_SUM_TARGETS
+    torch.manual_seed(0)
+    w, xs = torch.randn(4, 3), torch.randn(terms, 5, 4)
+    gm = wide_sums.wide_sums_as_stack(_fx(lambda w, xs: _grad_sum(w, xs, terms), w, xs))
+    long_chain = terms > wide_sums.MAX_TERMS
+    assert _ops(gm, aten.stack.default) == long_chain
+    assert _ops(gm, aten.add.Tensor) == (1 if long_chain else terms)  # xs[0] + xs[1] stays
+    for got, want in zip(gm(w, xs), _grad_sum(w, xs, terms)):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_a_shared_partial_sum_is_kept():
+    """A partial sum read elsewhere ends a chain: the terms after it are
+    counted from it, so it is still computed once."""
+    def f(xs):
+        g = xs[0]
+        for i in range(1, 10):
+            g = g + xs[i]
+        h = g
+        for i in range(10, 30):
+            h = h + xs[i]
+        return h, g
+    xs = torch.randn(30, 6)
+    gm = wide_sums.wide_sums_as_stack(_fx(f, xs))
+    assert _ops(gm, aten.stack.default) == 1 and _ops(gm, aten.add.Tensor) == 9
+    for got, want in zip(gm(xs), f(xs)):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

@@ -1,12 +1,19 @@
 """The real-model suite on Vulkan: compiled (no fallback) and matching the
 cpu target.
 
-``test_lowering_is_vulkan_ready`` (CI, no Vulkan compile): each model's
-training step lowered for the vulkan target has no float64 tensors (torch-
-mlir's float64 variance is replaced, ``passes.variance_f32``) and passes the
-int64-fits-int32 analysis (``passes.int64_range``).
+CI:
 
-``test_trains_on_vulkan_like_cpu`` (slow): 6 steps of the plain loop and of
+- ``test_lowering_is_vulkan_ready`` (no Vulkan compile): each model's
+  training step lowered for the vulkan target has no float64 tensors (torch-
+  mlir's float64 variance is replaced, ``passes.variance_f32``) and passes the
+  int64-fits-int32 analysis (``passes.int64_range``);
+- ``test_batch_norm_counter_stays_compiled``: BatchNorm's int64 counter on
+  lavapipe (``lazy.bounds.int64_in_band``), compiled, and raising where it
+  would leave the int32 band.
+
+Slow: ``test_long_gradient_sum_loads`` (``passes.wide_sums``: a module that
+needed more push constants than lavapipe has), and
+``test_trains_on_vulkan_like_cpu``: 6 steps of the plain loop and of
 ``compile_train_step`` on the vulkan target, no ``aten::`` fallback, losses
 within 1e-4 of the cpu target's. lavapipe compiles are slow (GPT-2 tiny's
 two step graphs took 5-20 minutes on the loaded 2-core machine), so none of
@@ -14,6 +21,7 @@ these runs in CI.
 """
 from __future__ import annotations
 
+import copy
 import re
 
 import pytest
@@ -52,6 +60,77 @@ def test_lowering_is_vulkan_ready(name, request):
     assert not re.search(r"tensor<[0-9x]*xf64>", linalg)
     from lazy_mlir.pipeline.fx_graph import to_fx
     assert int64_overflow_reason(to_fx(lowered.graph)) is None
+
+
+@pytest.fixture
+def vulkan():
+    """The vulkan target for the test (a skip without a Vulkan device)."""
+    try:
+        from lazy_mlir.runtime.session import session_for
+        session_for(get_target("vulkan"))
+    except Exception as e:
+        pytest.skip(f"no Vulkan device: {e}")
+    _settle()
+    lm.set_target("vulkan")
+    try:
+        yield
+    finally:
+        _settle()
+        lm.set_target("cpu")
+
+
+@pytest.mark.slow  # 40 matmul dispatches: minutes on lavapipe (the LSTM runs cover it too)
+def test_long_gradient_sum_loads(vulkan):
+    """A weight used 40 times: autograd sums 40 gradient terms, which IREE
+    fused into one dispatch needing 42 push constants, more than lavapipe's
+    128 bytes, so the module failed to load (the LSTM's recurrent weights).
+    ``passes.wide_sums`` makes the sum one reduction."""
+    torch.manual_seed(0)
+    w0, xs = torch.randn(6, 5), torch.randn(40, 3, 6)
+
+    def step(w):
+        loss = sum((xs_i @ w).tanh().sum() for xs_i in xs.to(w.device).unbind(0))
+        (g,) = torch.autograd.grad(loss, w)
+        return loss, w - 0.1 * g
+
+    want = step(w0.clone().requires_grad_())
+    before = _fallbacks()
+    got = step(w0.to("lazy").requires_grad_())
+    got = [t.cpu() for t in got]
+    assert _fallbacks() == before
+    for g, e in zip(got, want):
+        torch.testing.assert_close(g, e.detach(), atol=1e-4, rtol=1e-5)
+
+
+def test_batch_norm_counter_stays_compiled(vulkan):
+    """BatchNorm's int64 ``num_batches_tracked += 1`` is kept in the band the
+    int32 device data lies in (``lazy.bounds.int64_in_band``): the training
+    step compiles (the int64 analysis refused every ResNet step), and a
+    counter that would leave the band raises instead of wrapping."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4),
+                                torch.nn.Flatten(), torch.nn.LazyLinear(2))
+    x = torch.randn(2, 3, 6, 6)
+    model(x)
+    ref = copy.deepcopy(model)
+    lazy = model.to("lazy")
+    before = _fallbacks()
+    ref(x).sum().backward()
+    lazy(x.to("lazy")).sum().backward()
+    lm.mark_step()
+    assert _fallbacks() == before
+    bn_ref, bn = ref[1], lazy[1]
+    assert bn.num_batches_tracked.item() == bn_ref.num_batches_tracked.item() == 2
+    torch.testing.assert_close(bn.running_var.cpu(), bn_ref.running_var, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lazy[0].weight.grad.cpu(), ref[0].weight.grad,
+                               atol=1e-4, rtol=1e-4)
+    bn.num_batches_tracked.fill_(2 ** 30 - 1)  # one graph: the fill, a forward, its + 1
+    lazy(x.to("lazy"))
+    lm.mark_step()
+    with pytest.raises(OverflowError, match="left \\+-\\(2\\*\\*30 - 1\\)"):
+        bn.num_batches_tracked.item()
+    with pytest.raises(OverflowError):  # and once by the next sync point
+        lm.mark_step()
 
 
 def _fallbacks() -> int:
