@@ -168,10 +168,13 @@ class _HostWriteJournal(TorchDispatchMode):
             names = [a.name for a in schema.arguments]
             bound = dict(zip(names, args), **kwargs)
             for a in schema.arguments:
-                t = bound.get(a.name)
-                if (a.alias_info and a.alias_info.is_write and isinstance(t, torch.Tensor)
-                        and t.device.type == "cpu" and id(t) not in self.saved):
-                    self.saved[id(t)] = (t, t.detach().clone())
+                if not (a.alias_info and a.alias_info.is_write):
+                    continue
+                t = bound.get(a.name)  # a tensor, or a list of them (a foreach op's Tensor(a!)[])
+                for x in (t if isinstance(t, (list, tuple)) else (t,)):
+                    if (isinstance(x, torch.Tensor) and x.device.type == "cpu"
+                            and id(x) not in self.saved):
+                        self.saved[id(x)] = (x, x.detach().clone())
         return func(*args, **kwargs)
 
     def restore(self) -> None:
