@@ -289,13 +289,13 @@ def _lower_and_compile(module_gm: fx.GraphModule, spec: _Specialized, stages: bo
     lazy device's graphs are; in this process without workers, or for a graph
     holding constants as module attributes (the worker rebuilds the graph
     from its rows, not the module's attributes)."""
+    from ..pipeline.compile import compile_module, lower_graph
     from ..runtime import compile_pool
-    if compile_pool.pool() is not None and all(n.op != "get_attr" for n in module_gm.graph.nodes):
-        return compile_pool.compile_in_worker(module_gm, spec.target, spec.config, stages=stages)
-    from ..pipeline.compile import compile_module
-    from ..pipeline.stages import lower
-    return compile_module(lower(module_gm, spec.config, spec.target.name), spec.target,
-                          spec.config)
+    if any(n.op == "get_attr" for n in module_gm.graph.nodes):
+        return compile_module(lower_graph(None, spec.target, spec.config, module_gm),
+                              spec.target, spec.config)
+    # (compile_in_worker compiles in this process itself when there are no workers)
+    return compile_pool.compile_in_worker(module_gm, spec.target, spec.config, stages=stages)
 
 
 def _load(compiled, spec: _Specialized):
