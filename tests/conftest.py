@@ -49,3 +49,19 @@ def vulkan_session():
         return session_for(get_target("vulkan"))
     except DeviceUnavailableError as e:
         pytest.skip(f"no Vulkan device: {e} (install mesa-vulkan-drivers for lavapipe)")
+
+
+@pytest.fixture
+def vulkan(vulkan_session):
+    """The lazy device on the vulkan target for one test (graphs launched
+    before it settled first), back on cpu after it."""
+    import lazy_mlir as lm
+    lm.mark_step()
+    lm.wait_device_ops()
+    lm.set_target("vulkan")
+    try:
+        yield
+    finally:
+        lm.mark_step()
+        lm.wait_device_ops()
+        lm.set_target("cpu")

@@ -61,18 +61,6 @@ def test_lowering_is_vulkan_ready(name, request):
     assert int64_overflow_reason(to_fx(lowered.graph)) is None
 
 
-@pytest.fixture
-def vulkan(vulkan_session):
-    """The vulkan target for the test (a skip without a Vulkan device)."""
-    _settle()
-    lm.set_target("vulkan")
-    try:
-        yield
-    finally:
-        _settle()
-        lm.set_target("cpu")
-
-
 @pytest.mark.slow  # 40 matmul dispatches: minutes on lavapipe (the LSTM runs cover it too)
 def test_long_gradient_sum_loads(vulkan):
     """A weight used 40 times: autograd sums 40 gradient terms, which IREE

@@ -43,20 +43,6 @@ DTYPES = [torch.bool, torch.int8, torch.bfloat16, torch.float16]
 TOLERANCE = {torch.bfloat16: 2e-2, torch.float16: 2e-3}
 
 
-@pytest.fixture(scope="module")
-def vulkan(vulkan_session):
-    """The lazy device on the vulkan target for the module's tests."""
-    lm.mark_step()
-    lm.wait_device_ops()
-    lm.set_target("vulkan")
-    try:
-        yield
-    finally:
-        lm.mark_step()
-        lm.wait_device_ops()
-        lm.set_target("cpu")
-
-
 @pytest.fixture
 def cpu_load():
     """Another process keeping a core busy for the test's length."""
