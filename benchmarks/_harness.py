@@ -82,7 +82,8 @@ def tool_module(filename: str):
         return sys.modules[name]
     pkg = importlib.util.find_spec("lazy_mlir")
     if pkg is None or not pkg.submodule_search_locations:
-        raise ImportError("lazy_mlir is not installed")
+        raise ImportError("lazy_mlir is not importable: run `pip install -e .` in the repo, "
+                          "or set PYTHONPATH to the repo's root")
     path = os.path.join(list(pkg.submodule_search_locations)[0], "tools", filename)
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
