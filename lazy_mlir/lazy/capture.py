@@ -51,8 +51,39 @@ def value_of(t: LazyTensor) -> Value:
 
 
 def apply_view(v: Value, step) -> Value:
-    op, args, kwargs, index = step
+    op, args, kwargs, index = step[:4]
+    if len(step) == 5:  # made from a ViewPlan: its node recorded without re-keying
+        vp = step[4]
+        plan = vp.node_plan
+        if plan is not None and (v.spec is vp.base or v.spec == vp.base):
+            where = debug.user_location() if debug.tracking_locations() else None
+            return make_node(op, [v, *vp.rest], vp.tree, plan.specs, "", where, plan.key)[index]
+        flat = [v, *vp.rest]
+        outs, _, _ = emit_flat(op, flat, vp.tree)
+        if v.spec == vp.base:  # (a value whose strides differ from its tensor's: the slow path)
+            vp.node_plan = _emit_plans.get(_plan_key(op_info(op), flat, vp.tree))
+        return outs[index]
     return emit(op, (v, *args), kwargs)[index]
+
+
+class ViewPlan:
+    """What a view op on one base spec with one set of constants gives: its
+    output specs (``specs``, ``out_tree``), the constants flattened
+    (``rest``, ``tree``: the node's arguments after the base) and, once the
+    view has been read (``apply_view``), the record plan of its node. A
+    repeated step's views then cost a wrapper tensor each, and their reads a
+    node each, with no shape inference or key built again."""
+
+    __slots__ = ("base", "specs", "out_tree", "rest", "tree", "counter", "node_plan")
+
+    def __init__(self, base, specs, out_tree, rest, tree, counter):
+        self.base = base
+        self.specs = specs
+        self.out_tree = out_tree
+        self.rest = rest
+        self.tree = tree
+        self.counter = counter
+        self.node_plan = None
 
 
 def assign(t: LazyTensor, new: Value) -> None:
