@@ -101,8 +101,28 @@ def assign(t: LazyTensor, new: Value) -> None:
     storage.value = new
     storage.version += 1
     t._cache = None
-    if new.pending:
+    if new.data is None:  # pending (the property costs a call)
         live_storages.add(storage)
+
+
+def assign_each(tensors, news) -> None:
+    """``assign(t, new)`` for each pair (a whole in-place foreach op's
+    writes: an optimizer's update writes every parameter a dozen times a
+    step), a tensor that is no view written without a call."""
+    if _dry_run[0] is not None:
+        for t, new in zip(tensors, news):
+            assign(t, new)
+        return
+    add = live_storages.add
+    for t, new in zip(tensors, news):
+        if t._view:
+            assign(t, new)
+            continue
+        storage = t._storage
+        storage.value = new
+        storage.version += 1  # (views of it re-read; a tensor that is no view caches nothing)
+        if new.data is None and storage.seq is None:
+            add(storage)
 
 
 # ----------------------------------------------------------------- recording

@@ -58,7 +58,9 @@ def record(func, args, kwargs, bare=False):
     info = op_info(func)
     flat, tree = argtree.flatten(args, kwargs)
     host_ok = info.host_index
-    vals = [_to_value(a, host_ok) for a in flat]
+    # (_to_value's common case inline: an optimizer's foreach op has a few per parameter)
+    vals = [a._storage.value if type(a) is LazyTensor and not a._view else _to_value(a, host_ok)
+            for a in flat]
     key = _plan_key(info, vals, tree)
     plan = _plans.get(key) if key is not None else None
     denied = (_support.denied_signature(func, lambda: arg_signature(vals))
