@@ -170,7 +170,8 @@ def _view(func, args, kwargs):
             _view_plans[key] = vp
     metrics.counter_inc(vp.counter)
     # (the constants are shared by the outputs' steps: never written)
-    rest, kw, storage, steps = args[1:], kwargs, base._storage, base._view
+    rest, kw = args[1:], dict(kwargs) if kwargs else kwargs
+    storage, steps = base._storage, base._view
     specs = vp.specs
     if vp.out_tree is None:
         return LazyTensor(specs[0], storage, steps + ((func, rest, kw, 0, vp),))
