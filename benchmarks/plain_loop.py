@@ -2,7 +2,7 @@
 real-model suite, per recorded op, on repeated (cache-hit) steps.
 
     python benchmarks/plain_loop.py [--models gpt2,bert,...] [--size tiny]
-        [--steps N] [--warmup N] [--profile N] [--no-eager]
+        [--steps N] [--warmup N] [--profile N] [--no-eager] [--floor]
 
 For each model of ``lazy_mlir.tools.real_models`` runs the README's loop
 (``zero_grad(set_to_none=True)``, ``rm.loss(model, batch)``, ``backward``,
@@ -20,8 +20,11 @@ collections (generation 2) during the lazy steps,
 the whole step (capture + mark_step + item) and, in the same process, the
 same loop in eager PyTorch on the CPU, interleaved step by step with the lazy
 one so that a burst of load hits both. Medians, with the minimum after a
-slash. ``--profile N`` prints cProfile's N most expensive functions (own
-time) over the lazy steps of each model instead of timing.
+slash. ``--floor`` adds the same step's thread CPU on a wrapper subclass that
+records nothing (``_floor.py``: what PyTorch charges any Python capture, the
+lower bound of ours), interleaved step by step too, and lazy/floor.
+``--profile N`` prints cProfile's N most expensive functions (own time) over
+the lazy steps of each model instead of timing.
 """
 from __future__ import annotations
 
@@ -39,6 +42,7 @@ from lazy_mlir.tools.real_models import MODEL_NAMES, real_model
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _harness, beside
 import _harness as H  # noqa: E402
+from _floor import floor_loop  # noqa: E402
 
 
 def _ops() -> int:
@@ -62,16 +66,21 @@ def _loop(rm, device):
     return step
 
 
-def measure(name: str, size: str, steps: int, warmup: int, profile: int, eager: bool):
+def measure(name: str, size: str, steps: int, warmup: int, profile: int, eager: bool,
+            floor: bool = False):
     rm = real_model(name, size)
     lazy_step = _loop(rm, "lazy")
     eager_step = _loop(rm, "cpu") if eager else None
+    floor_step = floor_loop(rm) if floor else None
+    floor_cpu = []
     for _ in range(warmup):  # compile, then settle
         loss = lazy_step()
         lm.mark_step()
         loss.item()
         if eager_step:
             eager_step().item()
+        if floor_step:
+            floor_step()
     gc.collect()  # (the warm-up's garbage: repeated steps are measured)
     lm.metrics.reset()
     compiles = lm.metrics.counter_value("UncachedCompile")
@@ -99,6 +108,12 @@ def measure(name: str, size: str, steps: int, warmup: int, profile: int, eager: 
             eager_step().item()
             ref.append(time.perf_counter() - e0)
             eager_running[0] = False
+        if floor_step:
+            eager_running[0] = True
+            f0 = time.thread_time()
+            floor_step()
+            floor_cpu.append(time.thread_time() - f0)
+            eager_running[0] = False
     gc.callbacks.remove(count_full)
     lm.wait_device_ops()
     ops = _ops() / steps
@@ -114,10 +129,13 @@ def measure(name: str, size: str, steps: int, warmup: int, profile: int, eager: 
         return f"{med(xs) * scale / per:.1f} / {min(xs) * scale / per:.1f}"
 
     ratio = f"{med(whole) / med(ref):.2f}x" if ref else "-"
+    floor_col = (f"{pair(floor_cpu, 1e3)} ({med(cpu) / med(floor_cpu):.2f}x)" if floor_cpu
+                 else "-")
     eager_ms = pair(ref, 1e3) if ref else "-"
     return (f"| {name}-{size} | {ops:.0f} | {pair(cap, per=ops)} | {pair(sync, per=ops)} | "
             f"{pair(cpu, per=ops)} / mean {statistics.mean(cpu) * 1e6 / ops:.1f} | "
-            f"{pair(cpu, 1e3)} / mean {statistics.mean(cpu) * 1e3:.1f} | {len(full)} | "
+            f"{pair(cpu, 1e3)} / mean {statistics.mean(cpu) * 1e3:.1f} | {floor_col} | "
+            f"{len(full)} | "
             f"{pair(read, 1e3)} | "
             f"{pair(whole, 1e3)} | {eager_ms} | {ratio} | {fallbacks} | {recompiled} |")
 
@@ -130,13 +148,14 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--profile", type=int, default=0, metavar="N")
     ap.add_argument("--no-eager", action="store_true")
+    ap.add_argument("--floor", action="store_true", help="the no-op subclass floor too")
     a = ap.parse_args()
-    rows = [measure(m.strip(), a.size, a.steps, a.warmup, a.profile, not a.no_eager)
+    rows = [measure(m.strip(), a.size, a.steps, a.warmup, a.profile, not a.no_eager, a.floor)
             for m in a.models.split(",")]
     print("| model | ops/step | capture us/op | mark_step us/op | capture+mark_step thread CPU us/op "
-          "| the same, ms/step | full GCs | item ms | lazy step ms | eager step ms | lazy/eager "
+          "| the same, ms/step | no-op subclass floor ms/step (lazy/floor) | full GCs | item ms | lazy step ms | eager step ms | lazy/eager "
           "| fallbacks | recompiles |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
 
 

@@ -51,8 +51,39 @@ def value_of(t: LazyTensor) -> Value:
 
 
 def apply_view(v: Value, step) -> Value:
-    op, args, kwargs, index = step
+    op, args, kwargs, index = step[:4]
+    if len(step) == 5:  # made from a ViewPlan: its node recorded without re-keying
+        vp = step[4]
+        plan = vp.node_plan
+        if plan is not None and (v.spec is vp.base or v.spec == vp.base):
+            where = debug.user_location() if debug.tracking_locations() else None
+            return make_node(op, [v, *vp.rest], vp.tree, plan.specs, "", where, plan.key)[index]
+        flat = [v, *vp.rest]
+        outs, _, _ = emit_flat(op, flat, vp.tree)
+        if v.spec == vp.base:  # (a value whose strides differ from its tensor's: the slow path)
+            vp.node_plan = _emit_plans.get(_plan_key(op_info(op), flat, vp.tree))
+        return outs[index]
     return emit(op, (v, *args), kwargs)[index]
+
+
+class ViewPlan:
+    """What a view op on one base spec with one set of constants gives: its
+    output specs (``specs``, ``out_tree``), the constants flattened
+    (``rest``, ``tree``: the node's arguments after the base) and, once the
+    view has been read (``apply_view``), the record plan of its node. A
+    repeated step's views then cost a wrapper tensor each, and their reads a
+    node each, with no shape inference or key built again."""
+
+    __slots__ = ("base", "specs", "out_tree", "rest", "tree", "counter", "node_plan")
+
+    def __init__(self, base, specs, out_tree, rest, tree, counter):
+        self.base = base
+        self.specs = specs
+        self.out_tree = out_tree
+        self.rest = rest
+        self.tree = tree
+        self.counter = counter
+        self.node_plan = None
 
 
 def assign(t: LazyTensor, new: Value) -> None:
@@ -70,8 +101,28 @@ def assign(t: LazyTensor, new: Value) -> None:
     storage.value = new
     storage.version += 1
     t._cache = None
-    if new.pending:
+    if new.data is None:  # pending (the property costs a call)
         live_storages.add(storage)
+
+
+def assign_each(tensors, news) -> None:
+    """``assign(t, new)`` for each pair (a whole in-place foreach op's
+    writes: an optimizer's update writes every parameter a dozen times a
+    step), a tensor that is no view written without a call."""
+    if _dry_run[0] is not None:
+        for t, new in zip(tensors, news):
+            assign(t, new)
+        return
+    add = live_storages.add
+    for t, new in zip(tensors, news):
+        if t._view:
+            assign(t, new)
+            continue
+        storage = t._storage
+        storage.value = new
+        storage.version += 1  # (views of it re-read; a tensor that is no view caches nothing)
+        if new.data is None and storage.seq is None:
+            add(storage)
 
 
 # ----------------------------------------------------------------- recording

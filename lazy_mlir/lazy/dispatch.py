@@ -28,13 +28,13 @@ from . import tensor as _tensor
 from .gc_hold import held as _gc_held, hold as _gc_hold
 from .capture import (LAZY_TYPE, _EXACT_CONSTS, _PLANS_MAX, _guarded, _make_scalar, _node,
                       _placeholders, _plan_key, _run_plan, _store_plan, _to_value, assign,
-                      data_value, emit, op_info, value_of)
+                      data_value, emit, op_info, value_of, ViewPlan)
 from .kinds import RANDOM as _RANDOM, SPECIAL_OPS, functional_of as _functional_of
 from .kinds import written_args as _written_args
 from .resize import SPECIAL as RESIZE
 from .scalars import lift_scalars
 from .state import dispatch_depth, dry_run as _dry_run, inplace_checked as _inplace_checked
-from .state import record_plans as _plans, trace_seconds
+from .state import record_plans as _plans, trace_seconds, view_plans as _view_plans
 from .supported import UNSUPPORTED_DTYPES, dtypes_supported
 from .sync import current_target, to_host
 from ..targets import narrows_int64
@@ -58,7 +58,9 @@ def record(func, args, kwargs, bare=False):
     info = op_info(func)
     flat, tree = argtree.flatten(args, kwargs)
     host_ok = info.host_index
-    vals = [_to_value(a, host_ok) for a in flat]
+    # (_to_value's common case inline: an optimizer's foreach op has a few per parameter)
+    vals = [a._storage.value if type(a) is LazyTensor and not a._view else _to_value(a, host_ok)
+            for a in flat]
     key = _plan_key(info, vals, tree)
     plan = _plans.get(key) if key is not None else None
     denied = (_support.denied_signature(func, lambda: arg_signature(vals))
@@ -156,16 +158,47 @@ def _view(func, args, kwargs):
     info = op_info(func)
     if info.identity:
         return LazyTensor(base.spec, base._storage, base._view)
-    placeholders, tree = argtree.flatten((shapes.Placeholder(base.spec), *args[1:]), kwargs)
-    out_flat, out_tree = shapes.infer(func, placeholders, tree)
-    metrics.counter_inc(info.counter)
-    result = []
-    rest, kw = tuple(args[1:]), dict(kwargs)  # shared by the outputs' steps: never written
-    for i, spec in enumerate(out_flat):
-        result.append(LazyTensor(spec, base._storage, base._view + ((func, rest, kw, i),)))
-    if out_tree is None:
-        return result[0]
-    return tree_unflatten(result, out_tree)
+    key = _view_key(func, base.spec, args, kwargs)
+    vp = _view_plans.get(key) if key is not None else None
+    if vp is None:
+        placeholders, tree = argtree.flatten((shapes.Placeholder(base.spec), *args[1:]), kwargs)
+        out_flat, out_tree = shapes.infer(func, placeholders, tree)
+        vp = ViewPlan(base.spec, out_flat, out_tree, placeholders[1:], tree, info.counter)
+        if key is not None:
+            if len(_view_plans) >= _PLANS_MAX:
+                _view_plans.clear()
+            _view_plans[key] = vp
+    metrics.counter_inc(vp.counter)
+    # (the constants are shared by the outputs' steps: never written)
+    rest, kw = args[1:], dict(kwargs) if kwargs else kwargs
+    storage, steps = base._storage, base._view
+    specs = vp.specs
+    if vp.out_tree is None:
+        return LazyTensor(specs[0], storage, steps + ((func, rest, kw, 0, vp),))
+    return tree_unflatten([LazyTensor(spec, storage, steps + ((func, rest, kw, i, vp),))
+                           for i, spec in enumerate(specs)], vp.out_tree)
+
+
+def _view_key(func, spec, args, kwargs):
+    """(op, base spec, constants) for ``_view_plans``, or None (a kwarg, or a
+    constant other than an int, None or a list of ints: the slow path). Ints
+    only, so that no two constants that compare equal (``1``, ``True``,
+    ``1.0``) share a key."""
+    if kwargs:
+        return None
+    parts = [func, spec]
+    for a in args[1:]:
+        t = type(a)
+        if t is int or a is None:
+            parts.append(a)
+        elif t is list or t is tuple:
+            for x in a:
+                if type(x) is not int:
+                    return None
+            parts.append((t, *a))
+        else:
+            return None
+    return tuple(parts)
 
 
 def _inplace_view(func, args, kwargs):

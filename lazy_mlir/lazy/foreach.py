@@ -38,7 +38,7 @@ from ..config import current_config
 from ..graph.ir import Value
 from ..ops import support as _support
 from ..ops.foreach import PREFIX, element_calls, length as _length, plan, whole_node_ops
-from .capture import _make_scalar, assign, data_value, value_of
+from .capture import _make_scalar, assign, assign_each, data_value, value_of
 from .kinds import functional_of
 from .scalars import _scalar_dtype
 from .state import dry_run as _dry_run
@@ -120,13 +120,13 @@ def _record_whole(func, how, bound, n):
     names = how.names
     first = next(a for a in names if a in how.lists)  # (pow.ScalarAndTensor: "exponent")
     selves = bound[first]
-    dtype = None
-    own = set()
+    if type(selves[0]) is not LazyTensor:
+        return _NO
+    dtype = selves[0].dtype  # (dtypes are singletons: compared by identity)
     for t in selves:
-        if type(t) is not LazyTensor or (dtype is not None and t.dtype != dtype):
+        if type(t) is not LazyTensor or t.dtype is not dtype:
             return _NO
-        dtype = t.dtype
-        own.add(id(t._storage))
+    own = {id(t._storage) for t in selves} if how.inplace else ()
     if how.inplace and len(own) != n:
         return _NO
     args = []
@@ -160,9 +160,13 @@ def _record_whole(func, how, bound, n):
     if not how.inplace:
         return list(_record(fn, tuple(pos), kw))
     # bare: Values when recorded from its plan (no wrapper tensor per element)
-    for t, o in zip(selves, _record(fn, tuple(pos), kw, bare=True)):
+    outs = _record(fn, tuple(pos), kw, bare=True)
+    if type(outs) is list and all(type(o) is Value and o.spec.dtype == dtype for o in outs):
+        assign_each(selves, outs)  # the common case: no cast
+        return None
+    for t, o in zip(selves, outs):
         if type(o) is Value:
-            if o.spec.dtype == t.dtype:  # the common case: no cast
+            if o.spec.dtype == t.dtype:
                 assign(t, o)
                 continue
             o = wrap_value(o)

@@ -23,6 +23,7 @@ from .tensor import live_storages
 shape_memo: dict = {}       # shapes.infer: (op, tree, specs, constants) -> output specs
 record_plans: dict = {}     # record: what an op's checks decided, by (op, specs, constants)
 emit_plans: dict = {}       # emit: the same for ops capture records itself (views, scatters)
+view_plans: dict = {}       # dispatch._view: (op, base spec, constants) -> capture.ViewPlan
 scalar_tensors: dict = {}   # (value, type, dtype) -> the 0-dim lazy tensor of a lifted scalar
 inplace_checked: set = set()  # in-place calls whose shape/dtype check passed
 trace_seconds = [0.0]       # capture time since the last mark_step (TraceTime)
@@ -69,8 +70,9 @@ def reset() -> None:
     one is no longer computed by ``mark_step``, but still by reading it."""
     if dry_run[0] is not None:
         raise RuntimeError("lazy-mlir: reset() inside lm.check_coverage")
-    for table in (shape_memo, record_plans, emit_plans, scalar_tensors, inplace_checked,
-                  host_checks_passed, decompose_plans, import_checks, fallback_warned):
+    for table in (shape_memo, record_plans, emit_plans, view_plans, scalar_tensors,
+                  inplace_checked, host_checks_passed, decompose_plans, import_checks,
+                  fallback_warned):
         table.clear()
     trace_seconds[0] = 0.0
     dispatch_depth[0] = 0

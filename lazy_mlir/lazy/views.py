@@ -51,7 +51,7 @@ def scatter(emit, step, base, new):
 
     ``emit(op, args, kwargs)`` records a node on Values and returns its outputs.
     """
-    op, args, kwargs, index = step
+    op, args, kwargs, index = step[:4]  # (a fifth: its ViewPlan, capture.apply_view)
     name = op.__name__.split(".")[0]
     shape = list(base.spec.shape)
     ndim = len(shape)

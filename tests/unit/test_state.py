@@ -23,6 +23,7 @@ def test_modules_use_the_tables_of_state():
     would escape reset)."""
     assert dispatch._plans is state.record_plans
     assert capture._emit_plans is state.emit_plans
+    assert dispatch._view_plans is state.view_plans
     assert shapes._memo is state.shape_memo
     assert capture._scalar_data is state.scalar_tensors
     assert dispatch._inplace_checked is state.inplace_checked
@@ -64,7 +65,8 @@ def test_reset_empties_every_table():
     state.reset()
     denied = dict(support.DENIED)
     y, _picked = _fill_every_table()
-    tables = [state.shape_memo, state.record_plans, state.emit_plans, state.scalar_tensors, state.inplace_checked,
+    tables = [state.shape_memo, state.record_plans, state.emit_plans, state.view_plans,
+              state.scalar_tensors, state.inplace_checked,
               state.index_checks, state.host_checks_passed, state.decompose_plans,
               state.import_checks, state.fallback_warned, state.seed_logs,
               support.DENIED_SIGNATURES, debug._state["seen"]]
