@@ -72,13 +72,51 @@ def lift_scalars(func, args, kwargs, tensor_cls, make_scalar, record=None):
                 break
         else:
             return func, args, kwargs  # the common case: nothing to lift
-    lift_at = _lift_positions(func)
-    if lift_at is not None:  # (dims, sizes, ...: numbers no tensor can stand for)
-        for i, a in enumerate(args):
-            if i in lift_at and type(a) in _NUMBER_TYPES and a not in _SPECIAL:
-                break
-        else:
-            return func, args, kwargs
+    try:
+        rule = func._lazy_mlir_lift
+    except AttributeError:
+        rule = _lift_rule(func)
+    if rule[2] and _rewrites(func.__name__, args, kwargs):
+        return _lift_rewritten(func, args, kwargs, tensor_cls, make_scalar, record)
+    # The general rule, from the positions kept on the op (most ops given a
+    # number, a dim or a flag, lift nothing): no schema read, no closure.
+    new_args = None
+    to_sibling = False
+    n = len(args)
+    for i, is_number in rule[0]:
+        if i >= n:
+            break
+        a = args[i]
+        t = type(a)
+        if t in _NUMBER_TYPES and a not in _SPECIAL:
+            if new_args is None:
+                for ref in args:
+                    if isinstance(ref, tensor_cls):
+                        break
+                else:
+                    return func, args, kwargs
+                dtype, zero_dim = ref.dtype, ref.dim() == 0
+                new_args = list(args)
+            new_args[i] = make_scalar(a, _scalar_dtype(dtype, zero_dim, t))
+            to_sibling = to_sibling or is_number
+    if new_args is None:
+        return func, args, kwargs
+    return (rule[1] if to_sibling else func), tuple(new_args), kwargs
+
+
+def _rewrites(name, args, kwargs) -> bool:
+    """Whether ``_lift_rewritten``'s rules by name apply to this call."""
+    if name in ("add.Tensor", "sub.Tensor"):
+        return _liftable(kwargs.get("alpha"))
+    if name in ("addcmul.default", "addcdiv.default"):
+        return _liftable(kwargs.get("value"))
+    if name == "clamp.default":
+        return any(_liftable(a) for a in (*args[1:], *kwargs.values()))
+    return False
+
+
+def _lift_rewritten(func, args, kwargs, tensor_cls, make_scalar, record):
+    """``lift_scalars`` for a call ``_rewrites`` says is rewritten by name."""
     if record is None:
         def record(f, a, k):
             return f(*a, **k)
@@ -90,7 +128,6 @@ def lift_scalars(func, args, kwargs, tensor_cls, make_scalar, record=None):
         dt = _scalar_dtype(ref.dtype, ref.dim() == 0, type(x))
         return make_scalar(x, dt)
 
-    kinds = _arg_kinds(func)
     name = func.__name__
     # In float32 and float64, a + alpha * b and a + value * (t1 op t2) are
     # recorded as ``addcmul`` with the lifted number as its second factor:
@@ -111,27 +148,10 @@ def lift_scalars(func, args, kwargs, tensor_cls, make_scalar, record=None):
             return aten.addcmul.default, (args[0], inner, lift(kwargs["value"])), {}
         return aten.add.Tensor, (args[0], record(aten.mul.Tensor,
                                                  (inner, lift(kwargs["value"])), {})), {}
-    if name == "clamp.default" and any(_liftable(a) for a in (*args[1:], *kwargs.values())):
-        # clamp.Tensor takes no numbers: a 0 or 1 bound is lifted too.
-        bounds = [lift(a) if type(a) in _NUMBER_TYPES else a for a in args[1:]]
-        kwargs = {k: lift(a) if type(a) in _NUMBER_TYPES else a for k, a in kwargs.items()}
-        return aten.clamp.Tensor, (args[0], *bounds), kwargs
-    sibling = _sibling(func)
-    new_args = list(args)
-    changed = False
-    for i, a in enumerate(args):
-        if i >= len(kinds) or not _liftable(a):
-            continue
-        is_tensor, is_number = kinds[i]
-        if is_tensor or (sibling is not None and is_number):
-            new_args[i] = lift(a)
-            changed = True
-    if not changed:
-        return func, args, kwargs
-    if sibling is not None and any(kinds[i][1] and new_args[i] is not args[i]
-                                   for i in range(len(args))):
-        func = sibling
-    return func, tuple(new_args), kwargs
+    # clamp: clamp.Tensor takes no numbers, so a 0 or 1 bound is lifted too.
+    bounds = [lift(a) if type(a) in _NUMBER_TYPES else a for a in args[1:]]
+    kwargs = {k: lift(a) if type(a) in _NUMBER_TYPES else a for k, a in kwargs.items()}
+    return aten.clamp.Tensor, (args[0], *bounds), kwargs
 
 
 # Ops whose numbers ``lift_scalars`` rewrites by name (an alpha, a value, a bound).
@@ -139,27 +159,22 @@ _REWRITTEN = frozenset({"add.Tensor", "sub.Tensor", "addcmul.default", "addcdiv.
                         "clamp.default"})
 
 
-def _lift_positions(func):
-    """The positional arguments where ``lift_scalars``' general rule lifts a
-    number (a Tensor argument, or a Number one of an op with a ``.Tensor``
-    sibling); None for the ops it rewrites by name. Kept on the op: most ops
-    given a number (a dim, ``_log_softmax``'s flag) lift nothing, and this
-    says so without reading the schema."""
+def _lift_rule(func):
+    """(positions, sibling, rewritten) for ``lift_scalars``, kept on the op as
+    ``func._lazy_mlir_lift``: the positional arguments where the general rule
+    lifts a number (a Tensor argument, or a Number one of an op with a
+    ``.Tensor`` sibling), each as (index, is a Number argument: the op becomes
+    its sibling); the sibling; whether the op is one of ``_REWRITTEN``.
+    Kept on the op: reading the schema builds new Python objects."""
+    sibling = _sibling(func)
+    positions = tuple((i, is_number) for i, (is_tensor, is_number) in enumerate(_arg_kinds(func))
+                      if is_tensor or (sibling is not None and is_number))
+    rule = (positions, sibling, func.__name__ in _REWRITTEN)
     try:
-        return func._lazy_mlir_lift_at
-    except AttributeError:
-        pass
-    if func.__name__ in _REWRITTEN:
-        at = None
-    else:
-        sibling = _sibling(func)
-        at = frozenset(i for i, (is_tensor, is_number) in enumerate(_arg_kinds(func))
-                       if is_tensor or (sibling is not None and is_number))
-    try:
-        func._lazy_mlir_lift_at = at
+        func._lazy_mlir_lift = rule
     except (AttributeError, TypeError):
         pass
-    return at
+    return rule
 
 
 def _arg_kinds(func) -> tuple[tuple[bool, bool], ...]:

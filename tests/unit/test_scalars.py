@@ -59,3 +59,21 @@ def test_clamp_with_a_zero_or_one_bound_next_to_a_lifted_one():
     assert _inputs(torch.clamp(x, 0, 5)) == ["float32[12]", "float32[]", "float32[]"]
     assert _inputs(torch.clamp(x, min=1, max=2.5)) == ["float32[12]", "float32[]", "float32[]"]
     assert _inputs(torch.clamp(x, 0, 1)) == ["float32[12]"]  # nothing lifted: clamp.default
+
+
+def test_the_general_rule_lifts_only_where_a_tensor_can_stand_for_the_number():
+    x = torch.arange(-3.0, 9.0).to("lazy")
+    mask = (torch.arange(12) % 2 == 0).to("lazy")
+    # a .Scalar overload becomes its .Tensor sibling, the number an input
+    assert _ops(x.gt(2.5)) == ["gt.Tensor"] and len(_inputs(x.gt(2.5))) == 2
+    assert _ops(x.masked_fill(mask, 2.5)) == ["masked_fill.Tensor"]
+    assert (x.masked_fill(mask, 2.5).cpu() == x.cpu().masked_fill(mask.cpu(), 2.5)).all()
+    # no sibling (pow: an exponent is structure), or not a tensor slot (a dim): a constant
+    assert _ops(x.pow(2.5)) == ["pow.Tensor_Scalar"] and len(_inputs(x.pow(2.5))) == 1
+    assert len(_inputs(x.reshape(3, 4).sum(1) * 3.5)) == 2
+    # add without alpha: the general rule; a 0-dim int reference promotes like eager
+    assert _ops(x + 2.5) == ["add.Tensor"] and len(_inputs(x + 2.5)) == 2
+    i0 = torch.tensor(3).to("lazy")
+    assert (i0 * 2.5).dtype == (torch.tensor(3) * 2.5).dtype
+    assert _inputs(i0 * 2.5) == ["int64[]", "float32[]"]
+    assert (i0 * 7).dtype == torch.int64 and _inputs(i0 * 7) == ["int64[]", "int64[]"]
