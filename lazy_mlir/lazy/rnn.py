@@ -21,8 +21,11 @@ per step's op), decided per call:
 - dtypes other than float32, an input that is not 3-d, tensors that are not
   all lazy, the ops denied by a failed compile, or decompositions switched
   off (``PipelineConfig.decompositions``);
-- packed sequences (``lstm.data``/``gru.data``: per-step batch sizes) and
-  ``torch.inference_mode`` (which skips autograd keys) never reach here.
+- packed sequences (``lstm.data``/``gru.data``: per-step batch sizes) never
+  reach here.
+
+Without gradients (``torch.no_grad``, ``torch.inference_mode``, nothing
+requiring grad) the forward node is recorded alone.
 
 Double backward (``create_graph=True`` through the LSTM) raises PyTorch's
 ``once_differentiable`` error rather than giving a wrong second derivative.
@@ -76,9 +79,9 @@ def _needs_grad(tensors) -> bool:
 class _LSTM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, config, input, hx, cx, *params):
-        out, hy, cy, gates, cells, hiddens = ops.lstm(input, hx, cx, list(params), *config)
-        ctx.config = config
-        ctx.save_for_backward(input, hx, cx, gates, cells, hiddens, *params)
+        out, hy, cy, *saved = ops.lstm.default(input, hx, cx, list(params), *config)
+        ctx.config, ctx.n_params = config, len(params)
+        ctx.save_for_backward(input, hx, cx, *params, *saved)
         ctx.set_materialize_grads(False)
         return out, hy, cy
 
@@ -88,18 +91,19 @@ class _LSTM(torch.autograd.Function):
         need = ctx.needs_input_grad[1:]
         if d_out is None and d_hy is None and d_cy is None:
             return (None,) * (1 + len(need))
-        input, hx, cx, gates, cells, hiddens, *params = ctx.saved_tensors
-        grads = ops.lstm_backward(d_out, d_hy, d_cy, input, hx, cx, params, gates, cells,
-                                  hiddens, *ctx.config)
+        input, hx, cx, *rest = ctx.saved_tensors
+        params, saved = rest[:ctx.n_params], rest[ctx.n_params:]
+        grads = ops.lstm_backward.default(d_out, d_hy, d_cy, input, hx, cx, params, saved,
+                                          *ctx.config)
         return (None, *[g if n else None for g, n in zip(grads, need)])
 
 
 class _GRU(torch.autograd.Function):
     @staticmethod
     def forward(ctx, config, input, hx, *params):
-        out, hy, gates, hiddens = ops.gru(input, hx, list(params), *config)
-        ctx.config = config
-        ctx.save_for_backward(input, hx, gates, hiddens, *params)
+        out, hy, *saved = ops.gru.default(input, hx, list(params), *config)
+        ctx.config, ctx.n_params = config, len(params)
+        ctx.save_for_backward(input, hx, *params, *saved)
         ctx.set_materialize_grads(False)
         return out, hy
 
@@ -109,8 +113,9 @@ class _GRU(torch.autograd.Function):
         need = ctx.needs_input_grad[1:]
         if d_out is None and d_hy is None:
             return (None,) * (1 + len(need))
-        input, hx, gates, hiddens, *params = ctx.saved_tensors
-        grads = ops.gru_backward(d_out, d_hy, input, hx, params, gates, hiddens, *ctx.config)
+        input, hx, *rest = ctx.saved_tensors
+        params, saved = rest[:ctx.n_params], rest[ctx.n_params:]
+        grads = ops.gru_backward.default(d_out, d_hy, input, hx, params, saved, *ctx.config)
         return (None, *[g if n else None for g, n in zip(grads, need)])
 
 
@@ -126,7 +131,7 @@ def lstm(input, hx, params, has_biases, num_layers, dropout, train, bidirectiona
         return _old_path(aten.lstm.input, why, args)
     config = (has_biases, num_layers, bidirectional, batch_first)
     if not _needs_grad(tensors):
-        return tuple(ops.lstm(input, hx[0], hx[1], list(params), *config)[:3])
+        return tuple(ops.lstm.default(input, hx[0], hx[1], list(params), *config)[:3])
     return _LSTM.apply(config, input, hx[0], hx[1], *params)
 
 
@@ -140,7 +145,7 @@ def gru(input, hx, params, has_biases, num_layers, dropout, train, bidirectional
         return _old_path(aten.gru.input, why, args)
     config = (has_biases, num_layers, bidirectional, batch_first)
     if not _needs_grad(tensors):
-        return tuple(ops.gru(input, hx, list(params), *config)[:2])
+        return tuple(ops.gru.default(input, hx, list(params), *config)[:2])
     return _GRU.apply(config, input, hx, *params)
 
 

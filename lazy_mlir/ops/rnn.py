@@ -7,14 +7,21 @@ sees them, forward and backward (a 2-layer LSTM over 32 steps records
 ops defined here (``lazy/rnn.py`` routes them, under an autograd function):
 
 - ``lazy_mlir::lstm`` / ``lazy_mlir::gru``: the whole forward (every layer and
-  direction), returning, beside the output and final states, what the
-  backward reads: each step's gate activations (and the LSTM's cell states)
-  and each direction's hidden states, stacked ``[layers * directions, T, B,
-  ...]`` in time order;
+  direction) as one list: the output and final states, then what the
+  backward reads: each layer's output (time-major) and one "pack" per
+  direction and step (the LSTM's gate activations and cell state, the GRU's
+  gates and the state the step starts from);
 - ``lazy_mlir::lstm_backward`` / ``lazy_mlir::gru_backward``: the gradients
   of the input, the initial states and every parameter (in ``params``
   order), as one list. The weight gradients are one matmul over all steps
   (``dgates^T @ inputs``), not a sum of one term per step.
+
+Why a pack per step rather than one stacked tensor: each step's backward
+reads its saved values at offset 0 of a tensor of its own, so IREE's
+dispatches for the steps are identical and compiled once; slices of one
+stacked tensor put a different constant offset into every step's dispatch
+(107 distinct executables instead of 66 for a 2-layer, 8-step LSTM, the
+compile 50% slower than PyTorch's per-step path).
 
 Both become aten ops on the fx graph before torch-mlir imports it (IMPORT
 scope, below): the forward is the recurrence unrolled over the steps as
@@ -38,15 +45,12 @@ from .registry import IMPORT, register_decomposition
 
 _CONFIG = "bool has_biases, int num_layers, bool bidirectional, bool batch_first"
 _LIB = torch.library.Library("lazy_mlir", "DEF")
-_LIB.define(f"lstm(Tensor input, Tensor hx, Tensor cx, Tensor[] params, {_CONFIG}) "
-            "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
+_LIB.define(f"lstm(Tensor input, Tensor hx, Tensor cx, Tensor[] params, {_CONFIG}) -> Tensor[]")
 _LIB.define("lstm_backward(Tensor? grad_output, Tensor? grad_hy, Tensor? grad_cy, Tensor input, "
-            "Tensor hx, Tensor cx, Tensor[] params, Tensor gates, Tensor cells, Tensor hiddens, "
-            f"{_CONFIG}) -> Tensor[]")
-_LIB.define(f"gru(Tensor input, Tensor hx, Tensor[] params, {_CONFIG}) "
-            "-> (Tensor, Tensor, Tensor, Tensor)")
+            f"Tensor hx, Tensor cx, Tensor[] params, Tensor[] saved, {_CONFIG}) -> Tensor[]")
+_LIB.define(f"gru(Tensor input, Tensor hx, Tensor[] params, {_CONFIG}) -> Tensor[]")
 _LIB.define("gru_backward(Tensor? grad_output, Tensor? grad_hy, Tensor input, Tensor hx, "
-            f"Tensor[] params, Tensor gates, Tensor hiddens, {_CONFIG}) -> Tensor[]")
+            f"Tensor[] params, Tensor[] saved, {_CONFIG}) -> Tensor[]")
 
 ops = torch.ops.lazy_mlir
 
@@ -102,10 +106,11 @@ def _split(g, dirs):
 
 # ---------------------------------------------------------------------- LSTM
 def _lstm_direction(x, h, c, w_ih, w_hh, b_ih, b_hh, w_hr, reverse):
-    """One direction of one layer: ``(hs, h, c, gates, cells)``, time order."""
+    """One direction of one layer: ``(hs, h, c, packs)``, time order; a pack
+    is one step's ``[i, f, g, o, c]`` (gate activations, cell state)."""
     steps = x.shape[0]
     xw = F.linear(x, w_ih, b_ih)
-    hs, cs, gi, gf, gg, go = ([None] * steps for _ in range(6))
+    hs, packs = [None] * steps, [None] * steps
     for t in _steps(steps, reverse):
         i, f, g, o = (F.linear(h, w_hh, b_hh) + xw[t]).chunk(4, 1)
         i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
@@ -113,46 +118,45 @@ def _lstm_direction(x, h, c, w_ih, w_hh, b_ih, b_hh, w_hr, reverse):
         h = o * c.tanh()
         if w_hr is not None:
             h = F.linear(h, w_hr)
-        hs[t], cs[t], gi[t], gf[t], gg[t], go[t] = h, c, i, f, g, o
-    gates = torch.cat([torch.stack(gi), torch.stack(gf), torch.stack(gg), torch.stack(go)], -1)
-    return torch.stack(hs), h, c, gates, torch.stack(cs)
+        hs[t], packs[t] = h, torch.cat([i, f, g, o, c], 1)
+    return torch.stack(hs), h, c, packs
 
 
 def lstm(input, hx, cx, params, has_biases, num_layers, bidirectional, batch_first):
-    """``(output, hy, cy, gates, cells, hiddens)``; see the module docstring."""
+    """``[output, hy, cy, layer outputs, *packs]``; see the module docstring."""
     x = _to_time_major(input, batch_first)
     groups = _groups(params, has_biases, hx.shape[-1] != cx.shape[-1])
     dirs = _directions(bidirectional)
-    hy, cy, gates, cells, hiddens = [], [], [], [], []
+    hy, cy, layers, packs = [], [], [], []
     for layer in range(num_layers):
         outs = []
         for d, reverse in enumerate(dirs):
             k = layer * len(dirs) + d
-            hs, h, c, g, cs = _lstm_direction(x, hx[k], cx[k], *groups[k], reverse)
+            hs, h, c, p = _lstm_direction(x, hx[k], cx[k], *groups[k], reverse)
             outs.append(hs)
-            hy.append(h), cy.append(c), gates.append(g), cells.append(cs), hiddens.append(hs)
+            hy.append(h), cy.append(c)
+            packs += p
         x = torch.cat(outs, -1) if len(outs) > 1 else outs[0]
-    return (_to_time_major(x, batch_first), torch.stack(hy), torch.stack(cy), torch.stack(gates),
-            torch.stack(cells), torch.stack(hiddens))
+        layers.append(x)
+    return [_to_time_major(x, batch_first), torch.stack(hy), torch.stack(cy), torch.stack(layers),
+            *packs]
 
 
-def _lstm_direction_backward(dout, dh, dc, x, h0, c0, w_ih, w_hh, w_hr, gates, cells, hs,
-                             reverse):
+def _lstm_direction_backward(dout, dh, dc, x, h0, c0, w_ih, w_hh, w_hr, hs, packs, reverse):
     """Gradients of one direction of one layer: ``(dx, dh0, dc0, dw_ih, dw_hh,
     dbias, dw_hr)``; ``dout`` (of ``hs``) may be None."""
     steps = x.shape[0]
-    gi, gf, gg, go = gates.chunk(4, -1)
-    dpre, dhs = [None] * steps, [None] * steps
+    dpre, dhs, rs = [None] * steps, [None] * steps, [None] * steps
     for t in _steps(steps, reverse, backward=True):
         if dout is not None:
             dh = dh + dout[t]
-        if w_hr is not None:
-            dhs[t] = dh
-            dh = dh @ w_hr  # through the projection h = w_hr (o * tanh(c))
-        i, f, g, o = gi[t], gf[t], gg[t], go[t]
+        i, f, g, o, c = packs[t].chunk(5, 1)
         prev = t + 1 if reverse else t - 1
-        c_prev = cells[prev] if 0 <= prev < steps else c0
-        tc = cells[t].tanh()
+        c_prev = packs[prev].chunk(5, 1)[4] if 0 <= prev < steps else c0
+        tc = c.tanh()
+        if w_hr is not None:
+            dhs[t], rs[t] = dh, o * tc
+            dh = dh @ w_hr  # through the projection h = w_hr (o * tanh(c))
         dc = dc + dh * o * (1 - tc * tc)
         dpre[t] = torch.cat([dc * g * i * (1 - i), dc * c_prev * f * (1 - f),
                              dc * i * (1 - g * g), dh * tc * o * (1 - o)], 1)
@@ -162,122 +166,127 @@ def _lstm_direction_backward(dout, dh, dc, x, h0, c0, w_ih, w_hh, w_hr, gates, c
     dw_hh = _flat(d).t() @ _flat(_previous(hs, h0, reverse))
     dw_hr = None
     if w_hr is not None:
-        dw_hr = _flat(torch.stack(dhs)).t() @ _flat(go * cells.tanh())
+        dw_hr = _flat(torch.stack(dhs)).t() @ _flat(torch.stack(rs))
     return d @ w_ih, dh, dc, _flat(d).t() @ _flat(x), dw_hh, d.sum((0, 1)), dw_hr
 
 
-def lstm_backward(grad_output, grad_hy, grad_cy, input, hx, cx, params, gates, cells,
-                  hiddens, has_biases, num_layers, bidirectional, batch_first):
+def lstm_backward(grad_output, grad_hy, grad_cy, input, hx, cx, params, saved, has_biases,
+                  num_layers, bidirectional, batch_first):
     """``[d input, d hx, d cx, *d params]``; None gradients are zeros."""
     x = _to_time_major(input, batch_first)
     groups = _groups(params, has_biases, hx.shape[-1] != cx.shape[-1])
-    dirs = _directions(bidirectional)
+    dirs = len(_directions(bidirectional))
     grad_hy = torch.zeros_like(hx) if grad_hy is None else grad_hy
     grad_cy = torch.zeros_like(cx) if grad_cy is None else grad_cy
-    inputs = _layer_inputs(x, hiddens, num_layers, len(dirs))
+    layers, packs, steps = saved[0], saved[1:], x.shape[0]
     dout = None if grad_output is None else _split(_to_time_major(grad_output, batch_first),
-                                                   len(dirs))
+                                                   dirs)
     dhx, dcx, dparams = [None] * len(groups), [None] * len(groups), [None] * len(groups)
     for layer in range(num_layers - 1, -1, -1):
         dx = None
-        for d, reverse in enumerate(dirs):
-            k = layer * len(dirs) + d
+        inputs = layers[layer - 1] if layer else x
+        hs = _split(layers[layer], dirs)
+        for d in range(dirs):
+            k = layer * dirs + d
             w_ih, w_hh, _, _, w_hr = groups[k]
             got = _lstm_direction_backward(
-                None if dout is None else dout[d], grad_hy[k], grad_cy[k], inputs[layer],
-                hx[k], cx[k], w_ih, w_hh, w_hr, gates[k], cells[k], hiddens[k], reverse)
+                None if dout is None else dout[d], grad_hy[k], grad_cy[k], inputs, hx[k], cx[k],
+                w_ih, w_hh, w_hr, hs[d], packs[k * steps:(k + 1) * steps], d == 1)
             dx = got[0] if dx is None else dx + got[0]
             dhx[k], dcx[k] = got[1], got[2]
             dw_ih, dw_hh, db, dw_hr = got[3:]
             dparams[k] = ([dw_ih, dw_hh] + ([db, db.clone()] if has_biases else [])
                           + ([dw_hr] if w_hr is not None else []))
-        dout = _split(dx, len(dirs))
+        dout = _split(dx, dirs)
     return [_to_time_major(dx, batch_first), torch.stack(dhx), torch.stack(dcx),
             *[g for group in dparams for g in group]]
 
 
 # ----------------------------------------------------------------------- GRU
 def _gru_direction(x, h, w_ih, w_hh, b_ih, b_hh, reverse):
-    """One direction of one layer: ``(hs, h, gates)``, gates as r, z, n and
-    ``w_hn h + b_hn`` (the backward reads all four)."""
+    """One direction of one layer: ``(hs, h, packs)``; a pack is one step's
+    ``[r, z, n, w_hn h + b_hn, h]`` with ``h`` the state the step starts from."""
     steps = x.shape[0]
     xw = F.linear(x, w_ih, b_ih)
-    hs, gr, gz, gn, ghn = ([None] * steps for _ in range(5))
+    hs, packs = [None] * steps, [None] * steps
     for t in _steps(steps, reverse):
         xr, xz, xn = xw[t].chunk(3, 1)
         hr, hz, hn = F.linear(h, w_hh, b_hh).chunk(3, 1)
         r = (hr + xr).sigmoid()
         z = (hz + xz).sigmoid()
         n = (xn + hn * r).tanh()
+        packs[t] = torch.cat([r, z, n, hn, h], 1)
         h = (h - n) * z + n
-        hs[t], gr[t], gz[t], gn[t], ghn[t] = h, r, z, n, hn
-    gates = torch.cat([torch.stack(gr), torch.stack(gz), torch.stack(gn), torch.stack(ghn)], -1)
-    return torch.stack(hs), h, gates
+        hs[t] = h
+    return torch.stack(hs), h, packs
 
 
 def gru(input, hx, params, has_biases, num_layers, bidirectional, batch_first):
-    """``(output, hy, gates, hiddens)``; see the module docstring."""
+    """``[output, hy, layer outputs, *packs]``; see the module docstring."""
     x = _to_time_major(input, batch_first)
     groups = _groups(params, has_biases, False)
     dirs = _directions(bidirectional)
-    hy, gates, hiddens = [], [], []
+    hy, layers, packs = [], [], []
     for layer in range(num_layers):
         outs = []
         for d, reverse in enumerate(dirs):
             k = layer * len(dirs) + d
             w_ih, w_hh, b_ih, b_hh, _ = groups[k]
-            hs, h, g = _gru_direction(x, hx[k], w_ih, w_hh, b_ih, b_hh, reverse)
+            hs, h, p = _gru_direction(x, hx[k], w_ih, w_hh, b_ih, b_hh, reverse)
             outs.append(hs)
-            hy.append(h), gates.append(g), hiddens.append(hs)
+            hy.append(h)
+            packs += p
         x = torch.cat(outs, -1) if len(outs) > 1 else outs[0]
-    return _to_time_major(x, batch_first), torch.stack(hy), torch.stack(gates), torch.stack(hiddens)
+        layers.append(x)
+    return [_to_time_major(x, batch_first), torch.stack(hy), torch.stack(layers), *packs]
 
 
-def _gru_direction_backward(dout, dh, x, h0, w_ih, w_hh, gates, hs, reverse):
+def _gru_direction_backward(dout, dh, x, h0, w_ih, w_hh, hs, packs, reverse):
     """Gradients of one direction of one layer: ``(dx, dh0, dw_ih, dw_hh,
     db_ih, db_hh)``; ``dout`` may be None."""
     steps = x.shape[0]
-    gr, gz, gn, ghn = gates.chunk(4, -1)
-    h_prev = _previous(hs, h0, reverse)
     dxw, dhw = [None] * steps, [None] * steps
     for t in _steps(steps, reverse, backward=True):
         if dout is not None:
             dh = dh + dout[t]
-        r, z, n, hn = gr[t], gz[t], gn[t], ghn[t]
+        r, z, n, hn, h_prev = packs[t].chunk(5, 1)
         dn = dh * (1 - z) * (1 - n * n)
         dr = dn * hn * r * (1 - r)
-        dz = dh * (h_prev[t] - n) * z * (1 - z)
+        dz = dh * (h_prev - n) * z * (1 - z)
         dxw[t] = torch.cat([dr, dz, dn], 1)
         dhw[t] = torch.cat([dr, dz, dn * r], 1)
         dh = dh * z + dhw[t] @ w_hh
     dx_pre, dh_pre = torch.stack(dxw), torch.stack(dhw)
+    h_prev = _previous(hs, h0, reverse)
     return (dx_pre @ w_ih, dh, _flat(dx_pre).t() @ _flat(x), _flat(dh_pre).t() @ _flat(h_prev),
             dx_pre.sum((0, 1)), dh_pre.sum((0, 1)))
 
 
-def gru_backward(grad_output, grad_hy, input, hx, params, gates, hiddens, has_biases,
-                 num_layers, bidirectional, batch_first):
+def gru_backward(grad_output, grad_hy, input, hx, params, saved, has_biases, num_layers,
+                 bidirectional, batch_first):
     """``[d input, d hx, *d params]``; None gradients are zeros."""
     x = _to_time_major(input, batch_first)
     groups = _groups(params, has_biases, False)
-    dirs = _directions(bidirectional)
+    dirs = len(_directions(bidirectional))
     grad_hy = torch.zeros_like(hx) if grad_hy is None else grad_hy
-    inputs = _layer_inputs(x, hiddens, num_layers, len(dirs))
+    layers, packs, steps = saved[0], saved[1:], x.shape[0]
     dout = None if grad_output is None else _split(_to_time_major(grad_output, batch_first),
-                                                   len(dirs))
+                                                   dirs)
     dhx, dparams = [None] * len(groups), [None] * len(groups)
     for layer in range(num_layers - 1, -1, -1):
         dx = None
-        for d, reverse in enumerate(dirs):
-            k = layer * len(dirs) + d
+        inputs = layers[layer - 1] if layer else x
+        hs = _split(layers[layer], dirs)
+        for d in range(dirs):
+            k = layer * dirs + d
             w_ih, w_hh = groups[k][:2]
-            got = _gru_direction_backward(None if dout is None else dout[d], grad_hy[k],
-                                          inputs[layer], hx[k], w_ih, w_hh, gates[k],
-                                          hiddens[k], reverse)
+            got = _gru_direction_backward(None if dout is None else dout[d], grad_hy[k], inputs,
+                                          hx[k], w_ih, w_hh, hs[d],
+                                          packs[k * steps:(k + 1) * steps], d == 1)
             dx = got[0] if dx is None else dx + got[0]
             dhx[k] = got[1]
             dparams[k] = list(got[2:4]) + (list(got[4:]) if has_biases else [])
-        dout = _split(dx, len(dirs))
+        dout = _split(dx, dirs)
     return [_to_time_major(dx, batch_first), torch.stack(dhx),
             *[g for group in dparams for g in group]]
 
@@ -291,17 +300,19 @@ def _sequence(input, size, batch_first):
     return out.transpose(0, 1) if batch_first else out
 
 
-def _states(input, h, size, batch_first):
-    """A new ``[layers * directions, T, B, size]`` tensor."""
-    steps = input.shape[1] if batch_first else input.shape[0]
-    return h.new_empty((h.shape[0], steps, h.shape[1], size))
+def _saved(input, h, layers, width, packed, batch_first):
+    """The shapes of what the backward reads: each layer's output
+    ``[layers, T, B, width]`` (time-major), then one ``[B, packed]`` pack per
+    direction and step."""
+    steps, batch = (input.shape[1], input.shape[0]) if batch_first else input.shape[:2]
+    return [h.new_empty((layers, steps, batch, width)),
+            *[h.new_empty((batch, packed)) for _ in range(h.shape[0] * steps)]]
 
 
 def _lstm_shapes(input, hx, cx, params, has_biases, num_layers, bidirectional, batch_first):
-    hidden, out = cx.shape[-1], hx.shape[-1]
-    return (_sequence(input, out * (1 + bidirectional), batch_first), hx.new_empty(hx.shape),
-            cx.new_empty(cx.shape), _states(input, cx, 4 * hidden, batch_first),
-            _states(input, cx, hidden, batch_first), _states(input, hx, out, batch_first))
+    hidden, width = cx.shape[-1], hx.shape[-1] * (1 + bidirectional)
+    return [_sequence(input, width, batch_first), hx.new_empty(hx.shape), cx.new_empty(cx.shape),
+            *_saved(input, hx, num_layers, width, 5 * hidden, batch_first)]
 
 
 def _lstm_backward_shapes(grad_output, grad_hy, grad_cy, input, hx, cx, params, *rest):
@@ -312,8 +323,9 @@ def _lstm_backward_shapes(grad_output, grad_hy, grad_cy, input, hx, cx, params, 
 
 def _gru_shapes(input, hx, params, has_biases, num_layers, bidirectional, batch_first):
     hidden = hx.shape[-1]
-    return (_sequence(input, hidden * (1 + bidirectional), batch_first), hx.new_empty(hx.shape),
-            _states(input, hx, 4 * hidden, batch_first), _states(input, hx, hidden, batch_first))
+    width = hidden * (1 + bidirectional)
+    return [_sequence(input, width, batch_first), hx.new_empty(hx.shape),
+            *_saved(input, hx, num_layers, width, 5 * hidden, batch_first)]
 
 
 def _gru_backward_shapes(grad_output, grad_hy, input, hx, params, *rest):
