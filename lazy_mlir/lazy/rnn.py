@@ -50,7 +50,7 @@ _COMPOSITE = torch._C.DispatchKey.CompositeImplicitAutograd
 
 def _unfused_reason(name, input, tensors, dropout, train, num_layers) -> str | None:
     """Why this call takes PyTorch's decomposition, or None."""
-    if not all(type(t) is LazyTensor for t in tensors):
+    if not all(isinstance(t, LazyTensor) for t in tensors):
         return "not all lazy"
     if input.dim() != 3:
         return "input not 3-d"
