@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from .registry import IMPORT, register_decomposition
 
 _CONFIG = "bool has_biases, int num_layers, bool bidirectional, bool batch_first"
-_LIB = torch.library.Library("lazy_mlir", "DEF")
+_LIB = torch.library.Library("lazy_mlir", "FRAGMENT")  # (other modules may add ops)
 _LIB.define(f"lstm(Tensor input, Tensor hx, Tensor cx, Tensor[] params, {_CONFIG}) -> Tensor[]")
 _LIB.define("lstm_backward(Tensor? grad_output, Tensor? grad_hy, Tensor? grad_cy, Tensor input, "
             f"Tensor hx, Tensor cx, Tensor[] params, Tensor[] saved, {_CONFIG}) -> Tensor[]")
