@@ -19,6 +19,7 @@ The modules, bottom to top (each imports only modules listed before it):
   points between graphs (``lm.distributed``; ``torch.ops.c10d`` and
   ``_c10d_functional`` ops on lazy tensors are routed there)
 - ``dispatch``    routing ``__torch_dispatch__``: ``dispatch``, ``record``, op handlers
+- ``rnn``         ``nn.LSTM``/``nn.GRU`` as one node each way (AutogradLazy kernels)
 - ``device``, ``coverage``, ``render``: the ``lazy`` device's kernels, the
   dry run of ``lm.check_coverage``, pictures of graphs
 

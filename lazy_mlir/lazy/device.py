@@ -15,6 +15,7 @@ from .capturable import allow_lazy
 from .foreach import prefer_foreach
 from .dispatch import _copy_
 from .module_ties import keep_ties
+from . import rnn
 from .sync import to_host
 from .tensor import LazyTensor, wrap_value
 
@@ -82,6 +83,7 @@ def register() -> None:
             base, _, overload = name.partition(".")
             op = getattr(getattr(aten, base), overload or "default")
             _lib.impl(name, _host_factory(op), "Lazy")
+        rnn.register(_lib)  # nn.LSTM / nn.GRU as one node each way (AutogradLazy)
     allow_lazy()  # Adam(..., capturable=True) on lazy parameters
     prefer_foreach()  # torch.optim's default update as foreach ops (one node each)
     keep_ties()  # tied weights stay tied through model.to("lazy")

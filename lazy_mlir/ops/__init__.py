@@ -10,6 +10,7 @@ for one op and target).
   ``special_gamma`` (+ ``special_tables``), ``bessel``, ``bessel_jy``,
   ``linalg_lu``, ``linalg_det``, ``linalg_cholesky``, ``linalg_qr``,
   ``linalg_matrix_exp`` (not registered), ``sort_scan``, ``reductions``,
-  ``index``, ``nn``, ``embedding_bag``, ``distance``, ``random_fills``, and
+  ``index``, ``nn``, ``rnn`` (LSTM/GRU as ``lazy_mlir::`` ops, one node each
+  way), ``embedding_bag``, ``distance``, ``random_fills``, and
   ``lowering`` (torch-mlir gaps: rank 0, views, pooling variants).
 """

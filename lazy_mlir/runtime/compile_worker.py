@@ -47,6 +47,9 @@ def _unpack_target(ref):
     import torch
     if ref[0] == "op":
         _, ns, name, overload = ref
+        if ns == "lazy_mlir":  # our own ops (ops/rnn.py) exist once their module is imported
+            from ..ops.registry import load_domains
+            load_domains()
         return getattr(getattr(getattr(torch.ops, ns), name), overload)
     return ref[1]
 

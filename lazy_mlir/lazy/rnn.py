@@ -1,0 +1,155 @@
+"""``nn.LSTM`` and ``nn.GRU`` on lazy tensors: one node forward, one backward.
+
+``aten::lstm.input`` and ``aten::gru.input`` are CompositeImplicitAutograd:
+left alone, PyTorch runs them as each time step's ops (a linear, a chunk,
+four activations, ...) and autograd records each step's backward, so a
+2-layer LSTM over 32 steps costs ~3,200 recorded ops a training step. A
+kernel registered for the ``AutogradLazy`` dispatch key takes precedence
+over that decomposition for lazy tensors (torch_xla registers its
+``AutogradXLA`` kernels the same way, ``aten_autograd_ops.cpp``); it runs an
+autograd function whose forward records ``lazy_mlir::lstm`` and whose
+backward records ``lazy_mlir::lstm_backward`` (``ops/rnn.py``: what they
+compute and how they become aten ops before import). The backward reads the
+gate activations the forward node saved, so nothing is computed twice.
+
+Everything else takes PyTorch's decomposition, as before (correct, one node
+per step's op), decided per call:
+
+- dropout between layers in training (``dropout > 0``, ``train``, more than
+  one layer): eager draws its masks from the CPU generator inside the
+  composite; the old path keeps what capture does for dropout;
+- dtypes other than float32, an input that is not 3-d, tensors that are not
+  all lazy, the ops denied by a failed compile, or decompositions switched
+  off (``PipelineConfig.decompositions``);
+- packed sequences (``lstm.data``/``gru.data``: per-step batch sizes) never
+  reach here.
+
+Without gradients (``torch.no_grad``, ``torch.inference_mode``, nothing
+requiring grad) the forward node is recorded alone.
+
+Double backward (``create_graph=True`` through the LSTM) raises PyTorch's
+``once_differentiable`` error rather than giving a wrong second derivative.
+Each fused call counts ``lazy::lstm`` / ``lazy::gru`` (by ``record``), each
+call sent down the old path ``rnn_unfused::<why>``.
+"""
+from __future__ import annotations
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from .. import metrics
+from ..config import current_config
+from ..ops import rnn as _rnn_ops  # noqa: F401  (defines torch.ops.lazy_mlir.lstm, ...)
+from ..ops import support as _support
+from .tensor import LazyTensor
+
+aten = torch.ops.aten
+ops = torch.ops.lazy_mlir
+_COMPOSITE = torch._C.DispatchKey.CompositeImplicitAutograd
+
+
+def _unfused_reason(name, input, tensors, dropout, train, num_layers) -> str | None:
+    """Why this call takes PyTorch's decomposition, or None."""
+    if not all(isinstance(t, LazyTensor) for t in tensors):
+        return "not all lazy"
+    if input.dim() != 3:
+        return "input not 3-d"
+    if any(t.dtype != torch.float32 for t in tensors):
+        return "not float32"
+    if dropout > 0 and train and num_layers > 1:
+        return "dropout"
+    if not current_config().decompositions:
+        return "decompositions off"
+    packet = getattr(ops, name)
+    if not (_support.op_is_supported(packet.default)
+            and _support.op_is_supported(getattr(ops, name + "_backward").default)):
+        return "denied"
+    return None
+
+
+def _old_path(op, why, args):
+    metrics.counter_inc(f"rnn_unfused::{why}")
+    return op._op_dk(_COMPOSITE, *args)
+
+
+def _needs_grad(tensors) -> bool:
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+class _LSTM(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, config, input, hx, cx, *params):
+        out, hy, cy, *saved = ops.lstm.default(input, hx, cx, list(params), *config)
+        ctx.config, ctx.n_params = config, len(params)
+        ctx.save_for_backward(input, hx, cx, *params, *saved)
+        ctx.set_materialize_grads(False)
+        return out, hy, cy
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, d_out, d_hy, d_cy):
+        need = ctx.needs_input_grad[1:]
+        if d_out is None and d_hy is None and d_cy is None:
+            return (None,) * (1 + len(need))
+        input, hx, cx, *rest = ctx.saved_tensors
+        params, saved = rest[:ctx.n_params], rest[ctx.n_params:]
+        grads = ops.lstm_backward.default(d_out, d_hy, d_cy, input, hx, cx, params, saved,
+                                          *ctx.config)
+        return (None, *[g if n else None for g, n in zip(grads, need)])
+
+
+class _GRU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, config, input, hx, *params):
+        out, hy, *saved = ops.gru.default(input, hx, list(params), *config)
+        ctx.config, ctx.n_params = config, len(params)
+        ctx.save_for_backward(input, hx, *params, *saved)
+        ctx.set_materialize_grads(False)
+        return out, hy
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, d_out, d_hy):
+        need = ctx.needs_input_grad[1:]
+        if d_out is None and d_hy is None:
+            return (None,) * (1 + len(need))
+        input, hx, *rest = ctx.saved_tensors
+        params, saved = rest[:ctx.n_params], rest[ctx.n_params:]
+        grads = ops.gru_backward.default(d_out, d_hy, input, hx, params, saved, *ctx.config)
+        return (None, *[g if n else None for g, n in zip(grads, need)])
+
+
+def lstm(input, hx, params, has_biases, num_layers, dropout, train, bidirectional,
+         batch_first):
+    """The ``AutogradLazy`` kernel of ``aten::lstm.input``."""
+    args = (input, hx, params, has_biases, num_layers, dropout, train, bidirectional,
+            batch_first)
+    tensors = [input, *hx, *params]
+    why = "hx not (h0, c0)" if len(hx) != 2 else _unfused_reason(
+        "lstm", input, tensors, dropout, train, num_layers)
+    if why is not None:
+        return _old_path(aten.lstm.input, why, args)
+    config = (has_biases, num_layers, bidirectional, batch_first)
+    if not _needs_grad(tensors):
+        return tuple(ops.lstm.default(input, hx[0], hx[1], list(params), *config)[:3])
+    return _LSTM.apply(config, input, hx[0], hx[1], *params)
+
+
+def gru(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
+    """The ``AutogradLazy`` kernel of ``aten::gru.input``."""
+    args = (input, hx, params, has_biases, num_layers, dropout, train, bidirectional,
+            batch_first)
+    tensors = [input, hx, *params]
+    why = _unfused_reason("gru", input, tensors, dropout, train, num_layers)
+    if why is not None:
+        return _old_path(aten.gru.input, why, args)
+    config = (has_biases, num_layers, bidirectional, batch_first)
+    if not _needs_grad(tensors):
+        return tuple(ops.gru.default(input, hx, list(params), *config)[:2])
+    return _GRU.apply(config, input, hx, *params)
+
+
+def register(lib: torch.library.Library) -> None:
+    """Install the kernels on ``lib`` (an ``aten`` IMPL library)."""
+    lib.impl("lstm.input", lstm, "AutogradLazy")
+    lib.impl("gru.input", gru, "AutogradLazy")

@@ -1,0 +1,112 @@
+"""The LSTM and GRU nodes' math (``ops/rnn.py``; no compiler): forward and
+back-propagation through time against eager ``nn.LSTM``/``nn.GRU`` and
+autograd, in float64, for every configuration the lazy device fuses; the
+shape functions against the math; and the ops decomposed to aten ops the
+way import decomposes them."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from lazy_mlir.ops import rnn
+from lazy_mlir.ops.support import decomposition_table, op_is_supported
+
+ops = torch.ops.lazy_mlir
+T, B, I, H = 4, 3, 5, 6
+
+
+def _case(kind, layers, bidirectional, bias, batch_first, proj=0):
+    torch.manual_seed(layers * 8 + bidirectional * 4 + bias * 2 + batch_first)
+    cls = torch.nn.LSTM if kind == "lstm" else torch.nn.GRU
+    extra = {"proj_size": proj} if proj else {}
+    m = cls(I, H, layers, bias=bias, batch_first=batch_first, bidirectional=bidirectional,
+            **extra).double()
+    d = 2 if bidirectional else 1
+    x = torch.randn((B, T, I) if batch_first else (T, B, I), dtype=torch.double,
+                    requires_grad=True)
+    h0 = torch.randn(layers * d, B, proj or H, dtype=torch.double, requires_grad=True)
+    c0 = torch.randn(layers * d, B, H, dtype=torch.double, requires_grad=True)
+    config = (bias, layers, bidirectional, batch_first)
+    return m, x, h0, c0, list(m._flat_weights), config
+
+
+CONFIGS = [pytest.param(kind, *c, id=f"{kind}-{c[0]}l-{'bi' if c[1] else 'uni'}-"
+                        f"{'bias' if c[2] else 'nobias'}-{'bf' if c[3] else 'tm'}")
+           for kind in ("lstm", "gru")
+           for c in itertools.product([1, 2], [False, True], [False, True], [False, True])]
+
+
+@pytest.mark.parametrize("kind,layers,bidirectional,bias,batch_first", CONFIGS)
+def test_forward_and_backward_match_eager(kind, layers, bidirectional, bias, batch_first):
+    _check(kind, layers, bidirectional, bias, batch_first)
+
+
+@pytest.mark.parametrize("layers,bidirectional", [(1, False), (2, True)])
+def test_lstm_projections_match_eager(layers, bidirectional):
+    _check("lstm", layers, bidirectional, True, True, proj=3)
+
+
+def _check(kind, layers, bidirectional, bias, batch_first, proj=0):
+    m, x, h0, c0, params, config = _case(kind, layers, bidirectional, bias, batch_first, proj)
+    if kind == "lstm":
+        out, (hy, cy) = m(x, (h0, c0))
+        got = rnn.lstm(x, h0, c0, params, *config)
+        want, inputs = [out, hy, cy], [x, h0, c0, *params]
+        shapes = rnn._lstm_shapes(x, h0, c0, params, *config)
+    else:
+        out, hy = m(x, h0)
+        got = rnn.gru(x, h0, params, *config)
+        want, inputs = [out, hy], [x, h0, *params]
+        shapes = rnn._gru_shapes(x, h0, params, *config)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+    assert len(shapes) == len(got)
+    for s, g in zip(shapes, got):  # the fake kernel says what the math gives, strides too
+        assert (s.shape, s.stride()) == (g.shape, g.stride())
+    grads_out = [torch.randn_like(w) for w in want]
+    expected = torch.autograd.grad(want, inputs, grads_out)
+    with torch.no_grad():
+        if kind == "lstm":
+            grads = rnn.lstm_backward(*grads_out, x, h0, c0, params, got[3:], *config)
+        else:
+            grads = rnn.gru_backward(*grads_out, x, h0, params, got[2:], *config)
+    assert len(grads) == len(expected)
+    for g, e in zip(grads, expected):
+        torch.testing.assert_close(g, e)
+
+
+def test_missing_output_gradients_are_zeros():
+    """Autograd passes None for outputs the loss does not use (here h_n and
+    c_n): the backward reads them as zeros."""
+    m, x, h0, c0, params, config = _case("lstm", 2, True, True, False)
+    out, _ = m(x, (h0, c0))
+    g = torch.randn_like(out)
+    expected = torch.autograd.grad(out, [x, h0, c0, *params], g)
+    with torch.no_grad():
+        got = rnn.lstm(x, h0, c0, params, *config)
+        grads = rnn.lstm_backward(g, None, None, x, h0, c0, params, got[3:], *config)
+    for a, e in zip(grads, expected):
+        torch.testing.assert_close(a, e)
+
+
+def test_ops_decompose_to_supported_aten_ops():
+    """Import's decomposition leaves only aten ops the dialect takes: no
+    ``lazy_mlir::`` op reaches torch-mlir."""
+    table = decomposition_table()
+    for name in ("lstm", "lstm_backward", "gru", "gru_backward"):
+        assert getattr(ops, name).default in table and op_is_supported(getattr(ops, name).default)
+    m, x, h0, c0, params, config = _case("lstm", 2, False, True, True)
+    x, h0, c0, params = x.float().detach(), h0.float().detach(), c0.float().detach(), [
+        p.float().detach() for p in params]
+
+    def step(x, h0, c0, *params):
+        out = ops.lstm.default(x, h0, c0, list(params), *config)
+        return ops.lstm_backward.default(out[0], None, None, x, h0, c0, list(params),
+                                         out[3:], *config)
+    gm = make_fx(step, decomposition_table=table, tracing_mode="fake")(x, h0, c0, *params)
+    targets = {n.target for n in gm.graph.nodes if n.op == "call_function"}
+    assert all(getattr(t, "namespace", "aten") == "aten" for t in targets), targets
+    assert all(op_is_supported(t) for t in targets if isinstance(t, torch._ops.OpOverload))
