@@ -23,6 +23,9 @@ Guarantees:
 - The cpu target's worker threads: ``LAZY_MLIR_CPU_THREADS`` (default: the
   cores this process may run on), applied before the ``local-task`` driver is
   first created in the process (it starts its workers then).
+- A Vulkan device's busy-waiting driver threads (lavapipe with IREE 3.13:
+  two, each a whole core, for the life of the device) run at nice 10
+  (``spinning_threads``).
 - Creating a host-memory device keeps freed memory in the heap
   (``host_memory.keep_freed_memory``): IREE's per-call transient memory is
   then not page-faulted in again on every call.
@@ -40,6 +43,7 @@ import torch
 from .. import metrics
 from ..targets import (LLVMPIPE_FEATURES, VULKAN_I64_DEMOTION, Target, configure_cpu_threads,
                        driver_devices)
+from . import spinning_threads
 from .host_memory import keep_freed_memory
 
 log = logging.getLogger("lazy_mlir")
@@ -142,7 +146,10 @@ def _create_device(rt, target: Target):
         keep_freed_memory()
     try:
         driver = rt.get_driver(target.driver)
-        return driver.create_default_device()
+        before = spinning_threads.thread_ids() if target.driver == "vulkan" else set()
+        device = driver.create_default_device()
+        spinning_threads.calm(before)
+        return device
     except Exception as e:
         why = " ".join(str(e).split())
         raise DeviceUnavailableError(

@@ -174,11 +174,18 @@ def _entry(name, size, build, batch, own_loss=True) -> RealModel:
                      own_loss, None if own_loss else token_cross_entropy)
 
 
-def real_model(name: str, size: str = "tiny") -> RealModel:
-    """The suite's ``name`` at ``size`` ("tiny" or "medium")."""
+def real_model(name: str, size: str = "tiny", **dims) -> RealModel:
+    """The suite's ``name`` at ``size`` ("tiny" or "medium"); ``dims``
+    override that size's dimensions (``layers=1``: the same model, one layer
+    deep, for a check that must compile quickly), and are named in its size
+    (``tiny,layers=1``)."""
     if size not in SIZES:
         raise ValueError(f"unknown size {size!r}: one of {', '.join(SIZES)}")
-    d = SIZES[size]
+    unknown = sorted(set(dims) - set(SIZES[size]))
+    if unknown:
+        raise ValueError(f"unknown dimension {', '.join(unknown)}: one of {', '.join(SIZES[size])}")
+    d = {**SIZES[size], **dims}
+    size = ",".join([size, *(f"{k}={v}" for k, v in sorted(dims.items()))])
     builders = {
         "gpt2": lambda: _entry("gpt2", size, lambda: _gpt2(d), _token_batch(d)),
         "bert": lambda: _entry("bert", size, lambda: _bert(d), _token_batch(d, False)),

@@ -118,3 +118,14 @@ def test_compile_train_step_replays_and_matches_eager(name, size):
     # 1 records (and makes AdamW's state), 2 and 3 record the same graph, 4 and 5 replay
     assert _new(before, "TrainStep") == {"TrainStepRecorded": 3, "TrainStepReplayed": 2}
     _check(rm, losses, made, before, warmup=2)
+
+
+def test_dimensions_override_one_size():
+    """``real_model(name, size, layers=1)``: the same model one layer deep
+    (CI's quick Vulkan sample), named by its size; an unknown one is refused."""
+    full, one = real_model("transformer", "tiny"), real_model("transformer", "tiny", layers=1)
+    assert one.id == "transformer-tiny,layers=1"
+    assert len(one.make().encoder.layers) == 1 and len(full.make().encoder.layers) == 2
+    assert torch.equal(one.batch(0)["input_ids"], full.batch(0)["input_ids"])
+    with pytest.raises(ValueError, match="unknown dimension depth"):
+        real_model("gpt2", "tiny", depth=1)
