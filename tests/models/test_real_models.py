@@ -8,8 +8,9 @@ the losses against eager's, that no op ran eagerly (no ``aten::`` counter),
 and that nothing compiles after the warm-up steps (a recompile every step is
 the failure the suite exists to catch).
 
-CI runs one model each way at the tiny size (see ``PLAIN_IN_CI``); the
-rest, and the medium size, are ``slow`` (``--runslow``).
+CI runs one model each way at the tiny size, one layer deep (see
+``PLAIN_IN_CI``); the rest, the two-layer tiny models and the medium size,
+are ``slow`` (``--runslow``).
 """
 from __future__ import annotations
 
@@ -27,23 +28,28 @@ STEPS = 5
 # Eager AdamW keeps its bias corrections in Python floats, the lazy one
 # (capturable=True) in float32 tensors: the updates differ by rounding.
 TOL = dict(rtol=2e-4, atol=2e-5)
-# CI runs two tests (cold compiles cost about 2 CPU-minutes a test, most of it
-# in iree-compile): GPT-2's plain loop (a transformers decoder) and ResNet's
-# replayed step (convolutions, batch norm buffers, a model's own loss from a
-# keyword batch). --runslow runs every model both ways, and the medium size.
+# CI runs two tests, one layer deep (a cold compile of the two-layer tiny
+# model costs about 2 CPU-minutes a test, most of it in iree-compile):
+# GPT-2's plain loop (a transformers decoder) and ResNet's replayed step
+# (convolutions, batch norm buffers, a model's own loss from a keyword batch).
+# --runslow runs every model both ways at both sizes, as the suite builds them.
 PLAIN_IN_CI = ("gpt2",)
 REPLAYED_IN_CI = ("resnet",)
+CI_DIMS = (("layers", 1),)
 
 
 def _params(names, ci, size="tiny"):
-    return [pytest.param(n, size, id=f"{n}-{size}",
-                         marks=() if n in ci and size == "tiny" else pytest.mark.slow)
-            for n in names]
+    out = []
+    for n in names:
+        if n in ci and size == "tiny":
+            out.append(pytest.param(n, size, CI_DIMS, id=f"{n}-{size}-1layer"))
+        out.append(pytest.param(n, size, (), id=f"{n}-{size}", marks=pytest.mark.slow))
+    return out
 
 
 @functools.lru_cache(maxsize=None)
-def _eager_losses(name: str, size: str, steps: int) -> tuple[float, ...]:
-    rm = real_model(name, size)
+def _eager_losses(name: str, size: str, dims: tuple, steps: int) -> tuple[float, ...]:
+    rm = real_model(name, size, **dict(dims))
     model = rm.make()
     opt = rm.optimizer(model)
     losses = []
@@ -73,18 +79,18 @@ def _modules_made(before: dict) -> int:
     return sum(now.get(n, 0) - before.get(n, 0) for n in ("UncachedCompile", "PersistentCacheHit"))
 
 
-def _check(rm, losses, made, before, warmup):
+def _check(rm, dims, losses, made, before, warmup):
     torch.testing.assert_close(torch.tensor(losses), torch.tensor(_eager_losses(
-        rm.name, rm.size, len(losses))), **TOL)
+        rm.name, rm.size.split(",")[0], dims, len(losses))), **TOL)
     assert _new(before, "aten::") == {}, "ops ran eagerly"
     # step 1 creates AdamW's state, so step 2's graph differs; from then on, none
     assert made[warmup - 1:] == [made[warmup - 1]] * (len(made) - warmup + 1), made
 
 
-@pytest.mark.parametrize("name,size", _params(MODEL_NAMES, PLAIN_IN_CI)
+@pytest.mark.parametrize("name,size,dims", _params(MODEL_NAMES, PLAIN_IN_CI)
                          + _params(MODEL_NAMES, (), "medium"))
-def test_plain_loop_matches_eager(name, size):
-    rm = real_model(name, size)
+def test_plain_loop_matches_eager(name, size, dims):
+    rm = real_model(name, size, **dict(dims))
     model = rm.make().to("lazy")
     opt = rm.optimizer(model)
     before = _counters()
@@ -97,15 +103,15 @@ def test_plain_loop_matches_eager(name, size):
         lm.mark_step()
         losses.append(loss.item())
         made.append(_modules_made(before))
-    _check(rm, losses, made, before, warmup=2)
+    _check(rm, dims, losses, made, before, warmup=2)
 
 
-@pytest.mark.parametrize("name,size", _params(MODEL_NAMES, REPLAYED_IN_CI)
+@pytest.mark.parametrize("name,size,dims", _params(MODEL_NAMES, REPLAYED_IN_CI)
                          + _params(MODEL_NAMES, (), "medium"))
-def test_compile_train_step_replays_and_matches_eager(name, size):
+def test_compile_train_step_replays_and_matches_eager(name, size, dims):
     """Keyword batches (``step(**batch)``); the transformers models compute
     their own loss (no ``loss_fn``), the torch.nn ones get one."""
-    rm = real_model(name, size)
+    rm = real_model(name, size, **dict(dims))
     model = rm.make().to("lazy")
     opt = rm.optimizer(model)
     step = (lm.compile_train_step(model, opt) if rm.computes_own_loss
@@ -117,7 +123,7 @@ def test_compile_train_step_replays_and_matches_eager(name, size):
         made.append(_modules_made(before))
     # 1 records (and makes AdamW's state), 2 and 3 record the same graph, 4 and 5 replay
     assert _new(before, "TrainStep") == {"TrainStepRecorded": 3, "TrainStepReplayed": 2}
-    _check(rm, losses, made, before, warmup=2)
+    _check(rm, dims, losses, made, before, warmup=2)
 
 
 def test_dimensions_override_one_size():
