@@ -22,6 +22,8 @@ import torch
 import torch.nn as nn
 from torch.utils._pytree import tree_map
 
+from _harness import cycling_step  # (beside this file: plain_loop puts it on sys.path)
+
 _memo: dict = {}
 
 
@@ -106,13 +108,4 @@ def floor_loop(rm):
                 m._buffers[k] = wrap(b)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
     batches = [{k: wrap(v) for k, v in rm.batch(i).items()} for i in range(2)]
-    state = {"i": 0}
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        loss = rm.loss(model, batches[state["i"] % 2])
-        state["i"] += 1
-        loss.backward()
-        opt.step()
-        return loss
-    return step
+    return cycling_step(rm, model, opt, batches)

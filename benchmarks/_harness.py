@@ -456,6 +456,21 @@ def rich_table(rows: list[Row], title: str):
     return t
 
 
+def cycling_step(rm, model, opt, batches):
+    """A training step of the suite model ``rm`` (zero_grad, loss, backward,
+    ``opt.step()``) that takes ``batches`` in turn; returns the loss."""
+    state = {"i": 0}
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = rm.loss(model, batches[state["i"] % len(batches)])
+        state["i"] += 1
+        loss.backward()
+        opt.step()
+        return loss
+    return step
+
+
 def timed_lazy_step(step, mark_step) -> tuple[float, float, float, float]:
     """One step of a lazy training loop, timed: (capture s, mark_step s,
     capture + mark_step CPU s of this thread, loss read-back s)."""

@@ -54,16 +54,7 @@ def _loop(rm, device):
     model = rm.make().to(device)
     opt = rm.optimizer(model)
     batches = [rm.batch(i, device) for i in range(2)]  # moved once: the loop's own cost
-    state = {"i": 0}
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        loss = rm.loss(model, batches[state["i"] % 2])
-        state["i"] += 1
-        loss.backward()
-        opt.step()
-        return loss
-    return step
+    return H.cycling_step(rm, model, opt, batches)
 
 
 def measure(name: str, size: str, steps: int, warmup: int, profile: int, eager: bool,
