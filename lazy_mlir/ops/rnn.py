@@ -170,36 +170,52 @@ def _lstm_direction_backward(dout, dh, dc, x, h0, c0, w_ih, w_hh, w_hr, hs, pack
     return d @ w_ih, dh, dc, _flat(d).t() @ _flat(x), dw_hh, d.sum((0, 1)), dw_hr
 
 
-def lstm_backward(grad_output, grad_hy, grad_cy, input, hx, cx, params, saved, has_biases,
-                  num_layers, bidirectional, batch_first):
-    """``[d input, d hx, d cx, *d params]``; None gradients are zeros."""
-    x = _to_time_major(input, batch_first)
-    groups = _groups(params, has_biases, hx.shape[-1] != cx.shape[-1])
-    dirs = len(_directions(bidirectional))
-    grad_hy = torch.zeros_like(hx) if grad_hy is None else grad_hy
-    grad_cy = torch.zeros_like(cx) if grad_cy is None else grad_cy
+def _backward_through_layers(grad_output, x, saved, num_layers, dirs, batch_first, direction):
+    """Back-propagation through the layers, last to first, each layer's input
+    gradient feeding the layer below. ``direction(k, d_out, inputs, hs,
+    packs, reverse)`` is the backward of direction ``k`` (layer * dirs + d)
+    and returns ``(d inputs, *its other gradients)``. Returns ``(d input,
+    [its other gradients for each k])``."""
     layers, packs, steps = saved[0], saved[1:], x.shape[0]
     dout = None if grad_output is None else _split(_to_time_major(grad_output, batch_first),
                                                    dirs)
-    dhx, dcx, dparams = [None] * len(groups), [None] * len(groups), [None] * len(groups)
+    per_direction = [None] * (num_layers * dirs)
     for layer in range(num_layers - 1, -1, -1):
         dx = None
         inputs = layers[layer - 1] if layer else x
         hs = _split(layers[layer], dirs)
         for d in range(dirs):
             k = layer * dirs + d
-            w_ih, w_hh, _, _, w_hr = groups[k]
-            got = _lstm_direction_backward(
-                None if dout is None else dout[d], grad_hy[k], grad_cy[k], inputs, hx[k], cx[k],
-                w_ih, w_hh, w_hr, hs[d], packs[k * steps:(k + 1) * steps], d == 1)
+            got = direction(k, None if dout is None else dout[d], inputs, hs[d],
+                            packs[k * steps:(k + 1) * steps], d == 1)
             dx = got[0] if dx is None else dx + got[0]
-            dhx[k], dcx[k] = got[1], got[2]
-            dw_ih, dw_hh, db, dw_hr = got[3:]
-            dparams[k] = ([dw_ih, dw_hh] + ([db, db.clone()] if has_biases else [])
-                          + ([dw_hr] if w_hr is not None else []))
+            per_direction[k] = got[1:]
         dout = _split(dx, dirs)
-    return [_to_time_major(dx, batch_first), torch.stack(dhx), torch.stack(dcx),
-            *[g for group in dparams for g in group]]
+    return _to_time_major(dx, batch_first), per_direction
+
+
+def lstm_backward(grad_output, grad_hy, grad_cy, input, hx, cx, params, saved, has_biases,
+                  num_layers, bidirectional, batch_first):
+    """``[d input, d hx, d cx, *d params]``; None gradients are zeros."""
+    x = _to_time_major(input, batch_first)
+    groups = _groups(params, has_biases, hx.shape[-1] != cx.shape[-1])
+    grad_hy = torch.zeros_like(hx) if grad_hy is None else grad_hy
+    grad_cy = torch.zeros_like(cx) if grad_cy is None else grad_cy
+
+    def direction(k, dout, inputs, hs, packs, reverse):
+        w_ih, w_hh, _, _, w_hr = groups[k]
+        return _lstm_direction_backward(dout, grad_hy[k], grad_cy[k], inputs, hx[k], cx[k],
+                                        w_ih, w_hh, w_hr, hs, packs, reverse)
+
+    dx, per_direction = _backward_through_layers(
+        grad_output, x, saved, num_layers, len(_directions(bidirectional)), batch_first,
+        direction)
+    dparams = []
+    for k, (_, _, dw_ih, dw_hh, db, dw_hr) in enumerate(per_direction):
+        dparams += ([dw_ih, dw_hh] + ([db, db.clone()] if has_biases else [])
+                    + ([dw_hr] if groups[k][4] is not None else []))
+    return [dx, torch.stack([g[0] for g in per_direction]),
+            torch.stack([g[1] for g in per_direction]), *dparams]
 
 
 # ----------------------------------------------------------------------- GRU
@@ -267,28 +283,20 @@ def gru_backward(grad_output, grad_hy, input, hx, params, saved, has_biases, num
     """``[d input, d hx, *d params]``; None gradients are zeros."""
     x = _to_time_major(input, batch_first)
     groups = _groups(params, has_biases, False)
-    dirs = len(_directions(bidirectional))
     grad_hy = torch.zeros_like(hx) if grad_hy is None else grad_hy
-    layers, packs, steps = saved[0], saved[1:], x.shape[0]
-    dout = None if grad_output is None else _split(_to_time_major(grad_output, batch_first),
-                                                   dirs)
-    dhx, dparams = [None] * len(groups), [None] * len(groups)
-    for layer in range(num_layers - 1, -1, -1):
-        dx = None
-        inputs = layers[layer - 1] if layer else x
-        hs = _split(layers[layer], dirs)
-        for d in range(dirs):
-            k = layer * dirs + d
-            w_ih, w_hh = groups[k][:2]
-            got = _gru_direction_backward(None if dout is None else dout[d], grad_hy[k], inputs,
-                                          hx[k], w_ih, w_hh, hs[d],
-                                          packs[k * steps:(k + 1) * steps], d == 1)
-            dx = got[0] if dx is None else dx + got[0]
-            dhx[k] = got[1]
-            dparams[k] = list(got[2:4]) + (list(got[4:]) if has_biases else [])
-        dout = _split(dx, dirs)
-    return [_to_time_major(dx, batch_first), torch.stack(dhx),
-            *[g for group in dparams for g in group]]
+
+    def direction(k, dout, inputs, hs, packs, reverse):
+        w_ih, w_hh = groups[k][:2]
+        return _gru_direction_backward(dout, grad_hy[k], inputs, hx[k], w_ih, w_hh, hs, packs,
+                                       reverse)
+
+    dx, per_direction = _backward_through_layers(
+        grad_output, x, saved, num_layers, len(_directions(bidirectional)), batch_first,
+        direction)
+    dparams = []
+    for _, *dw in per_direction:
+        dparams += dw[:2] + (dw[2:] if has_biases else [])
+    return [dx, torch.stack([g[0] for g in per_direction]), *dparams]
 
 
 # ------------------------------------------------- kernels and decompositions
