@@ -13,6 +13,7 @@ import torch
 from .capture import data_value, emit
 from .capturable import allow_lazy
 from .foreach import prefer_foreach
+from .fused_optim import prefer_fused
 from .dispatch import _copy_
 from .module_ties import keep_ties
 from . import rnn
@@ -86,4 +87,5 @@ def register() -> None:
         rnn.register(_lib)  # nn.LSTM / nn.GRU as one node each way (AutogradLazy)
     allow_lazy()  # Adam(..., capturable=True) on lazy parameters
     prefer_foreach()  # torch.optim's default update as foreach ops (one node each)
+    prefer_fused()  # ... and Adam/AdamW/SGD's as their fused op (one node for all)
     keep_ties()  # tied weights stay tied through model.to("lazy")

@@ -24,6 +24,7 @@ from ..ops import support as _support
 from . import bounds, decompose, empty_inputs, fallback, random, shapes
 from . import collectives as _collectives
 from . import foreach as _foreach
+from . import fused_optim as _fused_optim
 from . import tensor as _tensor
 from .gc_hold import held as _gc_held, hold as _gc_hold
 from .capture import (LAZY_TYPE, _EXACT_CONSTS, _PLANS_MAX, _guarded, _make_scalar, _node,
@@ -117,6 +118,7 @@ def record(func, args, kwargs, bare=False):
 
 
 _foreach._record = record  # a foreach op recorded as one node (foreach._record_whole)
+_fused_optim._record = record  # a fused optimizer update recorded as one node
 
 
 # ------------------------------------------------------------------ dispatch
@@ -348,7 +350,7 @@ def _mutating_args(func, written, args, kwargs):
 
 def _sync_op(func, args, kwargs):
     """Ops that return Python values (``item``, ``equal``, ...): run on host."""
-    if func._schema.is_mutable:  # (_amp_foreach_*_, _fused_adam_): to_host gives the
+    if func._schema.is_mutable:  # (_amp_foreach_*_, _fused_adagrad_): to_host gives the
         # device data's own host tensor, which must not be written: copies, written back
         return _foreach.run_eagerly(func, args, kwargs, "it writes arguments and returns nothing")
     metrics.counter_inc("sync::" + func.__name__.split(".")[0])
@@ -444,6 +446,7 @@ _SPECIAL = {aten.copy_.default: _copy_, aten._to_copy.default: _to_copy,
             aten._native_batch_norm_legit_no_training.default: _native_batch_norm}
 _SPECIAL.update({f: _random for f in _RANDOM})
 _SPECIAL.update(RESIZE)
+_SPECIAL.update(_fused_optim.SPECIAL)
 if _SPECIAL.keys() != SPECIAL_OPS:  # kinds.kind routes these ops here: the two must agree
     raise ImportError(f"lazy-mlir: kinds.SPECIAL_OPS and dispatch._SPECIAL differ: "
                       f"{set(_SPECIAL) ^ SPECIAL_OPS}")

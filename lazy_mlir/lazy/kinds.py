@@ -27,7 +27,10 @@ SPECIAL_OPS = frozenset([
     aten.copy_.default, aten._to_copy.default, aten.native_dropout.default,
     aten.native_batch_norm.default, aten._native_batch_norm_legit.default,
     aten._native_batch_norm_legit_no_training.default,
-    aten.resize_.default, aten.resize_as_.default, *RANDOM])
+    aten.resize_.default, aten.resize_as_.default, *RANDOM,
+    # torch.optim's fused updates: one node each (fused_optim.py)
+    aten._fused_adam_.default, aten._fused_adam_.tensor_lr, aten._fused_adamw_.default,
+    aten._fused_adamw_.tensor_lr, aten._fused_sgd_.default, aten._fused_sgd_.tensor_lr])
 
 
 @functools.lru_cache(maxsize=None)

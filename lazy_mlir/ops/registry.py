@@ -47,7 +47,7 @@ SCOPES = (CAPTURE, IMPORT, TARGET)
 DOMAINS = (
     "bessel", "bessel_jy", "distance", "elementwise", "embedding_bag", "foreach", "index",
     "linalg_cholesky", "linalg_det", "linalg_lu", "linalg_qr", "lowering", "nn",
-    "precise", "random_fills", "reductions", "rnn", "sort_scan", "special", "special_gamma",
+    "optim", "precise", "random_fills", "reductions", "rnn", "sort_scan", "special", "special_gamma",
 )
 
 

@@ -1,0 +1,212 @@
+"""torch.optim's fused updates on lazy tensors: one graph node per call.
+
+``Adam``/``AdamW``/``SGD`` with ``fused=True`` make one aten call per
+parameter group and step (``_fused_adam_``, ``_fused_adamw_``,
+``_fused_sgd_``, each with a float-lr and a ``tensor_lr`` overload). It
+returns nothing and writes its list arguments in place. Capture records it
+as ``lazy_mlir::fused_adam`` / ``fused_sgd`` (``ops/optim.py``: the math,
+and how it becomes aten ops before import), whose outputs are the new
+values of every tensor the kernel writes, then writes each one into its
+tensor (``capture.assign``: a view or alias of a parameter sees the write).
+The whole update is then one node where the foreach path records a dozen
+(and PyTorch's own Python runs a dozen foreach calls).
+
+- A float ``lr`` becomes a 0-dim graph input (``capture._make_scalar``), not
+  a constant: an LR schedule changes an input, never the graph. A tensor
+  ``lr`` (lazy or host) is an input as it is.
+- Step counts on the lazy device are inputs of the node; host step counts
+  (``capturable=False`` with fused chosen by ``prefer_fused``) are stacked on
+  the host into ONE [n] input.
+- Refused, and run eagerly on host copies (counted as an ``aten::`` fallback,
+  as before this module): tensors that are not all lazy, more than one dtype
+  among the written lists, two written tensors sharing storage, or
+  decompositions switched off / the op denied by a failed compile.
+
+``prefer_fused()`` lets torch.optim choose the fused path for lazy
+parameters: ``lazy`` joins ``_get_fused_kernels_supported_devices()`` (so
+``fused=True`` is accepted) and, when the user passes neither ``foreach`` nor
+``fused``, Adam, AdamW and SGD take the fused path where PyTorch would take
+its foreach path (see ``prefer_fused``).
+"""
+from __future__ import annotations
+
+import torch
+
+from .. import metrics
+from ..config import current_config
+from ..graph.ir import Value
+from ..ops import optim as _optim_ops
+from ..ops import support as _support
+from .capture import _make_scalar, assign, assign_each, data_value, value_of
+from .foreach import run_eagerly
+from .tensor import LazyTensor, wrap_value
+
+aten = torch.ops.aten
+ops = _optim_ops.ops
+
+# ``dispatch.record`` (installed by dispatch.py, which imports this module).
+_record = None
+
+ADAM = (aten._fused_adam_.default, aten._fused_adam_.tensor_lr)
+ADAMW = (aten._fused_adamw_.default, aten._fused_adamw_.tensor_lr)
+SGD = (aten._fused_sgd_.default, aten._fused_sgd_.tensor_lr)
+OPS = frozenset((*ADAM, *ADAMW, *SGD))
+
+
+def _bind(func, args, kwargs) -> dict:
+    names = [a.name for a in func._schema.arguments]
+    bound = {a.name: a.default_value for a in func._schema.arguments if a.has_default_value()}
+    bound.update(zip(names, args))
+    bound.update(kwargs)
+    return bound
+
+
+def _refusal(written: list, read: list, steps) -> str | None:
+    """Why this call cannot be one node, or None. ``written``: every tensor
+    the kernel writes; ``read``: the other list tensors (grads not written)."""
+    if not current_config().decompositions:
+        return "decompositions off"
+    dtype = written[0].dtype if written else None
+    for t in written:
+        if type(t) is not LazyTensor:
+            return "not all lazy"
+        if t.dtype is not dtype:
+            return "more than one dtype"
+    for t in read:
+        if type(t) is not LazyTensor:
+            return "not all lazy"
+    if len({id(t._storage) for t in written}) != len(written):
+        return "written tensors share storage"
+    lazy_steps = [type(s) is LazyTensor for s in steps]
+    if any(lazy_steps) and not all(lazy_steps):
+        return "step counts on two devices"
+    return None
+
+
+def _lr(lr, dtype):
+    """The learning rate as a 0-dim tensor the node takes as an input."""
+    if isinstance(lr, LazyTensor):
+        return lr
+    if isinstance(lr, torch.Tensor):
+        return wrap_value(data_value(lr.detach().reshape(()).to(dtype).clone()))
+    return _make_scalar(float(lr), dtype)
+
+
+def _steps(steps) -> list:
+    """Lazy step counts as they are; host ones stacked into one [n] input."""
+    if not steps or type(steps[0]) is LazyTensor:
+        return list(steps)
+    host = torch.stack([s.detach().reshape(()) for s in steps]).to(torch.float32)
+    return [wrap_value(data_value(host))]
+
+
+def _optional(t):
+    """``grad_scale`` / ``found_inf``: lazy as they are, host ones uploaded."""
+    if t is None or isinstance(t, LazyTensor):
+        return t
+    return wrap_value(data_value(t.detach().clone()))
+
+
+def _write(targets: list, outs) -> None:
+    """Write each output into its tensor (the node's outputs, in order)."""
+    if type(outs) is list and all(type(o) is Value for o in outs):
+        assign_each(targets, outs)  # recorded from its plan: bare Values
+        return
+    for t, o in zip(targets, outs):
+        assign(t, o if type(o) is Value else value_of(o))
+
+
+def _fused_adam(func, args, kwargs):
+    b = _bind(func, args, kwargs)
+    params, grads, exp_avgs, exp_avg_sqs = b["self"], b["grads"], b["exp_avgs"], b["exp_avg_sqs"]
+    amsgrad, grad_scale = b["amsgrad"], b["grad_scale"]
+    max_sqs = list(b["max_exp_avg_sqs"]) if amsgrad else []
+    written = [*params, *exp_avgs, *exp_avg_sqs, *max_sqs]
+    written += list(grads) if grad_scale is not None else []
+    read = list(grads) if grad_scale is None else []
+    why = _refusal(written, read, b["state_steps"]) if params else None
+    if why is None and params and not _support.op_is_supported(ops.fused_adam.default):
+        why = "denied"
+    if why is not None:
+        return run_eagerly(func, args, kwargs, why)
+    if not params:
+        return None
+    dtype = params[0].dtype
+    node_args = (list(params), list(grads), list(exp_avgs), list(exp_avg_sqs), max_sqs,
+                 _steps(b["state_steps"]), _lr(b["lr"], dtype), float(b["beta1"]),
+                 float(b["beta2"]), float(b["weight_decay"]), float(b["eps"]), bool(amsgrad),
+                 bool(b["maximize"]), func in ADAMW, _optional(grad_scale),
+                 _optional(b["found_inf"]))
+    _write(written, _record(ops.fused_adam.default, node_args, {}, bare=True))
+    return None
+
+
+def _fused_sgd(func, args, kwargs):
+    b = _bind(func, args, kwargs)
+    params, grads, grad_scale = b["self"], b["grads"], b["grad_scale"]
+    momentum = float(b["momentum"])
+    buffers = list(b["momentum_buffer_list"]) if momentum != 0.0 else []
+    written = [*params, *buffers, *(grads if grad_scale is not None else ())]
+    read = list(grads) if grad_scale is None else []
+    why = _refusal(written, read, ()) if params else None
+    if why is None and params and not _support.op_is_supported(ops.fused_sgd.default):
+        why = "denied"
+    if why is not None:
+        return run_eagerly(func, args, kwargs, why)
+    if not params:
+        return None
+    node_args = (list(params), list(grads), buffers, _lr(b["lr"], params[0].dtype),
+                 float(b["weight_decay"]), momentum, float(b["dampening"]),
+                 bool(b["nesterov"]), bool(b["maximize"]), bool(b["is_first_step"]),
+                 _optional(grad_scale), _optional(b["found_inf"]))
+    _write(written, _record(ops.fused_sgd.default, node_args, {}, bare=True))
+    return None
+
+
+SPECIAL = {**{f: _fused_adam for f in (*ADAM, *ADAMW)}, **{f: _fused_sgd for f in SGD}}
+
+
+def prefer_fused() -> bool:
+    """Let torch.optim take its fused path for lazy parameters; returns
+    whether it applied. ``lazy`` joins ``_get_fused_kernels_supported_devices``
+    in ``torch.optim.optimizer`` (``fused=True`` is accepted: PyTorch checks
+    the device there), and ``torch.optim.adam.adam`` / ``torch.optim.sgd.sgd``
+    (the functions ``Adam.step``, ``AdamW.step`` and ``SGD.step`` call) choose
+    ``fused=True`` when the user passed neither ``foreach`` nor ``fused`` and
+    every parameter is a floating-point lazy tensor: where PyTorch would
+    choose foreach on CUDA. ``foreach=True`` or ``fused=False`` are kept."""
+    import torch.optim.adam as adam_mod
+    import torch.optim.optimizer as opt_mod
+    import torch.optim.sgd as sgd_mod
+    original = getattr(opt_mod, "_get_fused_kernels_supported_devices", None)
+    if original is None or not callable(getattr(adam_mod, "adam", None)):
+        return False
+    original = getattr(original, "__wrapped__", original)  # applied once
+
+    def supported_devices(*args, **kw) -> list[str]:
+        devices = original(*args, **kw)
+        return devices if "lazy" in devices else [*devices, "lazy"]
+
+    supported_devices.__wrapped__ = original
+    opt_mod._get_fused_kernels_supported_devices = supported_devices
+    adam_mod.adam = _defaulting_to_fused(adam_mod.adam)
+    sgd_mod.sgd = _defaulting_to_fused(sgd_mod.sgd)
+    return True
+
+
+def _defaulting_to_fused(fn):
+    """``fn`` (torch.optim's functional adam/sgd) with ``fused=True`` as the
+    default for lazy parameters."""
+    fn = getattr(fn, "_lazy_mlir_original", fn)  # applied once
+
+    def update(params, *args, **kwargs):
+        if (kwargs.get("foreach") is None and kwargs.get("fused") is None
+                and not kwargs.get("differentiable") and params
+                and all(type(p) is LazyTensor and p.is_floating_point() for p in params)):
+            metrics.counter_inc("fused_by_default::" + fn.__name__)
+            kwargs["fused"] = True
+        return fn(params, *args, **kwargs)
+
+    update._lazy_mlir_original = fn
+    update.__name__, update.__doc__ = fn.__name__, fn.__doc__
+    return update
