@@ -154,12 +154,48 @@ def whole_node_ops() -> list:
     return out
 
 
+def _stackable(how: Plan, bound: dict) -> bool:
+    """Every tensor argument is a list of 0-dim tensors of one dtype (the
+    other arguments numbers, bools or None): the op may then run once on
+    the lists stacked, with the same types as per element (a 0-dim tensor
+    and a [n] one promote alike against numbers)."""
+    dtype = None
+    for arg in how.names:
+        v = bound[arg]
+        if arg in how.lists:
+            for t in v:
+                if not isinstance(t, torch.Tensor) or t.dim() != 0:
+                    return False
+                if dtype is None:
+                    dtype = t.dtype
+                elif t.dtype != dtype:
+                    return False
+        elif isinstance(v, torch.Tensor):
+            return False
+    return dtype is not None
+
+
+def _stacked(how: Plan, bound: dict, n: int) -> list:
+    """The op once over the stacked lists, unbound into n 0-dim results.
+    Per element, n 0-dim ops stand side by side, and IREE gathers adjacent
+    scalar ops into one dispatch binding every input and output: an
+    optimizer's ``_foreach_add_(steps, 1)`` over 32 parameters binds 64
+    buffers, past what a dispatch may have (the module fails to load)."""
+    stacked = dict(bound)
+    for arg in how.lists:
+        stacked[arg] = [torch.stack(list(bound[arg]))]
+    pos, kw = next(element_calls(how, stacked, 1))
+    return list(how.op(*pos, **kw).unbind())
+
+
 def _decomposition(func):
     how = plan(func)
 
     def per_tensor(*args, **kwargs):
         bound = how.bind(args, kwargs)
         n = length(func, how, bound)
+        if n > 1 and _stackable(how, bound):
+            return _stacked(how, bound, n)
         return [how.op(*pos, **kw) for pos, kw in element_calls(how, bound, n)]
     per_tensor.__qualname__ = f"per_tensor[{func}]"
     return per_tensor
