@@ -58,26 +58,18 @@ _LIB.define("fused_sgd(Tensor[] params, Tensor[] grads, Tensor[] momentum_buffer
 ops = torch.ops.lazy_mlir
 
 
-# Step counts stacked per group of at most this many: IREE fuses each count's
-# increment (``_foreach_add_(steps, 1)``, just before) into the dispatch that
-# stacks them, which then binds every count twice (old and new); 32
-# parameters stacked at once exceeded the 64 bindings a dispatch may have
-# (the module failed to load, OUT_OF_RANGE).
-STEP_GROUP = 8
-
-
-def _stacked_steps(steps, n: int, dtype) -> list:
-    """The step counts as [k] vectors of ``dtype``, ``STEP_GROUP`` counts each
-    (the last may be shorter): count i is ``out[i // STEP_GROUP][i % STEP_GROUP]``."""
+def _stacked_steps(steps, n: int, dtype) -> torch.Tensor:
+    """The step counts as one [n] vector of ``dtype``."""
     if len(steps) == 1 and steps[0].dim() == 1:  # host counts, stacked by capture
-        if steps[0].shape != (n,):
-            raise RuntimeError(f"fused optimizer: {n} parameters but step counts of shape "
-                               f"{tuple(steps[0].shape)}")
-        return [c.to(dtype) for c in steps[0].split(STEP_GROUP)]
-    if len(steps) != n:
+        s = steps[0]
+    elif len(steps) == n:
+        s = torch.stack([t.reshape(()) for t in steps])
+    else:
         raise RuntimeError(f"fused optimizer: {n} parameters but {len(steps)} step counts")
-    return [torch.stack([t.reshape(()) for t in steps[k:k + STEP_GROUP]]).to(dtype)
-            for k in range(0, n, STEP_GROUP)]
+    if s.shape != (n,):
+        raise RuntimeError(f"fused optimizer: {n} parameters but step counts of shape "
+                           f"{tuple(s.shape)}")
+    return s.to(dtype)
 
 
 def _bias_correction(beta: float, step: torch.Tensor) -> torch.Tensor:
@@ -118,14 +110,13 @@ def fused_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, lr,
         return []
     dtype = params[0].dtype
     lr = lr.reshape(()).to(dtype)
-    groups = _stacked_steps(steps, n, dtype)
-    neg_step_sizes = [-(lr / _bias_correction(beta1, s)) for s in groups]
-    bc2_sqrts = [torch.sqrt(_bias_correction(beta2, s)) for s in groups]
+    step = _stacked_steps(steps, n, dtype)
+    neg_step_sizes = -(lr / _bias_correction(beta1, step))  # [n]
+    bc2_sqrts = torch.sqrt(_bias_correction(beta2, step))  # [n]
     decay = 1.0 - lr * weight_decay if decoupled and weight_decay != 0.0 else None
     new_p, new_m, new_v, new_max, new_g = [], [], [], [], []
     for i in range(n):
-        k, j = divmod(i, STEP_GROUP)
-        neg_step_size, bc2_sqrt = neg_step_sizes[k][j], bc2_sqrts[k][j]
+        neg_step_size, bc2_sqrt = neg_step_sizes[i], bc2_sqrts[i]
         p, g = params[i], _unscaled(grads[i], grad_scale)
         new_g.append(g)
         if maximize:
