@@ -48,9 +48,11 @@ Guarantees:
   step (two recordings disagree) is never replayed: it runs as the plain
   lazy step, counted in ``TrainStepPlain``, with the reason logged once
   (``TrainStepRefused``). Adam, AdamW, NAdam, ... with ``capturable=False``
-  (the default) read their step count with ``.item()``: they run plain;
-  with ``capturable=True`` (allowed on the lazy device, ``capturable.py``)
-  they are replayed.
+  read their step count with ``.item()`` on their foreach and for-loop
+  paths: they run plain; with ``capturable=True`` (allowed on the lazy
+  device, ``capturable.py``) they are replayed, and so are Adam, AdamW and
+  SGD on their fused path, the default on lazy parameters
+  (``lazy/fused_optim.py``).
 - The optimizer's CPU scalar state (step counts) moves to the lazy device
   when the step is recorded, as in ``export_train_step``; it moves back if
   the recording is refused.

@@ -126,9 +126,11 @@ def test_a_changed_learning_rate_records_again_and_is_used():
 
 
 def test_adam_reads_its_step_count_on_the_host_and_runs_plain(caplog):
+    """Adam's foreach path with ``capturable=False`` reads its step count on
+    the host (its default on lazy parameters is the fused path, below)."""
     before = _counters()
     with caplog.at_level(logging.WARNING, logger="lazy_mlir"):
-        lazy, lopt, eager, eopt = _run(lambda p: torch.optim.Adam(p, lr=1e-2), 4,
+        lazy, lopt, eager, eopt = _run(lambda p: torch.optim.Adam(p, lr=1e-2, foreach=True), 4,
                                        smaller_last=False)
     _same_state(lazy, lopt, eager, eopt)
     d = _delta(before)
@@ -368,3 +370,16 @@ def test_a_call_that_cannot_be_a_training_step_says_how_to_call_it(make_step, ca
     x, y = (t.to("lazy") for t in _batch(0))
     with pytest.raises(TypeError, match=message):
         call(make_step(model, opt), x, y) if call else make_step(model, opt)
+
+
+def test_adams_default_fused_update_reads_nothing_on_the_host_and_is_replayed():
+    """By default Adam takes its fused path on lazy parameters
+    (``lazy/fused_optim.py``): its step counts are inputs of the update's one
+    node, never read on the host, so the step is replayed although
+    ``capturable`` is off."""
+    before = _counters()
+    state = _run(lambda p: torch.optim.Adam(p, lr=1e-2), 4, smaller_last=False)
+    _same_state(*state)
+    # 1 records (and makes the state), 2 and 3 record the same graph, 4 replays
+    assert _delta(before) == {"TrainStepRecorded": 3, "TrainStepReplayed": 1,
+                              "TrainStepPlain": 0, "TrainStepRefused": 0}
