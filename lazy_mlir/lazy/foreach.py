@@ -217,7 +217,8 @@ def run_eagerly(func, args, kwargs, why: str):
     (``fallback.run_eagerly`` writes only top-level tensor arguments). For
     foreach ops without a per-tensor mapping, and for capture's other ops
     that return nothing but write their arguments
-    (``_amp_foreach_non_finite_check_and_unscale_``, ``_fused_adam_``)."""
+    (``_amp_foreach_non_finite_check_and_unscale_``, ``_fused_adagrad_``; a
+    fused Adam/SGD update that cannot be one node: ``fused_optim.py``)."""
     if _dry_run[0] is not None:  # lm.check_coverage: record it, run nothing
         return _dry_run[0].stand_in(func, args, kwargs, why)
     note_fallback(func.__name__.split(".")[0], why)
