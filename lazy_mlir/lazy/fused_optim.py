@@ -189,19 +189,22 @@ def prefer_fused() -> bool:
 
     supported_devices.__wrapped__ = original
     opt_mod._get_fused_kernels_supported_devices = supported_devices
-    adam_mod.adam = _defaulting_to_fused(adam_mod.adam)
-    sgd_mod.sgd = _defaulting_to_fused(sgd_mod.sgd)
+    adam_mod.adam = _defaulting_to_fused(adam_mod.adam, lists=6)
+    sgd_mod.sgd = _defaulting_to_fused(sgd_mod.sgd, lists=3)
     return True
 
 
-def _defaulting_to_fused(fn):
-    """``fn`` (torch.optim's functional adam/sgd) with ``fused=True`` as the
-    default for lazy parameters."""
+def _defaulting_to_fused(fn, lists: int):
+    """``fn`` (torch.optim's functional adam/sgd, whose first ``lists``
+    arguments are the tensor lists) with ``fused=True`` as the default for
+    lazy parameters. A call passing more arguments by position (``foreach``
+    among them) is left alone."""
     fn = getattr(fn, "_lazy_mlir_original", fn)  # applied once
 
     def update(params, *args, **kwargs):
-        if (kwargs.get("foreach") is None and kwargs.get("fused") is None
-                and not kwargs.get("differentiable") and params
+        if (len(args) < lists and kwargs.get("foreach") is None
+                and kwargs.get("fused") is None and not kwargs.get("differentiable")
+                and not kwargs.get("has_sparse_grad") and params
                 and all(type(p) is LazyTensor and p.is_floating_point() for p in params)):
             metrics.counter_inc("fused_by_default::" + fn.__name__)
             kwargs["fused"] = True
