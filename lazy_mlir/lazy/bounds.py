@@ -49,15 +49,27 @@ aten = torch.ops.aten
 
 class Check:
     """One pending in-graph check: ``flag`` (0-d bool, true when some index
-    is out of range) is computed from ``index``."""
+    is out of range) is computed from ``index``. ``message`` is built only
+    when read (a sync point takes it for the worker): recording keeps its
+    parts, of which only the location must be taken at once."""
 
-    __slots__ = ("flag", "index", "exc", "message")
+    __slots__ = ("flag", "index", "exc", "_message", "_parts")
 
-    def __init__(self, flag: Value, index: Value, exc: type, message: str):
+    def __init__(self, flag: Value, index: Value, exc: type, message: str | None,
+                 parts: tuple | None = None):
         self.flag = flag
         self.index = index
         self.exc = exc
-        self.message = message
+        self._message = message
+        self._parts = parts  # (func, n, lo, d, location): an index check's message
+
+    @property
+    def message(self) -> str:
+        if self._message is None:
+            func, n, lo, d, where = self._parts
+            self._message = (f"index out of range in {_describe(func, n, lo, d)}, "
+                             f"captured at {where}")
+        return self._message
 
 
 # ``_pending`` (the Checks waiting for a graph) and ``_state`` (the depths of
@@ -247,26 +259,47 @@ _MOVES = {getattr(aten, p).default for p in (
                      aten.flatten.using_ints}
 
 
-def _host_of(i, depth: int = 4):
+# Of those, the ones whose values are some of their input's (all but the
+# conversion): an index they select from host data is in range when the data is.
+_SELECTS = _MOVES - {aten._to_copy.default}
+
+
+def _host_chain(i, depth: int = 4):
+    """(host tensor, [the move Values from it to ``i``, first to last]) when
+    the index's values are on the host already or a few moves of host data
+    away, else None."""
+    if isinstance(i, torch.Tensor):
+        return i, []
+    chain = []
+    while True:
+        d = i.data
+        if d is not None:
+            if _state["in_graph"] or d.host is None or d.future is not None:
+                return None
+            chain.reverse()
+            return d.host, chain
+        node = i.node
+        if len(chain) == depth or node.op not in _MOVES or len(node.inputs) != 1:
+            return None
+        chain.append(i)
+        i = node.inputs[0]
+
+
+def _apply_moves(host: torch.Tensor, chain: list) -> torch.Tensor:
+    for v in chain:
+        node = v.node
+        args, kwargs = argtree.unflatten([host if type(a) is Value else a for a in node.flat],
+                                         node.tree)
+        out = node.op(*args, **kwargs)
+        host = out[v.index] if isinstance(out, (list, tuple)) else out
+    return host
+
+
+def _host_of(i):
     """The index's values when they are on the host already (or a few
     moves of host data away), else None."""
-    if isinstance(i, torch.Tensor):
-        return i
-    d = i.data
-    if d is not None:
-        if _state["in_graph"]:
-            return None
-        return d.host if d.host is not None and d.future is None else None
-    node = i.node
-    if not depth or node.op not in _MOVES or len(node.inputs) != 1:
-        return None
-    h = _host_of(node.inputs[0], depth - 1)
-    if h is None:
-        return None
-    args, kwargs = argtree.unflatten([h if type(a) is Value else a for a in node.flat],
-                                     node.tree)
-    out = node.op(*args, **kwargs)
-    return out[i.index] if isinstance(out, (list, tuple)) else out
+    found = _host_chain(i)
+    return None if found is None else _apply_moves(*found)
 
 
 def _describe(func, n, lo, d) -> str:
@@ -275,37 +308,80 @@ def _describe(func, n, lo, d) -> str:
 
 
 def _location() -> str:
-    """Where the op was called: a stack walk, so only taken for a message."""
+    """Where the op was called: a stack walk (~0.5 us on a transformers
+    model's stack; the line must be read now, while the frame is on it)."""
     return debug.user_location() or "a line outside this thread (autograd)"
 
 
 # Host index tensors that passed a check, with the range they passed: a
-# training loop checks the same targets in nll_loss's forward and backward,
-# and a CPU index tensor is often reused. ``_version`` moves on any in-place
-# write, so a changed tensor is checked again. Keyed by id (a tensor's ``==``
-# is elementwise), each entry dropped with its tensor.
+# training loop checks the same batch in embedding's and nll_loss's forward
+# and backward, and a CPU index tensor is often reused. ``_version`` moves
+# on any in-place write, so a changed tensor is checked again. Keyed by id
+# (a tensor's ``==`` is elementwise), each entry dropped with its tensor.
 # (``_passed``: id -> (weakref, set of ranges), in state.py.)
-
-
-def _host_check(func, host, n, lo, ignore, d, exc, fmt) -> None:
-    if host.numel() == 0:
-        return
-    key = (n, lo, ignore, host._version)
+def _passed_before(host: torch.Tensor, key: tuple) -> bool:
     entry = _passed.get(id(host))
-    if entry is not None and entry[0]() is host and key in entry[1]:
-        return
-    lo_v, hi_v = torch.aminmax(host)
-    if not (lo_v.item() >= lo and hi_v.item() < n):  # masking ``ignore`` costs more: only now
-        h = host if ignore is None else host[host != ignore]
-        bad = h[(h < lo) | (h >= n)].flatten()
-        if bad.numel():
-            name = str(func).replace(".default", "")
-            raise exc(f"{fmt.format(v=bad[0].item(), d=d, n=n)} (lazy-mlir: {name}, valid "
-                      f"range [{lo}, {n}), captured at {_location()})")
+    return entry is not None and entry[0]() is host and key in entry[1]
+
+
+def _remember(host: torch.Tensor, key: tuple) -> None:
+    i = id(host)
+    entry = _passed.get(i)
     if entry is None or entry[0]() is not host:
-        i = id(host)
         entry = _passed[i] = (weakref.ref(host, lambda _, i=i: _passed.pop(i, None)), set())
     entry[1].add(key)
+
+
+def _first_bad(host: torch.Tensor, n: int, lo: int, ignore):
+    """The first value of ``host`` outside [lo, n) (``ignore`` excepted), or None."""
+    lo_v, hi_v = torch.aminmax(host)
+    if lo_v.item() >= lo and hi_v.item() < n:  # masking ``ignore`` costs more: only now
+        return None
+    h = host if ignore is None else host[host != ignore]
+    bad = h[(h < lo) | (h >= n)].flatten()
+    return bad[0].item() if bad.numel() else None
+
+
+def _host_check(func, iv, n, lo, ignore, d, exc, fmt) -> bool:
+    """Check the index ``iv`` now if its values are on the host, raising
+    eager's error for one outside [lo, n); False when they are not.
+
+    An index selected from host data by moves (``ids.view(-1)``,
+    ``labels[..., 1:]``) is in range when all the data is: the data is
+    checked (once, then remembered) instead of the index being computed on
+    the host at every op; only data with a bad value somewhere, or an index
+    converted on the way (``_to_copy``), has the index itself computed."""
+    found = _host_chain(iv)
+    if found is None:
+        return False
+    root, chain = found
+    if root.numel() == 0:
+        return True
+    key = (n, lo, ignore, root._version)
+    if _passed_before(root, key):
+        return True
+    bad = None
+    if all(v.node.op in _SELECTS for v in chain):
+        bad = _first_bad(root, n, lo, ignore)
+        if bad is None:
+            _remember(root, key)
+            return True
+    if chain:
+        host = _apply_moves(root, chain)
+        bad = _first_bad(host, n, lo, ignore) if host.numel() else None
+    if bad is not None:
+        name = str(func).replace(".default", "")
+        raise exc(f"{fmt.format(v=bad, d=d, n=n)} (lazy-mlir: {name}, valid "
+                  f"range [{lo}, {n}), captured at {_location()})")
+    return True
+
+
+def _flag(node, safe: Value, iv: Value, exc, func, n, lo, d, kept=None) -> None:
+    """Register the in-graph check of ``iv`` (clamped into ``safe``)."""
+    if _state["unchecked"] == 0 and _dry_run[0] is None:  # a dry run runs no graph
+        # Clamping changed an index exactly where it was out of range.
+        flag = node(aten.any.default, [node(aten.ne.Tensor, [safe, iv], kept, 3)[0]], kept, 4)[0]
+        _pending.append(Check(flag, iv, exc, None, (func, n, lo, d, _location())))
 
 
 def guard(func, args: tuple, kwargs: dict, emit, value_of=None):
@@ -333,22 +409,70 @@ def guard(func, args: tuple, kwargs: dict, emit, value_of=None):
         if n == 0:  # nothing is in range: no values needed
             raise exc(f"lazy-mlir: index out of range in {_describe(func, n, lo, d)}, "
                       f"captured at {_location()}")
-        host = _host_of(iv)
-        if host is not None:
-            _host_check(func, host, n, lo, ignore, d, exc, fmt)
+        if _host_check(func, iv, n, lo, ignore, d, exc, fmt) or not isinstance(iv, Value):
             continue
-        if not isinstance(iv, Value):
-            continue
-        safe = _clamped(emit, iv, lo, n, ignore)
-        if _state["unchecked"] == 0 and _dry_run[0] is None:  # a dry run runs no graph
-            # Clamping changed an index exactly where it was out of range.
-            flag = emit(aten.any.default, (emit(aten.ne.Tensor, (safe, iv), {})[0],), {})[0]
-            _pending.append(Check(flag, iv, exc, f"index out of range in "
-                                  f"{_describe(func, n, lo, d)}, captured at {_location()}"))
+        node = _via(emit)
+        safe = _clamped(node, iv, lo, n, ignore)
+        _flag(node, safe, iv, exc, func, n, lo, d)
         replaced[(name, pos)] = safe
     if not replaced:
         return args, kwargs
     return _rebuild(func, args, kwargs, replaced, value_of)
+
+
+def guard_planned(func, vals: list, tree: tuple, emit, plan, emit_kept) -> list:
+    """``guard`` on a recorded op's flat arguments (Values and constants;
+    returns them, the index Values replaced), with where its indices are
+    and their ranges (``_entries``) kept on the op's record plan
+    (``plan.guard``), and the record plans of the clamp and flag ops too
+    (their inputs' specs follow from the op's): no schema binding, no
+    argument tree rebuilt, no op of the guard keyed again."""
+    outer = _state["outer"]
+    if outer is not None and outer is not func:
+        return vals
+    entries = plan.guard
+    if entries is None:
+        entries = plan.guard = _entries(func, vals, tree)
+    if entries is False:
+        args, kwargs = argtree.unflatten(vals, tree)
+        return argtree.flatten(*guard(func, args, kwargs, emit))[0]
+    out = vals
+    for k, n, lo, ignore, d, exc, fmt, kept in entries:
+        iv = vals[k]
+        if _host_check(func, iv, n, lo, ignore, d, exc, fmt):
+            continue
+        safe = _clamped(emit_kept, iv, lo, n, ignore, kept)
+        _flag(emit_kept, safe, iv, exc, func, n, lo, d, kept)
+        if out is vals:
+            out = list(vals)
+        out[k] = safe
+    return out
+
+
+def _entries(func, vals: list, tree: tuple):
+    """(flat position, n, lo, ignore, dim, exception, format, the guard's
+    kept op plans) per index argument ``guard`` checks; they follow from what a record plan is keyed
+    by (the op, the argument tree, input specs and constants). False where
+    ``guard`` itself must run: a division, an empty range (it raises), an
+    index Value standing at two places."""
+    if func in DIVISIONS:
+        return False
+    where_fn, exc, fmt = CHECKS[func]
+    bound = _bind(func, *argtree.unflatten(vals, tree))
+    entries = []
+    for name, pos, n, negatives, ignore, d in list(where_fn(bound)):
+        i = bound[name] if pos is None else bound[name][pos]
+        if type(i) is not Value:
+            if isinstance(i, torch.Tensor):
+                return False
+            continue
+        if 0 in i.spec.shape:
+            continue
+        at = [k for k, v in enumerate(vals) if v is i]
+        if n == 0 or len(at) != 1:
+            return False
+        entries.append((at[0], n, -n if negatives else 0, ignore, d, exc, fmt, [None] * 5))
+    return entries
 
 
 def _integral(a) -> bool:
@@ -392,12 +516,20 @@ def _guard_divisor(func, args, kwargs, emit, value_of):
     return _rebuild(func, args, kwargs, {("other", None): safe}, value_of)
 
 
-def _clamped(emit, i: Value, lo: int, n: int, ignore) -> Value:
-    safe = emit(aten.clamp.default, (i, lo, n - 1), {})[0]
+def _clamped(node, i: Value, lo: int, n: int, ignore, kept=None) -> Value:
+    """``i`` clamped into [lo, n), ``ignore`` kept as it was. ``node(func,
+    flat, kept, slot)`` records an op (``_via(emit)``, or capture's
+    ``emit_kept``, which keeps each op's record plan in ``kept[slot]``)."""
+    safe = node(aten.clamp.default, [i, lo, n - 1], kept, 0)[0]
     if ignore is not None and not lo <= ignore < n:  # keep the ignored value as it was
-        keep = emit(aten.eq.Scalar, (i, ignore), {})[0]
-        safe = emit(aten.where.self, (keep, i, safe), {})[0]
+        keep = node(aten.eq.Scalar, [i, ignore], kept, 1)[0]
+        safe = node(aten.where.self, [keep, i, safe], kept, 2)[0]
     return safe
+
+
+def _via(emit):
+    """``emit`` as ``_clamped``/``_flag`` call it (every argument positional)."""
+    return lambda func, flat, kept, slot: emit(func, tuple(flat), {})
 
 
 def _rebuild(func, args, kwargs, replaced, value_of):
