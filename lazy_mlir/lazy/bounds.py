@@ -605,7 +605,7 @@ def pending() -> bool:
 
 
 def take_flag(order: dict, everything: bool, emit):
-    """The pending checks a graph over the nodes ``order`` (id -> position)
+    """The pending checks a graph over the nodes ``order`` (Node -> position)
     can compute (their index is in it or is data; all of them with
     ``everything``, as mark_step does), removed from the pending list, and
     one Value holding their flags (or (None, [])); ``emit`` (capture's)
@@ -615,7 +615,7 @@ def take_flag(order: dict, everything: bool, emit):
     taken, kept = [], []
     for c in _pending:
         i = c.index
-        if everything or i.data is not None or id(i.node) in order:
+        if everything or i.data is not None or i.node in order:
             taken.append(c)
         else:
             kept.append(c)
