@@ -42,6 +42,7 @@ from ..graph import debug
 from ..graph.ir import Value
 from .state import bounds_mode as _state, dry_run as _dry_run
 from .state import host_checks_passed as _passed, index_checks as _pending
+from .state import index_guards as _guards
 from .tensor import wrap_value
 
 aten = torch.ops.aten
@@ -376,12 +377,37 @@ def _host_check(func, iv, n, lo, ignore, d, exc, fmt) -> bool:
     return True
 
 
-def _flag(node, safe: Value, iv: Value, exc, func, n, lo, d, kept=None) -> None:
+def _flag(node, safe: Value, iv: Value, exc, func, n, lo, d, kept=None) -> bool:
     """Register the in-graph check of ``iv`` (clamped into ``safe``)."""
     if _state["unchecked"] == 0 and _dry_run[0] is None:  # a dry run runs no graph
         # Clamping changed an index exactly where it was out of range.
         flag = node(aten.any.default, [node(aten.ne.Tensor, [safe, iv], kept, 3)[0]], kept, 4)[0]
         _pending.append(Check(flag, iv, exc, None, (func, n, lo, d, _location())))
+        return True
+    return False
+
+
+# A training step guards the same computed index twice: in the forward op and
+# its backward (``embedding`` / ``embedding_dense_backward`` on GPT-2's
+# position ids, ``nll_loss_forward`` / ``_backward`` on the shifted labels),
+# both reading the very same Value. Its flag, already pending or computed,
+# says everything the second would (the same values against the same range):
+# the second op reads the first's clamped index and registers nothing
+# Only between two graphs: every graph cut (``take_flag``) forgets them, so a
+# graph never leans on a check made for another (``compile_train_step``
+# replays its graph's own checks on other batches).
+# (``_guards``: id(index) -> (weakref, range, clamped).)
+def _clamped_once(node, iv: Value, lo, n, ignore, exc, func, d, kept=None) -> Value:
+    rng = (lo, n, ignore)
+    done = _guards.get(id(iv))
+    if done is not None and done[0]() is iv and done[1] == rng and not _state["unchecked"] \
+            and _dry_run[0] is None:
+        return done[2]
+    safe = _clamped(node, iv, lo, n, ignore, kept)
+    if _flag(node, safe, iv, exc, func, n, lo, d, kept):
+        i = id(iv)
+        _guards[i] = (weakref.ref(iv, lambda _, i=i: _guards.pop(i, None)), rng, safe)
+    return safe
 
 
 def guard(func, args: tuple, kwargs: dict, emit, value_of=None):
@@ -411,10 +437,7 @@ def guard(func, args: tuple, kwargs: dict, emit, value_of=None):
                       f"captured at {_location()}")
         if _host_check(func, iv, n, lo, ignore, d, exc, fmt) or not isinstance(iv, Value):
             continue
-        node = _via(emit)
-        safe = _clamped(node, iv, lo, n, ignore)
-        _flag(node, safe, iv, exc, func, n, lo, d)
-        replaced[(name, pos)] = safe
+        replaced[(name, pos)] = _clamped_once(_via(emit), iv, lo, n, ignore, exc, func, d)
     if not replaced:
         return args, kwargs
     return _rebuild(func, args, kwargs, replaced, value_of)
@@ -441,8 +464,7 @@ def guard_planned(func, vals: list, tree: tuple, emit, plan, emit_kept) -> list:
         iv = vals[k]
         if _host_check(func, iv, n, lo, ignore, d, exc, fmt):
             continue
-        safe = _clamped(emit_kept, iv, lo, n, ignore, kept)
-        _flag(emit_kept, safe, iv, exc, func, n, lo, d, kept)
+        safe = _clamped_once(emit_kept, iv, lo, n, ignore, exc, func, d, kept)
         if out is vals:
             out = list(vals)
         out[k] = safe
@@ -610,6 +632,7 @@ def take_flag(order: dict, everything: bool, emit):
     ``everything``, as mark_step does), removed from the pending list, and
     one Value holding their flags (or (None, [])); ``emit`` (capture's)
     records the stack of several flags."""
+    _guards.clear()
     if not _pending:
         return None, []
     taken, kept = [], []

@@ -181,3 +181,23 @@ def test_a_recorded_op_is_guarded_from_its_plan_as_the_first_time():
     with pytest.raises(IndexError, match=r"index out of range in self \(lazy-mlir: "
                        r"aten.index_select, valid range \[0, 6\), captured at .*test_bounds"):
         torch.index_select(x, 0, host)
+
+
+def test_an_index_guarded_again_reads_the_first_clamp_and_adds_no_flag():
+    logits = device_value(2, 4, dtype=torch.float32)
+    target = emit(aten.mul.Scalar, (device_value(2), 1), {})[0]  # computed: flagged
+    (_, fwd, *_), _ = bounds.guard(
+        aten.nll_loss_forward.default, (logits, target, None, 1, -100), {}, emit)
+    (_, _, bwd, *_), _ = bounds.guard(  # the backward reads the very same targets
+        aten.nll_loss_backward.default,
+        (device_value(dtype=torch.float32), logits, target, None, 1, -100,
+         device_value(dtype=torch.float32)), {}, emit)
+    assert bwd is fwd and len(bounds._pending) == 1
+    # Another range (or another index) is checked on its own.
+    (_, _, other), _ = bounds.guard(aten.index_select.default,
+                                    (device_value(3, dtype=torch.float32), 0, target), {}, emit)
+    assert other is not fwd and len(bounds._pending) == 2
+    bounds.take_flag({}, False, emit)  # a graph is cut: guarded afresh after
+    (_, again, *_), _ = bounds.guard(
+        aten.nll_loss_forward.default, (logits, target, None, 1, -100), {}, emit)
+    assert again is not fwd and len(bounds._pending) == 3
