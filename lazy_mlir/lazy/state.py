@@ -36,7 +36,7 @@ dry_run: list = [None]
 # -- sync.py: the target graphs compile for (None: the default, chosen on first use)
 target: list = [None]
 
-# -- bounds.py
+# -- bounds.py, host_index.py
 index_checks: list = []     # pending in-graph index checks (bounds.Check)
 host_checks_passed: dict = {}  # id(host index) -> (weakref, ranges it passed)
 index_guards: dict = {}     # id(index Value) -> (weakref, range, clamped Value): flagged ones
