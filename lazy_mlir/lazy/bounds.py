@@ -13,7 +13,8 @@ or wrote over other memory. For each recorded op that takes index tensors
   tensor whatever the values are;
 - **the error**: an index whose values are on the host (a CPU index tensor,
   data uploaded with ``.to('lazy')``, a value already read back) is checked at
-  once and raises what eager raises, at the line that called the op. Any
+  once and raises what eager raises, at the line that called the op
+  (``host_index.py``). Any
   other index gets a bool flag computed in the same graph
   (``any(clamped != i)``, one fused reduction). Pending flags wait
   here; the next graph that computes their index (or reads it as data) also
@@ -38,10 +39,11 @@ import weakref
 import torch
 
 from ..graph import argtree
-from ..graph import debug
 from ..graph.ir import Value
 from .state import bounds_mode as _state, dry_run as _dry_run
-from .state import host_checks_passed as _passed, index_checks as _pending
+from .state import index_checks as _pending
+from .state import index_guards as _guards
+from .host_index import _host_check, _host_of, _location
 from .tensor import wrap_value
 
 aten = torch.ops.aten
@@ -49,15 +51,27 @@ aten = torch.ops.aten
 
 class Check:
     """One pending in-graph check: ``flag`` (0-d bool, true when some index
-    is out of range) is computed from ``index``."""
+    is out of range) is computed from ``index``. ``message`` is built only
+    when read (a sync point takes it for the worker): recording keeps its
+    parts, of which only the location must be taken at once."""
 
-    __slots__ = ("flag", "index", "exc", "message")
+    __slots__ = ("flag", "index", "exc", "_message", "_parts")
 
-    def __init__(self, flag: Value, index: Value, exc: type, message: str):
+    def __init__(self, flag: Value, index: Value, exc: type, message: str | None,
+                 parts: tuple | None = None):
         self.flag = flag
         self.index = index
         self.exc = exc
-        self.message = message
+        self._message = message
+        self._parts = parts  # (func, n, lo, d, location): an index check's message
+
+    @property
+    def message(self) -> str:
+        if self._message is None:
+            func, n, lo, d, where = self._parts
+            self._message = (f"index out of range in {_describe(func, n, lo, d)}, "
+                             f"captured at {where}")
+        return self._message
 
 
 # ``_pending`` (the Checks waiting for a graph) and ``_state`` (the depths of
@@ -239,73 +253,42 @@ def _bind(func, args, kwargs) -> dict:
     return bound
 
 
-# Ops that only move or convert values: an index made by them from host data
-# (``i.view(-1)``, ``i.long()``) is computed on the host, as cheap as a copy.
-_MOVES = {getattr(aten, p).default for p in (
-    "view", "_unsafe_view", "reshape", "expand", "clone", "alias", "permute", "t", "_to_copy",
-    "unsqueeze")} | {aten.slice.Tensor, aten.select.int, aten.squeeze.dim, aten.transpose.int,
-                     aten.flatten.using_ints}
-
-
-def _host_of(i, depth: int = 4):
-    """The index's values when they are on the host already (or a few
-    moves of host data away), else None."""
-    if isinstance(i, torch.Tensor):
-        return i
-    d = i.data
-    if d is not None:
-        if _state["in_graph"]:
-            return None
-        return d.host if d.host is not None and d.future is None else None
-    node = i.node
-    if not depth or node.op not in _MOVES or len(node.inputs) != 1:
-        return None
-    h = _host_of(node.inputs[0], depth - 1)
-    if h is None:
-        return None
-    args, kwargs = argtree.unflatten([h if type(a) is Value else a for a in node.flat],
-                                     node.tree)
-    out = node.op(*args, **kwargs)
-    return out[i.index] if isinstance(out, (list, tuple)) else out
-
-
 def _describe(func, n, lo, d) -> str:
     name = str(func).replace(".default", "")
     return f"{name}: an index is outside [{lo}, {n}) (dimension {d} with size {n})"
 
 
-def _location() -> str:
-    """Where the op was called: a stack walk, so only taken for a message."""
-    return debug.user_location() or "a line outside this thread (autograd)"
+def _flag(node, safe: Value, iv: Value, exc, func, n, lo, d, kept=None) -> bool:
+    """Register the in-graph check of ``iv`` (clamped into ``safe``)."""
+    if _state["unchecked"] == 0 and _dry_run[0] is None:  # a dry run runs no graph
+        # Clamping changed an index exactly where it was out of range.
+        flag = node(aten.any.default, [node(aten.ne.Tensor, [safe, iv], kept, 3)[0]], kept, 4)[0]
+        _pending.append(Check(flag, iv, exc, None, (func, n, lo, d, _location())))
+        return True
+    return False
 
 
-# Host index tensors that passed a check, with the range they passed: a
-# training loop checks the same targets in nll_loss's forward and backward,
-# and a CPU index tensor is often reused. ``_version`` moves on any in-place
-# write, so a changed tensor is checked again. Keyed by id (a tensor's ``==``
-# is elementwise), each entry dropped with its tensor.
-# (``_passed``: id -> (weakref, set of ranges), in state.py.)
-
-
-def _host_check(func, host, n, lo, ignore, d, exc, fmt) -> None:
-    if host.numel() == 0:
-        return
-    key = (n, lo, ignore, host._version)
-    entry = _passed.get(id(host))
-    if entry is not None and entry[0]() is host and key in entry[1]:
-        return
-    lo_v, hi_v = torch.aminmax(host)
-    if not (lo_v.item() >= lo and hi_v.item() < n):  # masking ``ignore`` costs more: only now
-        h = host if ignore is None else host[host != ignore]
-        bad = h[(h < lo) | (h >= n)].flatten()
-        if bad.numel():
-            name = str(func).replace(".default", "")
-            raise exc(f"{fmt.format(v=bad[0].item(), d=d, n=n)} (lazy-mlir: {name}, valid "
-                      f"range [{lo}, {n}), captured at {_location()})")
-    if entry is None or entry[0]() is not host:
-        i = id(host)
-        entry = _passed[i] = (weakref.ref(host, lambda _, i=i: _passed.pop(i, None)), set())
-    entry[1].add(key)
+# A training step guards the same computed index twice: in the forward op and
+# its backward (``embedding`` / ``embedding_dense_backward`` on GPT-2's
+# position ids, ``nll_loss_forward`` / ``_backward`` on the shifted labels),
+# both reading the very same Value. Its flag, already pending or computed,
+# says everything the second would (the same values against the same range):
+# the second op reads the first's clamped index and registers nothing.
+# Only between two graph cuts: every graph cut (``take_flag``) forgets them, so a
+# graph never leans on a check made for another (``compile_train_step``
+# replays its graph's own checks on other batches).
+# (``_guards``: id(index) -> (weakref, range, clamped).)
+def _clamped_once(node, iv: Value, lo, n, ignore, exc, func, d, kept=None) -> Value:
+    rng = (lo, n, ignore)
+    done = _guards.get(id(iv))
+    if done is not None and done[0]() is iv and done[1] == rng and not _state["unchecked"] \
+            and _dry_run[0] is None:
+        return done[2]
+    safe = _clamped(node, iv, lo, n, ignore, kept)
+    if _flag(node, safe, iv, exc, func, n, lo, d, kept):
+        i = id(iv)
+        _guards[i] = (weakref.ref(iv, lambda _, i=i: _guards.pop(i, None)), rng, safe)
+    return safe
 
 
 def guard(func, args: tuple, kwargs: dict, emit, value_of=None):
@@ -333,22 +316,67 @@ def guard(func, args: tuple, kwargs: dict, emit, value_of=None):
         if n == 0:  # nothing is in range: no values needed
             raise exc(f"lazy-mlir: index out of range in {_describe(func, n, lo, d)}, "
                       f"captured at {_location()}")
-        host = _host_of(iv)
-        if host is not None:
-            _host_check(func, host, n, lo, ignore, d, exc, fmt)
+        if _host_check(func, iv, n, lo, ignore, d, exc, fmt) or not isinstance(iv, Value):
             continue
-        if not isinstance(iv, Value):
-            continue
-        safe = _clamped(emit, iv, lo, n, ignore)
-        if _state["unchecked"] == 0 and _dry_run[0] is None:  # a dry run runs no graph
-            # Clamping changed an index exactly where it was out of range.
-            flag = emit(aten.any.default, (emit(aten.ne.Tensor, (safe, iv), {})[0],), {})[0]
-            _pending.append(Check(flag, iv, exc, f"index out of range in "
-                                  f"{_describe(func, n, lo, d)}, captured at {_location()}"))
-        replaced[(name, pos)] = safe
+        replaced[(name, pos)] = _clamped_once(_via(emit), iv, lo, n, ignore, exc, func, d)
     if not replaced:
         return args, kwargs
     return _rebuild(func, args, kwargs, replaced, value_of)
+
+
+def guard_planned(func, vals: list, tree: tuple, emit, plan, emit_kept) -> list:
+    """``guard`` on a recorded op's flat arguments (Values and constants;
+    returns them, the index Values replaced), with where its indices are
+    and their ranges (``_entries``) kept on the op's record plan
+    (``plan.guard``), and the record plans of the clamp and flag ops too
+    (their inputs' specs follow from the op's): no schema binding, no
+    argument tree rebuilt, no op of the guard keyed again."""
+    outer = _state["outer"]
+    if outer is not None and outer is not func:
+        return vals
+    entries = plan.guard
+    if entries is None:
+        entries = plan.guard = _entries(func, vals, tree)
+    if entries is False:
+        args, kwargs = argtree.unflatten(vals, tree)
+        return argtree.flatten(*guard(func, args, kwargs, emit))[0]
+    out = vals
+    for k, n, lo, ignore, d, exc, fmt, kept in entries:
+        iv = vals[k]
+        if _host_check(func, iv, n, lo, ignore, d, exc, fmt):
+            continue
+        safe = _clamped_once(emit_kept, iv, lo, n, ignore, exc, func, d, kept)
+        if out is vals:
+            out = list(vals)
+        out[k] = safe
+    return out
+
+
+def _entries(func, vals: list, tree: tuple):
+    """(flat position, n, lo, ignore, dim, exception, format, the guard's
+    kept op plans) per index argument ``guard`` checks; they follow from what
+    a record plan is keyed by (the op, the argument tree, input specs and
+    constants). False where
+    ``guard`` itself must run: a division, an empty range (it raises), an
+    index Value standing at two places."""
+    if func in DIVISIONS:
+        return False
+    where_fn, exc, fmt = CHECKS[func]
+    bound = _bind(func, *argtree.unflatten(vals, tree))
+    entries = []
+    for name, pos, n, negatives, ignore, d in list(where_fn(bound)):
+        i = bound[name] if pos is None else bound[name][pos]
+        if type(i) is not Value:
+            if isinstance(i, torch.Tensor):
+                return False
+            continue
+        if 0 in i.spec.shape:
+            continue
+        at = [k for k, v in enumerate(vals) if v is i]
+        if n == 0 or len(at) != 1:
+            return False
+        entries.append((at[0], n, -n if negatives else 0, ignore, d, exc, fmt, [None] * 5))
+    return entries
 
 
 def _integral(a) -> bool:
@@ -392,12 +420,20 @@ def _guard_divisor(func, args, kwargs, emit, value_of):
     return _rebuild(func, args, kwargs, {("other", None): safe}, value_of)
 
 
-def _clamped(emit, i: Value, lo: int, n: int, ignore) -> Value:
-    safe = emit(aten.clamp.default, (i, lo, n - 1), {})[0]
+def _clamped(node, i: Value, lo: int, n: int, ignore, kept=None) -> Value:
+    """``i`` clamped into [lo, n), ``ignore`` kept as it was. ``node(func,
+    flat, kept, slot)`` records an op (``_via(emit)``, or capture's
+    ``emit_kept``, which keeps each op's record plan in ``kept[slot]``)."""
+    safe = node(aten.clamp.default, [i, lo, n - 1], kept, 0)[0]
     if ignore is not None and not lo <= ignore < n:  # keep the ignored value as it was
-        keep = emit(aten.eq.Scalar, (i, ignore), {})[0]
-        safe = emit(aten.where.self, (keep, i, safe), {})[0]
+        keep = node(aten.eq.Scalar, [i, ignore], kept, 1)[0]
+        safe = node(aten.where.self, [keep, i, safe], kept, 2)[0]
     return safe
+
+
+def _via(emit):
+    """``emit`` as ``_clamped``/``_flag`` call it (every argument positional)."""
+    return lambda func, flat, kept, slot: emit(func, tuple(flat), {})
 
 
 def _rebuild(func, args, kwargs, replaced, value_of):
@@ -473,17 +509,18 @@ def pending() -> bool:
 
 
 def take_flag(order: dict, everything: bool, emit):
-    """The pending checks a graph over the nodes ``order`` (id -> position)
+    """The pending checks a graph over the nodes ``order`` (Node -> position)
     can compute (their index is in it or is data; all of them with
     ``everything``, as mark_step does), removed from the pending list, and
     one Value holding their flags (or (None, [])); ``emit`` (capture's)
     records the stack of several flags."""
+    _guards.clear()
     if not _pending:
         return None, []
     taken, kept = [], []
     for c in _pending:
         i = c.index
-        if everything or i.data is not None or id(i.node) in order:
+        if everything or i.data is not None or i.node in order:
             taken.append(c)
         else:
             kept.append(c)

@@ -149,6 +149,23 @@ def emit_flat(func, flat: list, tree: tuple):
     return _node(func, flat, tree, out_flat), out_flat, out_tree
 
 
+_POSITIONAL = {n: argtree.flatten((None,) * n, {})[1] for n in (1, 2, 3)}
+
+
+def emit_kept(func, flat: list, kept: list, slot: int) -> list[Value]:
+    """``emit`` of an op whose argument specs and constants are the same
+    at every call from one place (``bounds``' guard of one record plan),
+    ``flat`` all positional: its record plan is kept in ``kept[slot]``."""
+    plan = kept[slot]
+    if plan is not None:
+        where = debug.user_location() if debug.tracking_locations() else None
+        return make_node(func, flat, _POSITIONAL[len(flat)], plan.specs, "", where, plan.key)
+    tree = _POSITIONAL[len(flat)]
+    outs = emit_flat(func, flat, tree)[0]
+    kept[slot] = _emit_plans.get(_plan_key(op_info(func), flat, tree))
+    return outs
+
+
 def _placeholders(flat: list) -> list:
     """``flat`` with Values as shape placeholders."""
     return [shapes.Placeholder(a.spec) if type(a) is Value else a for a in flat]
@@ -198,7 +215,7 @@ def op_info(func) -> OpInfo:
 
 
 class _Plan:
-    __slots__ = ("out_flat", "out_tree", "specs", "key", "single")
+    __slots__ = ("out_flat", "out_tree", "specs", "key", "single", "guard")
 
     def __init__(self, func, flat, tree, out_flat, out_tree):
         self.out_flat = out_flat
@@ -206,6 +223,7 @@ class _Plan:
         self.specs = [o if type(o) is TensorSpec else None for o in out_flat]
         self.key = node_key(func, _const_repr(flat, tree), self.specs)
         self.single = len(out_flat) == 1 and out_tree is None
+        self.guard = None  # an index-taking op's index positions and ranges (bounds.py)
 
 
 # ``_plans`` (record's: ops that passed its checks) and ``_emit_plans`` (emit's:
@@ -256,9 +274,12 @@ def _run_plan(plan: _Plan, info: OpInfo, func, vals, tree, bare=False):
     return tree_unflatten(result, plan.out_tree)
 
 
-def _guarded(func, vals: list, tree) -> list:
+def _guarded(func, vals: list, tree, plan=None) -> list:
     """``vals`` with ``func``'s index arguments clamped into range and checked
-    (``bounds.guard``), flattened again."""
+    (``bounds.guard``), flattened again; from the record plan's kept index
+    positions where there is one (``bounds.guard_planned``)."""
+    if plan is not None:
+        return bounds.guard_planned(func, vals, tree, emit, plan, emit_kept)
     args, kwargs = argtree.unflatten(vals, tree)
     args, kwargs = bounds.guard(func, args, kwargs, emit)
     return argtree.flatten(args, kwargs)[0]

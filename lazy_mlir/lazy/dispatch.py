@@ -69,7 +69,7 @@ def record(func, args, kwargs, bare=False):
     if (plan is not None and _dry_run[0] is None and _support.op_is_supported(func)
             and denied is None):
         if info.bounds:
-            vals = _guarded(func, vals, tree)
+            vals = _guarded(func, vals, tree, plan)
         return _run_plan(plan, info, func, vals, tree, bare)
     # (``fallback.run_eagerly`` by attribute: tests and the OpInfo sweep wrap it)
     run_eagerly = fallback.run_eagerly
@@ -107,7 +107,7 @@ def record(func, args, kwargs, bare=False):
             return run_eagerly(func, args, kwargs, why=f"unsupported dtype {o.dtype}")
     _store_plan(_plans, key, func, vals, tree, out_flat, out_tree)
     if info.bounds:
-        vals = _guarded(func, vals, tree)
+        vals = _guarded(func, vals, tree, _plans.get(key) if key is not None else None)
     outs = _node(func, vals, tree, out_flat)
     metrics.counter_inc(info.counter)
     if len(out_flat) == 1 and out_tree is None:

@@ -36,9 +36,10 @@ dry_run: list = [None]
 # -- sync.py: the target graphs compile for (None: the default, chosen on first use)
 target: list = [None]
 
-# -- bounds.py
+# -- bounds.py, host_index.py
 index_checks: list = []     # pending in-graph index checks (bounds.Check)
 host_checks_passed: dict = {}  # id(host index) -> (weakref, ranges it passed)
+index_guards: dict = {}     # id(index Value) -> (weakref, range, clamped Value): flagged ones
 bounds_mode = {"unchecked": 0, "outer": None, "in_graph": 0}  # context-manager depths
 
 # -- decompose.py
@@ -78,6 +79,7 @@ def reset() -> None:
     dispatch_depth[0] = 0
     target[0] = None
     index_checks.clear()
+    index_guards.clear()
     bounds_mode.update(unchecked=0, outer=None, in_graph=0)
     decompose_table[:] = [None, None]
     seed_logs.clear()

@@ -134,3 +134,70 @@ def test_raise_if_flagged_names_every_failed_check():
         bounds.raise_if_flagged(torch.tensor([True, True, False]), checks)
     assert "aten.gather" in str(info.value) and "also aten.index_put" in str(info.value)
     assert "aten.embedding" not in str(info.value) and "next sync point" in str(info.value)
+
+
+def test_an_index_selected_from_host_data_is_checked_through_the_data(monkeypatch):
+    w = device_value(3, 4, dtype=torch.float32)
+    data = torch.tensor([[0, 2], [1, 2]])
+    src = host_value(data)
+    reads = []
+    real = torch.aminmax
+    monkeypatch.setattr(torch, "aminmax", lambda h: reads.append(h) or real(h))
+    for _ in range(2):  # a batch's ids behind a view, in embedding's forward and backward
+        i = emit(aten.view.default, (src, [-1]), {})[0]
+        assert bounds.guard(aten.embedding.default, (w, i), {}, emit) == ((w, i), {})
+    assert len(reads) == 1 and reads[0] is data  # the data itself, once
+    # Data with a bad value outside the part selected: the index itself decides.
+    bad_elsewhere = host_value(torch.tensor([[0, 2], [1, 9]]))
+    i = emit(aten.select.int, (bad_elsewhere, 0, 0), {})[0]
+    assert bounds.guard(aten.embedding.default, (w, i), {}, emit) == ((w, i), {})
+    i = emit(aten.select.int, (bad_elsewhere, 0, 1), {})[0]
+    with pytest.raises(IndexError, match="index out of range in self"):
+        bounds.guard(aten.embedding.default, (w, i), {}, emit)
+    # A conversion on the way is no selection: -0.5 is out of range, its int64 0 is not.
+    floats = host_value(torch.tensor([-0.5, 2.0]))
+    i = emit(aten._to_copy.default, (floats,), {"dtype": torch.int64})[0]
+    assert bounds.guard(aten.embedding.default, (w, i), {}, emit) == ((w, i), {})
+    assert not bounds._pending
+
+
+def test_a_recorded_op_is_guarded_from_its_plan_as_the_first_time():
+    import inspect
+    x = torch.arange(6.0).to("lazy")
+    lines = []
+    for _ in range(2):  # the second from the record plan and the guard's kept plans
+        j = torch.tensor([0, 5]).to("lazy") * 1  # computed: clamped and flagged
+        lines.append(inspect.currentframe().f_lineno + 1)
+        out = torch.index_select(x, 0, j)
+        clamp = out._storage.value.node.flat[2].node
+        assert clamp.op is aten.clamp.default and clamp.flat[1:] == [0, 5]
+    assert [c.exc for c in bounds._pending] == [IndexError, IndexError]
+    for check, line in zip(bounds._pending, lines):
+        assert check.flag.node.op is aten.any.default
+        assert check.message == ("index out of range in aten.index_select: an index is "
+                                 "outside [0, 6) (dimension 0 with size 6), captured at "
+                                 f"{__file__}:{line}")
+    host = torch.tensor([0, 6]).to("lazy")  # the same specs: a host index, checked now
+    with pytest.raises(IndexError, match=r"index out of range in self \(lazy-mlir: "
+                       r"aten.index_select, valid range \[0, 6\), captured at .*test_bounds"):
+        torch.index_select(x, 0, host)
+
+
+def test_an_index_guarded_again_reads_the_first_clamp_and_adds_no_flag():
+    logits = device_value(2, 4, dtype=torch.float32)
+    target = emit(aten.mul.Scalar, (device_value(2), 1), {})[0]  # computed: flagged
+    (_, fwd, *_), _ = bounds.guard(
+        aten.nll_loss_forward.default, (logits, target, None, 1, -100), {}, emit)
+    (_, _, bwd, *_), _ = bounds.guard(  # the backward reads the very same targets
+        aten.nll_loss_backward.default,
+        (device_value(dtype=torch.float32), logits, target, None, 1, -100,
+         device_value(dtype=torch.float32)), {}, emit)
+    assert bwd is fwd and len(bounds._pending) == 1
+    # Another range (or another index) is checked on its own.
+    (_, _, other), _ = bounds.guard(aten.index_select.default,
+                                    (device_value(3, dtype=torch.float32), 0, target), {}, emit)
+    assert other is not fwd and len(bounds._pending) == 2
+    bounds.take_flag({}, False, emit)  # a graph is cut: guarded afresh after
+    (_, again, *_), _ = bounds.guard(
+        aten.nll_loss_forward.default, (logits, target, None, 1, -100), {}, emit)
+    assert again is not fwd and len(bounds._pending) == 3

@@ -59,3 +59,19 @@ def test_key_is_stable_across_processes():
     keys = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            check=True).stdout.strip() for _ in range(2)}
     assert len(keys) == 1 and len(next(iter(keys))) == 64
+
+
+def test_nodes_come_depth_first_after_their_inputs_in_argument_order():
+    """The order (and so the key) the walk gives: each node after its inputs,
+    the inputs walked in the order of the node's arguments, a node shared by
+    two paths placed once, where the first path reaches it."""
+    x = torch.randn(3).to("lazy")
+    shared = x.exp()            # read by both branches
+    left = shared.sin()
+    right = (shared * 2).cos()  # (2 is a lifted scalar: data, not a node)
+    out = left - right
+    leaf = x.neg()              # a second root whose input is data
+    graph = Graph.build([value_of(out), value_of(leaf)])
+    ops = [n.op.__name__.split(".")[0] for n in graph.nodes]
+    assert ops == ["exp", "sin", "mul", "cos", "sub", "neg"]
+    assert Graph.build([value_of(leaf), value_of(out)]).key != graph.key

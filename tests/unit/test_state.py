@@ -8,8 +8,8 @@ import torch
 import lazy_mlir as lm
 from lazy_mlir.graph import argtree, debug
 from lazy_mlir.graph.ir import DeviceData, TensorSpec, Value
-from lazy_mlir.lazy import bounds, capture, coverage, decompose, dispatch, random, shapes, \
-    state, supported, sync
+from lazy_mlir.lazy import bounds, capture, coverage, decompose, dispatch, host_index, random, \
+    shapes, state, supported, sync
 from lazy_mlir.lazy.capture import emit, value_of
 from lazy_mlir.lazy.tensor import live_storages
 from lazy_mlir.ops import support
@@ -30,7 +30,7 @@ def test_modules_use_the_tables_of_state():
     assert dispatch.trace_seconds is state.trace_seconds is sync.trace_seconds
     assert capture._dry_run is dispatch._dry_run is sync._dry_run is coverage._active \
         is bounds._dry_run is state.dry_run
-    assert bounds._pending is state.index_checks and bounds._passed is state.host_checks_passed
+    assert bounds._pending is state.index_checks and host_index._passed is state.host_checks_passed
     assert bounds._state is state.bounds_mode
     assert decompose._plans is state.decompose_plans
     assert decompose._import_checks is state.import_checks
