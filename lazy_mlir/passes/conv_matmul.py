@@ -183,6 +183,20 @@ def _direct(x: torch.Tensor, weight: torch.Tensor) -> bool:
             and x.dtype == torch.float32)
 
 
+DIRECT_MIN_WIDTH = 8
+"""Narrowest output (columns) left to the direct convolution: IREE vectorizes
+its output columns by a divisor of the width (``conv_channels_last``), and
+on the maps at the end of a ResNet it crawled. The medium ResNet's 3x3
+convolutions of 512 channels on 2x2 maps (batch 8) ran at 4-5 GFLOP/s (35 ms
+each), 256 channels on 4x4 at 10-23; as im2col matmuls they are data-tiled
+matmuls. Strided input gradients stay direct (the alternative is
+torch-mlir's lowering)."""
+
+
+def _wide_enough(width: int) -> bool:
+    return width >= DIRECT_MIN_WIDTH
+
+
 def _padding_within_window(weight, padding, dilation) -> bool:
     """What ``_input_grad_direct`` needs: dY is padded by d*(K-1)-p >= 0."""
     return all(padding[i] <= dilation[i] * (weight.shape[2 + i] - 1) for i in (0, 1))
@@ -308,8 +322,10 @@ def convolution(x, weight, bias, stride, padding, dilation, transposed, output_p
     if pairs is None:
         return NotImplemented
     stride, padding, dilation = pairs
-    if (not _rewritable(x, weight, transposed, groups) or not _deep(x.shape[1], weight)
-            or (direct and tuple(stride) == (1, 1) and _direct(x, weight))):
+    if not _rewritable(x, weight, transposed, groups) or not _deep(x.shape[1], weight):
+        return NotImplemented
+    out_width = x.shape[3] + 2 * padding[1] - dilation[1] * (weight.shape[3] - 1)  # stride 1
+    if direct and tuple(stride) == (1, 1) and _direct(x, weight) and _wide_enough(out_width):
         return NotImplemented
     out = _forward(x, weight, stride, padding, dilation)
     if bias is not None:
@@ -372,7 +388,8 @@ def convolution_backward(grad_out, x, weight, bias_sizes, stride, padding, dilat
     h, w = x.shape[2], x.shape[3]
     strided = tuple(stride) != (1, 1)
     direct_input = (output_mask[0] and direct and _direct(x, weight)
-                    and _padding_within_window(weight, padding, dilation))
+                    and _padding_within_window(weight, padding, dilation)
+                    and (strided or _wide_enough(w)))
     torch_mlir_input = output_mask[0] and strided and not direct_input
     if torch_mlir_input and not (output_mask[1] or output_mask[2]):
         return NotImplemented  # nothing else to rewrite: torch-mlir's lowering, as it is

@@ -207,17 +207,18 @@ def test_direct_leaves_stride_1_forwards_and_input_grads_to_the_channels_last_pa
         return torch.autograd.grad(out.square().sum(), (x, w))
 
     table = cm.decompositions(direct=True)
-    for c, o, convs in [(4, 8, 2), (2, 16, 0), (16, 2, 0)]:
-        x = torch.randn(2, c, 6, 6, requires_grad=True)
+    # 6 columns: narrower than DIRECT_MIN_WIDTH, matmuls (the end of a ResNet)
+    for c, o, size, convs in [(4, 8, 8, 2), (2, 16, 8, 0), (16, 2, 8, 0), (4, 8, 6, 0)]:
+        x = torch.randn(2, c, size, size, requires_grad=True)
         w = torch.randn(o, c, 3, 3, requires_grad=True)
         gm = make_fx(step, decomposition_table=table)(x, w)
         targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
-        assert targets.count(aten.convolution.default) == convs, (c, o)  # forward, input grad
+        assert targets.count(aten.convolution.default) == convs, (c, o, size)  # fwd, input grad
         assert aten.convolution_backward.default not in targets
         assert aten.mm.default in targets  # the weight gradient
         for a, b in zip(gm(x, w), step(x, w)):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
-    x, w = torch.randn(2, 16, 9, 9), torch.randn(16, 16, 3, 3)
+    x, w = torch.randn(2, 16, 10, 10), torch.randn(16, 16, 3, 3)
     strided = ([2, 2], [0, 0], [1, 1], False, [0, 0], 1)
     assert table[aten.convolution.default](x, w, None, *strided) is not NotImplemented
     plain = ([1, 1], [0, 0], [1, 1], False, [0, 0], 1)
