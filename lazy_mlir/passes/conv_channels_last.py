@@ -6,8 +6,8 @@ CPU code for that layout is slow: the MNIST CNN's conv2 (batch 64, 32 -> 64
 channels, 3x3) took 335 ms, where ``linalg.conv_2d_nhwc_hwcf`` with its filter
 already HWCF took 7 ms (one vector of output channels per step, about the
 machine's 200 GFLOP/s). Each convolution with ``MIN_CHANNELS`` in and out
-and ``MIN_COLUMNS`` output positions (float32, static shapes, windows up to
-``MAX_WINDOW``) becomes a call of a
+(float32, static shapes, windows up to ``MAX_WINDOW``, any number of output
+positions: small ones too, as in ``conv_matmul``) becomes a call of a
 private function that transposes the input, the filter and the accumulator
 to channels last, convolves and transposes the result back; IREE inlines it
 and cancels the activation transposes against their neighbours
@@ -55,11 +55,6 @@ from ..dialects import linalg_edit as E
 from . import conv_matmul
 
 MIN_CHANNELS = conv_matmul.DIRECT_CHANNELS  # what conv_matmul leaves here
-MIN_COLUMNS = conv_matmul.MIN_COLUMNS
-"""Smallest N*OH*OW rewritten. Below it (LeNet-5 at batch 1, which
-``conv_matmul`` leaves alone for the same reason) the transposes cost more:
-the step module took 0.41 ms against 0.29 ms channels first."""
-
 MAX_WINDOW = 7
 """Largest kernel height or width rewritten: torch-mlir writes some
 gradients as convolutions whose "kernel" is a whole feature map, and those
@@ -285,7 +280,7 @@ def _rewritable(op) -> tuple | None:
     strides, dilations = E.int_list(op, "strides"), E.int_list(op, "dilations")
     if strides is None or dilations is None:
         return None
-    if (x[1] < MIN_CHANNELS or w[0] < MIN_CHANNELS or out[0] * out[2] * out[3] < MIN_COLUMNS
+    if (x[1] < MIN_CHANNELS or w[0] < MIN_CHANNELS
             or w[-2] > MAX_WINDOW or w[-1] > MAX_WINDOW):
         return None
     return x, w, out, strides, dilations

@@ -24,7 +24,13 @@ IREE's packs and transposes over them ran at ~1 GB/s (4K aliasing).
 
 Only ungrouped, non-transposed 2-d float convolutions are rewritten; the rest
 stay ``aten.convolution`` / ``aten.convolution_backward`` (torch-mlir lowers
-them). With ``direct`` (``decompositions(direct=True)``, the cpu target), the
+them). Small ones are rewritten too: torch-mlir's weight gradient is a
+convolution over the batch that IREE ran at 1-5 GFLOP/s whatever its size.
+A former floor of 1024 output positions (N*OH*OW) left the tiny ResNet's 3x3
+layers (64-256 positions at batch 4) to it, 4.7 of its step module's 6.7 ms,
+and LeNet-5 at batch 1: its step module took 0.25 ms rewritten against 0.77
+(one thread, process time, 4 alternating ``iree-benchmark-module`` runs each,
+2026-11-25). With ``direct`` (``decompositions(direct=True)``, the cpu target), the
 forward of a stride-1 convolution with at least ``DIRECT_CHANNELS`` input and
 output channels stays ``aten.convolution``, and its input gradient becomes
 one (``_input_grad_direct``): ``passes/conv_channels_last`` gives them to
@@ -59,23 +65,8 @@ def _rewritable(x: torch.Tensor, weight: torch.Tensor, transposed: bool, groups:
             and x.dtype.is_floating_point and weight.dtype == x.dtype)
 
 
-MIN_COLUMNS = 1024
-"""Smallest N*OH*OW worth it: below it (LeNet-5 at batch 1) the extra copy
-and dispatches cost more than the convolution."""
-
-
 def _deep(channels: int, weight: torch.Tensor) -> bool:
     return channels * weight.shape[2] * weight.shape[3] >= MIN_DEPTH
-
-
-def _wide(x: torch.Tensor, weight: torch.Tensor, stride, padding, dilation) -> bool:
-    n, _, h, w = x.shape
-    return n * _out_size(h, weight.shape[2], stride[0], padding[0], dilation[0]) * _out_size(
-        w, weight.shape[3], stride[1], padding[1], dilation[1]) >= MIN_COLUMNS
-
-
-def _out_size(size: int, k: int, s: int, p: int, d: int) -> int:
-    return (size + 2 * p - d * (k - 1) - 1) // s + 1
 
 
 def _cols(x, kh, kw, stride, padding, dilation):
@@ -190,6 +181,20 @@ def _direct(x: torch.Tensor, weight: torch.Tensor) -> bool:
     other type (a float64 convolution stays an im2col matmul here)."""
     return (x.shape[1] >= DIRECT_CHANNELS and weight.shape[0] >= DIRECT_CHANNELS
             and x.dtype == torch.float32)
+
+
+DIRECT_MIN_WIDTH = 8
+"""Narrowest output (columns) left to the direct convolution: IREE vectorizes
+its output columns by a divisor of the width (``conv_channels_last``), and
+on the maps at the end of a ResNet it crawled. The medium ResNet's 3x3
+convolutions of 512 channels on 2x2 maps (batch 8) ran at 4-5 GFLOP/s (35 ms
+each), 256 channels on 4x4 at 10-23; as im2col matmuls they are data-tiled
+matmuls. Strided input gradients stay direct (the alternative is
+torch-mlir's lowering)."""
+
+
+def _wide_enough(width: int) -> bool:
+    return width >= DIRECT_MIN_WIDTH
 
 
 def _padding_within_window(weight, padding, dilation) -> bool:
@@ -317,9 +322,10 @@ def convolution(x, weight, bias, stride, padding, dilation, transposed, output_p
     if pairs is None:
         return NotImplemented
     stride, padding, dilation = pairs
-    if (not _rewritable(x, weight, transposed, groups) or not _deep(x.shape[1], weight)
-            or not _wide(x, weight, stride, padding, dilation)
-            or (direct and tuple(stride) == (1, 1) and _direct(x, weight))):
+    if not _rewritable(x, weight, transposed, groups) or not _deep(x.shape[1], weight):
+        return NotImplemented
+    out_width = x.shape[3] + 2 * padding[1] - dilation[1] * (weight.shape[3] - 1)  # stride 1
+    if direct and tuple(stride) == (1, 1) and _direct(x, weight) and _wide_enough(out_width):
         return NotImplemented
     out = _forward(x, weight, stride, padding, dilation)
     if bias is not None:
@@ -373,8 +379,7 @@ def convolution_backward(grad_out, x, weight, bias_sizes, stride, padding, dilat
     if (_depthwise(x, weight, transposed, groups) and grad_out.dtype == x.dtype
             and _padding_within_window(weight, padding, dilation)):
         return _depthwise_backward(grad_out, x, weight, stride, padding, dilation, output_mask)
-    if (not _rewritable(x, weight, transposed, groups) or grad_out.dtype != x.dtype
-            or not _wide(x, weight, stride, padding, dilation)):
+    if not _rewritable(x, weight, transposed, groups) or grad_out.dtype != x.dtype:
         return NotImplemented
     if ((output_mask[0] and not _deep(weight.shape[0], weight))
             or (output_mask[1] and not _deep(x.shape[1], weight))):
@@ -383,7 +388,8 @@ def convolution_backward(grad_out, x, weight, bias_sizes, stride, padding, dilat
     h, w = x.shape[2], x.shape[3]
     strided = tuple(stride) != (1, 1)
     direct_input = (output_mask[0] and direct and _direct(x, weight)
-                    and _padding_within_window(weight, padding, dilation))
+                    and _padding_within_window(weight, padding, dilation)
+                    and (strided or _wide_enough(w)))
     torch_mlir_input = output_mask[0] and strided and not direct_input
     if torch_mlir_input and not (output_mask[1] or output_mask[2]):
         return NotImplemented  # nothing else to rewrite: torch-mlir's lowering, as it is

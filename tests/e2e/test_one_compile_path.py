@@ -20,8 +20,7 @@ def conv_net(x, w, b):
 
 
 def _args():
-    # Sizes no other test compiles; 8 * 11 * 13 output pixels, enough for
-    # cpu's rewrites (``conv_matmul.MIN_COLUMNS``).
+    # Sizes no other test compiles (the module caches of a test run are shared).
     g = torch.Generator().manual_seed(0)
     return (torch.randn(8, 3, 11, 13, generator=g), torch.randn(5, 3, 3, 3, generator=g),
             torch.randn(5, generator=g))

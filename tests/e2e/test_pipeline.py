@@ -197,9 +197,7 @@ def test_cpu_data_tiles_a_graph_with_a_large_matmul_only():
     torch.testing.assert_close(big(a, b), mm(a, b), rtol=1e-4, atol=1e-4)
 
 
-def test_conv_as_matmul_compiles_and_matches_eager(monkeypatch):
-    from lazy_mlir.passes import conv_matmul
-    monkeypatch.setattr(conv_matmul, "MIN_COLUMNS", 1)  # small shapes, rewritten anyway
+def test_conv_as_matmul_compiles_and_matches_eager():
     def step(x, w, b, dy):
         out = F.conv2d(x, w, b, padding=1)
         grads = torch.ops.aten.convolution_backward(
@@ -222,7 +220,6 @@ def test_a_weight_gradient_in_batch_slices_compiles_and_matches_eager(monkeypatc
     """The im2col weight gradient summed over batch slices through IREE:
     slices of 2 images of 5 (the last one image), three matmuls."""
     from lazy_mlir.passes import conv_matmul
-    monkeypatch.setattr(conv_matmul, "MIN_COLUMNS", 1)
     monkeypatch.setattr(conv_matmul, "WGRAD_CHUNK_BYTES", 2 * 7 * 7 * 9 * 8 * 4)
     monkeypatch.setattr(conv_matmul, "MIN_WGRAD_CHUNK_ROWS", 1)
     def wgrad(x, w, dy):
@@ -388,9 +385,7 @@ def test_convolutions_run_channels_last_in_a_training_step(tmp_path):
     assert fx.count("aten.bmm.default(") == 2 and "[16, 100, 16]" in fx
 
 
-def test_an_activation_pooled_channels_last_is_computed_channels_last(monkeypatch):
-    from lazy_mlir.passes import conv_matmul
-    monkeypatch.setattr(conv_matmul, "MIN_COLUMNS", 1)  # small shapes, rewritten anyway
+def test_an_activation_pooled_channels_last_is_computed_channels_last():
     def net(x, w):
         y = torch.relu(F.conv2d(x, w))
         return F.max_pool2d(y, 2), y * 0.5  # read channels last (the pool) and first

@@ -40,11 +40,6 @@ NARROW = conv("b", (2, 2, 8, 8), (16, 2, 5, 5), (2, 16, 4, 4))        # 2 input 
 MAP = conv("c", (16, 32, 12, 12), (64, 32, 10, 10), (16, 64, 3, 3))  # a gradient's "kernel"
 
 
-@pytest.fixture(autouse=True)
-def small_shapes(monkeypatch):
-    monkeypatch.setattr(ccl, "MIN_COLUMNS", 1)  # the rewrite, on small shapes
-
-
 def test_convolutions_with_enough_channels_only_are_rewritten():
     m = parse(module(WIDE, NARROW, MAP))
     assert ccl.to_channels_last(m) == 1
@@ -54,13 +49,6 @@ def test_convolutions_with_enough_channels_only_are_rewritten():
     assert '"util.optimization_barrier"' in text  # the filter transpose stays out of the conv
     assert "call @lazy_mlir_conv_nhwc_2x16x9x9_24x16x3x3_s2x2_d1x1" in text
     m.operation.verify()
-
-
-def test_small_convolutions_stay_channels_first(monkeypatch):
-    monkeypatch.setattr(ccl, "MIN_COLUMNS", 33)  # WIDE has 2 * 4 * 4 = 32 output positions
-    m = parse(module(WIDE))
-    assert ccl.to_channels_last(m) == 0
-    assert "conv_2d_nhwc_hwcf" not in str(m)
 
 
 def test_a_shape_used_twice_makes_one_function():

@@ -23,8 +23,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "N{}C{}H{}W{}O{}K{}s{}p{}d{}".format(*c))
-def test_forward_and_backward_match_aten(case, monkeypatch):
-    monkeypatch.setattr(cm, "MIN_COLUMNS", 1)  # the math, on small shapes
+def test_forward_and_backward_match_aten(case):
     n, c, h, w, o, k, s, p, d = case
     g = torch.Generator().manual_seed(0)
     x = torch.randn(n, c, h, w, generator=g, dtype=torch.float64)
@@ -44,9 +43,8 @@ def test_forward_and_backward_match_aten(case, monkeypatch):
             torch.testing.assert_close(a, b)
 
 
-def test_one_element_lists_are_repeated(monkeypatch):
+def test_one_element_lists_are_repeated():
     # conv2d(padding='valid') records padding [0]; ATen repeats it over both dims
-    monkeypatch.setattr(cm, "MIN_COLUMNS", 1)
     g = torch.Generator().manual_seed(3)
     x = torch.randn(2, 4, 7, 6, generator=g, dtype=torch.float64)
     w = torch.randn(3, 4, 2, 3, generator=g, dtype=torch.float64)
@@ -60,13 +58,17 @@ def test_one_element_lists_are_repeated(monkeypatch):
             torch.testing.assert_close(a, b)
 
 
-def test_left_alone_when_not_worth_it_or_not_covered(monkeypatch):
-    wide = ([1, 1], [0, 0], [1, 1], False, [0, 0], 1)
-    assert cm.convolution(torch.randn(1, 8, 12, 12), torch.randn(8, 8, 3, 3), None,
-                          *wide) is NotImplemented                        # 100 columns < 1024
-    assert cm.convolution(torch.randn(16, 8, 12, 12), torch.randn(8, 8, 3, 3), None,
-                          *wide) is not NotImplemented                    # 1600 columns
-    monkeypatch.setattr(cm, "MIN_COLUMNS", 1)
+def test_small_convolutions_are_rewritten_too():
+    # torch-mlir's own lowering is the slow one at every size (the module's docstring)
+    plain = ([1, 1], [0, 0], [1, 1], False, [0, 0], 1)
+    x, w = torch.randn(1, 8, 4, 4), torch.randn(8, 8, 3, 3)               # 4 output positions
+    assert cm.convolution(x, w, None, *plain) is not NotImplemented
+    dy = torch.randn(1, 8, 2, 2)
+    assert cm.convolution_backward(dy, x, w, [8], *plain,
+                                   [True, True, True]) is not NotImplemented
+
+
+def test_left_alone_when_not_covered():
     x, w = torch.randn(2, 4, 8, 8), torch.randn(4, 2, 3, 3)
     conv = ([1, 1], [0, 0], [1, 1], False, [0, 0], 2)
     assert cm.convolution(x, w, None, *conv) is NotImplemented            # groups
@@ -86,7 +88,6 @@ def test_left_alone_when_not_worth_it_or_not_covered(monkeypatch):
 def test_a_large_weight_gradient_is_summed_over_batch_slices(stride, padding, monkeypatch):
     """Past ``WGRAD_CHUNK_BYTES`` of im2col the weight gradient is a sum of
     mms over slices of the batch (7 images in slices of 3: 3, 3, 1)."""
-    monkeypatch.setattr(cm, "MIN_COLUMNS", 1)
     g = torch.Generator().manual_seed(0)
     x = torch.randn(7, 4, 9, 9, generator=g, dtype=torch.float64)
     weight = torch.randn(5, 4, 3, 3, generator=g, dtype=torch.float64)
@@ -109,12 +110,11 @@ def test_a_large_weight_gradient_is_summed_over_batch_slices(stride, padding, mo
 
 @pytest.mark.parametrize("n,o,slices", [(64, 6, 32), (7, 16, 7), (12, 4, 12), (8, 17, 1),
                                          (8, 16, 8)])
-def test_a_small_weight_gradient_is_split_along_the_batch(n, o, slices, monkeypatch):
+def test_a_small_weight_gradient_is_split_along_the_batch(n, o, slices):
     """With ``split_k`` a weight gradient of at most ``SPLIT_K_MAX_CHANNELS``
     output channels and ``SPLIT_K_MAX_OUTPUTS`` elements is one batch matmul
     over slices of the batch (the largest divisor of N up to 32), summed;
     17 channels stay one matmul. Either way it is aten's gradient."""
-    monkeypatch.setattr(cm, "MIN_COLUMNS", 1)
     c = 3 if o < 16 else 2  # at most 16 x 2*3*3 = 288 gradient elements
     g = torch.Generator().manual_seed(2)
     x = torch.randn(n, c, 6, 6, generator=g, dtype=torch.float64)
@@ -141,7 +141,6 @@ def test_a_small_weight_gradient_is_split_along_the_batch(n, o, slices, monkeypa
 def test_a_weight_gradient_in_chunks_is_not_split_again(monkeypatch):
     """Past ``WGRAD_CHUNK_BYTES`` the chunked matmuls stay: splitting is for a
     gradient that fits one block."""
-    monkeypatch.setattr(cm, "MIN_COLUMNS", 1)
     monkeypatch.setattr(cm, "WGRAD_CHUNK_BYTES", 1)
     monkeypatch.setattr(cm, "MIN_WGRAD_CHUNK_ROWS", 1)
     x, weight, dy = torch.randn(4, 2, 6, 6), torch.randn(4, 2, 3, 3), torch.randn(4, 4, 4, 4)
@@ -172,8 +171,7 @@ def test_a_strided_input_gradient_is_a_stride_1_convolution_of_the_spread_gradie
     torch.testing.assert_close(cm._input_grad_direct(dy, weight, h, w, *conv[:3]), want)
 
 
-def test_traced_conv_step_has_matmuls_instead_of_convolutions(monkeypatch):
-    monkeypatch.setattr(cm, "MIN_COLUMNS", 1)
+def test_traced_conv_step_has_matmuls_instead_of_convolutions():
     def step(x, w):
         out = torch.nn.functional.conv2d(x, w, padding=1)
         return torch.autograd.grad(out.square().sum(), (x, w))
@@ -189,8 +187,7 @@ def test_traced_conv_step_has_matmuls_instead_of_convolutions(monkeypatch):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
 
 
-def test_the_bias_gradient_is_summed_per_image_first(monkeypatch):
-    monkeypatch.setattr(cm, "MIN_COLUMNS", 1)
+def test_the_bias_gradient_is_summed_per_image_first():
     g = torch.Generator().manual_seed(5)
     x = torch.randn(3, 8, 6, 6, generator=g, dtype=torch.float64)
     w = torch.randn(16, 8, 3, 3, generator=g, dtype=torch.float64)
@@ -204,24 +201,24 @@ def test_the_bias_gradient_is_summed_per_image_first(monkeypatch):
         dy, x, w, [16], *conv, mask)[2])
 
 
-def test_direct_leaves_stride_1_forwards_and_input_grads_to_the_channels_last_pass(monkeypatch):
-    monkeypatch.setattr(cm, "MIN_COLUMNS", 1)
+def test_direct_leaves_stride_1_forwards_and_input_grads_to_the_channels_last_pass():
     def step(x, w):
         out = torch.nn.functional.conv2d(x, w, padding=1)
         return torch.autograd.grad(out.square().sum(), (x, w))
 
     table = cm.decompositions(direct=True)
-    for c, o, convs in [(4, 8, 2), (2, 16, 0), (16, 2, 0)]:
-        x = torch.randn(2, c, 6, 6, requires_grad=True)
+    # 6 columns: narrower than DIRECT_MIN_WIDTH, matmuls (the end of a ResNet)
+    for c, o, size, convs in [(4, 8, 8, 2), (2, 16, 8, 0), (16, 2, 8, 0), (4, 8, 6, 0)]:
+        x = torch.randn(2, c, size, size, requires_grad=True)
         w = torch.randn(o, c, 3, 3, requires_grad=True)
         gm = make_fx(step, decomposition_table=table)(x, w)
         targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
-        assert targets.count(aten.convolution.default) == convs, (c, o)  # forward, input grad
+        assert targets.count(aten.convolution.default) == convs, (c, o, size)  # fwd, input grad
         assert aten.convolution_backward.default not in targets
         assert aten.mm.default in targets  # the weight gradient
         for a, b in zip(gm(x, w), step(x, w)):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
-    x, w = torch.randn(2, 16, 9, 9), torch.randn(16, 16, 3, 3)
+    x, w = torch.randn(2, 16, 10, 10), torch.randn(16, 16, 3, 3)
     strided = ([2, 2], [0, 0], [1, 1], False, [0, 0], 1)
     assert table[aten.convolution.default](x, w, None, *strided) is not NotImplemented
     plain = ([1, 1], [0, 0], [1, 1], False, [0, 0], 1)
@@ -250,7 +247,6 @@ def test_weight_gradient_slices_keep_a_deep_enough_matmul(monkeypatch):
     """Slices of at least ``MIN_WGRAD_CHUNK_ROWS`` output positions, however
     small ``WGRAD_CHUNK_BYTES``: 7 images of 81 positions, 200 a slice at
     least, are 3 slices (3, 3, 1)."""
-    monkeypatch.setattr(cm, "MIN_COLUMNS", 1)
     monkeypatch.setattr(cm, "WGRAD_CHUNK_BYTES", 1)
     monkeypatch.setattr(cm, "MIN_WGRAD_CHUNK_ROWS", 200)
     x, w = torch.randn(7, 4, 11, 11), torch.randn(5, 4, 3, 3)
