@@ -93,7 +93,8 @@ def test_missing_output_gradients_are_zeros():
 
 
 def test_ops_decompose_to_supported_aten_ops():
-    """Import's decomposition leaves only aten ops the dialect takes: no
+    """Import's decomposition leaves only aten ops the dialect takes, each
+    layer's recurrence a ``while_loop`` (``ops/loops.py``): no
     ``lazy_mlir::`` op reaches torch-mlir."""
     table = decomposition_table()
     for name in ("lstm", "lstm_backward", "gru", "gru_backward"):
@@ -107,6 +108,9 @@ def test_ops_decompose_to_supported_aten_ops():
         return ops.lstm_backward.default(out[0], None, None, x, h0, c0, list(params),
                                          out[3:], *config)
     gm = make_fx(step, decomposition_table=table, tracing_mode="fake")(x, h0, c0, *params)
-    targets = {n.target for n in gm.graph.nodes if n.op == "call_function"}
-    assert all(getattr(t, "namespace", "aten") == "aten" for t in targets), targets
+    graphs = [gm.graph] + [m.graph for m in gm.children() if isinstance(m, torch.fx.GraphModule)]
+    targets = {n.target for g in graphs for n in g.nodes if n.op == "call_function"}
+    loops = targets & {torch.ops.higher_order.while_loop}
+    assert loops and len(graphs) == 1 + 2 * 4, "a loop per layer each way, 2 graphs each"
+    assert all(getattr(t, "namespace", "aten") == "aten" for t in targets - loops), targets
     assert all(op_is_supported(t) for t in targets if isinstance(t, torch._ops.OpOverload))
