@@ -52,7 +52,10 @@ def counted_loops(module: ir.Module) -> int:
         with ir.InsertionPoint(loop):
             trips = _constant("torch.constant.int", "!torch.int",
                               ir.IntegerAttr.get(ir.IntegerType.get_signless(64), n))
+            unbounded = loop.operands[0]
             loop.operation.operands[0] = trips
+            if unbounded.owner.name == "torch.constant.int" and not list(unbounded.uses):
+                unbounded.owner.erase()
             _replace_condition(loop, 1)
         body = loop.regions[0].blocks[0]
         terminator = list(body.operations)[-1]
