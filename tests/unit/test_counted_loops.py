@@ -81,3 +81,17 @@ def test_a_loop_that_is_not_counted_is_refused():
     gm = make_fx(halve, tracing_mode="fake")(torch.ones(4))
     with pytest.raises(NotImplementedError, match="not `i < n`"):
         import_fx(gm)
+
+
+def test_vulkan_int64_check_knows_the_counter_stays_small():
+    """The vulkan target holds int64 as int32: a counted loop's counter ends
+    at ``n``; an int64 carry of another loop is unbounded."""
+    from torch._higher_order_ops.while_loop import while_loop_op
+
+    from lazy_mlir.passes.int64_range import int64_overflow_reason
+    assert int64_overflow_reason(_traced(recurrence)) is None
+
+    def halve(x):
+        return while_loop_op(lambda x, k: x.sum() > 1, lambda x, k: (x * 0.5, k + 1),
+                             (x, torch.zeros((), dtype=torch.int64)), ())
+    assert "while_loop" in int64_overflow_reason(make_fx(halve, tracing_mode="fake")(torch.ones(4)))
