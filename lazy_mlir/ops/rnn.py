@@ -105,10 +105,11 @@ def _lstm_direction(x, h, c, w_ih, w_hh, b_ih, b_hh, w_hr, reverse):
     steps, batch = x.shape[:2]
     xw = F.linear(x, w_ih, b_ih)
     opt = [w for w in (b_hh, w_hr) if w is not None]
+    b_hh_given, w_hr_given = b_hh is not None, w_hr is not None
 
-    def step(i, h, c, hs, packs, xw, w_hh, *opt):
+    def step(k, h, c, hs, packs, xw, w_hh, *opt):
         b_hh, w_hr = _unpack(opt, b_hh_given, w_hr_given)
-        t = at(i, steps, not reverse)
+        t = at(k, steps, not reverse)
         i, f, g, o = (F.linear(h, w_hh, b_hh) + take(xw, t)).chunk(4, 1)
         i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
         c = f * c + i * g
@@ -118,7 +119,6 @@ def _lstm_direction(x, h, c, w_ih, w_hh, b_ih, b_hh, w_hr, reverse):
         return (h, c, put(hs, t, h), put(packs, t, torch.cat([i, f, g, o, c], 1)), xw, w_hh,
                 *opt)
 
-    b_hh_given, w_hr_given = b_hh is not None, w_hr is not None
     hs = h.new_zeros((steps, batch, h.shape[-1]))
     packs = c.new_zeros((steps, batch, 5 * c.shape[-1]))
     h, c, hs, packs = fori(steps, step, (h, c, hs, packs, xw, w_hh, *opt))[:4]
@@ -163,9 +163,9 @@ def _lstm_direction_backward(dout, dh, dc, x, h0, c0, w_ih, w_hh, w_hr, hs, pack
     # with a projection: each step's dh and o * tanh(c), for w_hr's gradient
     dhs = [hs.new_zeros(hs.shape), packs.new_zeros(c_prev.shape)] if proj else []
 
-    def step(i, dh, dc, dpre, *rest):
+    def step(k, dh, dc, dpre, *rest):
         dhs, (dout, packs, c_prev, w_hh, *w_hr) = rest[:2 * proj], rest[2 * proj:]
-        t = at(i, steps, reverse)
+        t = at(k, steps, reverse)
         dh = dh + take(dout, t)
         i, f, g, o, c = take(packs, t).chunk(5, 1)
         tc = c.tanh()
