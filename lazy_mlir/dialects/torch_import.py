@@ -15,10 +15,93 @@ def new_context() -> ir.Context:
 
 
 def import_fx(gm: fx.GraphModule, func_name: str = "main") -> ir.Module:
-    """The torch-dialect module of ``gm`` (value semantics, one function)."""
+    """The torch-dialect module of ``gm`` (value semantics; one function,
+    plus one private function per graph of a ``while_loop`` in it, whose
+    loops are made counted: ``counted_loops``)."""
     imp = FxImporter(context=new_context())
-    imp.import_stateless_graph(gm.graph, func_name=func_name)
+    if any(isinstance(m, fx.GraphModule) for m in gm.children()):
+        imp.import_graph_module(gm, func_name=func_name)
+        with imp.module.context, ir.Location.unknown():
+            counted_loops(imp.module)
+    else:
+        imp.import_stateless_graph(gm.graph, func_name=func_name)
     return imp.module
+
+
+def counted_loops(module: ir.Module) -> int:
+    """Make every ``torch.prim.Loop`` that FxImporter made of a ``while_loop``
+    counted: trip count ``n`` and condition true, where its condition
+    function is ``i < n`` on the first carry (``ops/loops.py``'s ``fori``
+    starts it at 0 and adds 1 per step; it makes every such loop). A counted
+    loop lowers to ``scf.for``; torch-mlir 20261001 lowers the while-form by
+    dropping the condition (2**63 - 1 iterations), so any other condition
+    raises. Returns the number of loops rewritten."""
+    funcs = {ir.StringAttr(op.attributes["sym_name"]).value: op
+             for op in module.body.operations if op.operation.name == "func.func"}
+    loops = []
+
+    def visit(op):
+        if op.name == "torch.prim.Loop":
+            loops.append(op)
+        return ir.WalkResult.ADVANCE
+    module.operation.walk(visit)
+    used = set()
+    for loop in loops:
+        callee, n = _loop_bound(loop.operands[1], funcs)
+        used.add(callee)
+        with ir.InsertionPoint(loop):
+            trips = _constant("torch.constant.int", "!torch.int",
+                              ir.IntegerAttr.get(ir.IntegerType.get_signless(64), n))
+            unbounded = loop.operands[0]
+            loop.operation.operands[0] = trips
+            if unbounded.owner.name == "torch.constant.int" and not list(unbounded.uses):
+                unbounded.owner.erase()
+            _replace_condition(loop, 1)
+        body = loop.regions[0].blocks[0]
+        terminator = list(body.operations)[-1]
+        _loop_bound(terminator.operands[0], funcs)
+        with ir.InsertionPoint(terminator):
+            _replace_condition(terminator, 0)
+    for name in used:  # nothing calls them any more
+        funcs[name].operation.erase()
+    return len(loops)
+
+
+def _constant(name: str, type_: str, value: ir.Attribute):
+    return ir.Operation.create(name, results=[ir.Type.parse(type_)],
+                               attributes={"value": value}).result
+
+
+def _replace_condition(op, index: int) -> None:
+    """``op``'s operand ``index`` (``Bool.Tensor(call @cond(...))``) becomes
+    ``true``; the call and conversion go (their only use)."""
+    to_bool = op.operands[index].owner
+    op.operation.operands[index] = _constant("torch.constant.bool", "!torch.bool", ir.BoolAttr.get(True))
+    call = to_bool.operands[0].owner
+    to_bool.operation.erase()
+    call.operation.erase()
+
+
+def _loop_bound(condition, funcs) -> tuple[str, int]:
+    """``(callee, n)`` for a loop condition ``Bool.Tensor(call @f(i, ...))``
+    where ``@f`` returns ``i < n``; raises otherwise."""
+    to_bool = condition.owner
+    call = to_bool.operands[0].owner if to_bool.name == "torch.aten.Bool.Tensor" else None
+    if call is None or call.name != "func.call":
+        raise NotImplementedError("lazy-mlir: a torch.prim.Loop whose condition is not a call "
+                                  "of a while_loop's condition function")
+    callee = ir.FlatSymbolRefAttr(call.attributes["callee"]).value
+    block = funcs[callee].regions[0].blocks[0]
+    ops = list(block.operations)
+    names = [op.name for op in ops]
+    if (names == ["torch.constant.int", "torch.aten.lt.Scalar", "func.return"]
+            and ops[1].operands[0] == block.arguments[0]
+            and ops[1].operands[1] == ops[0].result):
+        return callee, ir.IntegerAttr(ops[0].attributes["value"]).value
+    raise NotImplementedError(
+        f"lazy-mlir: a while_loop's condition {callee} is not `i < n` on its first carry "
+        "(make counted loops with lazy_mlir.ops.loops.fori; torch-mlir 20261001 mislowers "
+        "other while loops)")
 
 
 def parse(text: str) -> ir.Module:

@@ -9,26 +9,23 @@ ops defined here (``lazy/rnn.py`` routes them, under an autograd function):
 - ``lazy_mlir::lstm`` / ``lazy_mlir::gru``: the whole forward (every layer and
   direction) as one list: the output and final states, then what the
   backward reads: each layer's output (time-major) and one "pack" per
-  direction and step (the LSTM's gate activations and cell state, the GRU's
-  gates and the state the step starts from);
+  direction, time-major (each step's LSTM gate activations and cell state,
+  the GRU's gates and the state the step starts from);
 - ``lazy_mlir::lstm_backward`` / ``lazy_mlir::gru_backward``: the gradients
   of the input, the initial states and every parameter (in ``params``
   order), as one list. The weight gradients are one matmul over all steps
   (``dgates^T @ inputs``), not a sum of one term per step.
 
-Why a pack per step rather than one stacked tensor: each step's backward
-reads its saved values at offset 0 of a tensor of its own, so IREE's
-dispatches for the steps are identical and compiled once; slices of one
-stacked tensor put a different constant offset into every step's dispatch
-(107 distinct executables instead of 66 for a 2-layer, 8-step LSTM, the
-compile 50% slower than PyTorch's per-step path).
-
 Both become aten ops on the fx graph before torch-mlir imports it (IMPORT
-scope, below): the forward is the recurrence unrolled over the steps as
-PyTorch's own decomposition (``torch._decomp``'s ``lstm_impl``) writes it,
-the backward is back-propagation through time written out. The same
-functions are the ops' CPU kernels (a graph denied at run time still runs),
-and their shapes come from ``register_fake``.
+scope, below): each layer and direction is one counted loop over the time
+steps (``ops/loops.py``: a ``while_loop`` that becomes ``scf.for``), whose
+body is one step of the recurrence as PyTorch's own decomposition
+(``torch._decomp``'s ``lstm_impl``) writes it, or of back-propagation
+through time written out. Unrolled, a 4-layer LSTM over 128 steps was a
+module of ~10,000 ops and minutes of IREE compile; as loops the module has
+the same size at every sequence length. The same functions, their loops
+run in Python, are the ops' CPU kernels (a graph denied at run time still
+runs), and their shapes come from ``register_fake``.
 
 Parameters come as ``nn.LSTM`` flattens them: per layer and direction
 ``w_ih, w_hh[, b_ih, b_hh][, w_hr]`` (``w_hr``: LSTM projections, when
@@ -41,6 +38,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .loops import as_traced_loops, at, fori, put, take
 from .registry import IMPORT, register_decomposition
 
 _CONFIG = "bool has_biases, int num_layers, bool bidirectional, bool batch_first"
@@ -64,11 +62,6 @@ def _groups(params, has_biases: bool, proj: bool) -> list[tuple]:
         b_ih, b_hh = (g[2], g[3]) if has_biases else (None, None)
         out.append((g[0], g[1], b_ih, b_hh, g[-1] if proj else None))
     return out
-
-
-def _steps(n: int, reverse: bool, backward: bool = False):
-    """The time indices in the order a direction visits them."""
-    return range(n) if reverse == backward else range(n - 1, -1, -1)
 
 
 def _flat(a):
@@ -107,19 +100,36 @@ def _split(g, dirs):
 # ---------------------------------------------------------------------- LSTM
 def _lstm_direction(x, h, c, w_ih, w_hh, b_ih, b_hh, w_hr, reverse):
     """One direction of one layer: ``(hs, h, c, packs)``, time order; a pack
-    is one step's ``[i, f, g, o, c]`` (gate activations, cell state)."""
-    steps = x.shape[0]
+    is one step's ``[i, f, g, o, c]`` (gate activations, cell state),
+    ``packs`` them all ``[T, B, 5 * hidden]``."""
+    steps, batch = x.shape[:2]
     xw = F.linear(x, w_ih, b_ih)
-    hs, packs = [None] * steps, [None] * steps
-    for t in _steps(steps, reverse):
-        i, f, g, o = (F.linear(h, w_hh, b_hh) + xw[t]).chunk(4, 1)
+    opt = [w for w in (b_hh, w_hr) if w is not None]
+    b_hh_given, w_hr_given = b_hh is not None, w_hr is not None
+
+    def step(k, h, c, hs, packs, xw, w_hh, *opt):
+        b_hh, w_hr = _unpack(opt, b_hh_given, w_hr_given)
+        t = at(k, steps, not reverse)
+        i, f, g, o = (F.linear(h, w_hh, b_hh) + take(xw, t)).chunk(4, 1)
         i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
         c = f * c + i * g
         h = o * c.tanh()
         if w_hr is not None:
             h = F.linear(h, w_hr)
-        hs[t], packs[t] = h, torch.cat([i, f, g, o, c], 1)
-    return torch.stack(hs), h, c, packs
+        return (h, c, put(hs, t, h), put(packs, t, torch.cat([i, f, g, o, c], 1)), xw, w_hh,
+                *opt)
+
+    hs = h.new_zeros((steps, batch, h.shape[-1]))
+    packs = c.new_zeros((steps, batch, 5 * c.shape[-1]))
+    h, c, hs, packs = fori(steps, step, (h, c, hs, packs, xw, w_hh, *opt))[:4]
+    return hs, h, c, packs
+
+
+def _unpack(opt, *given):
+    """The optional tensors ``opt`` (those present, in order) back in their
+    places, None where ``given`` says absent."""
+    it = iter(opt)
+    return [next(it) if g else None for g in given]
 
 
 def lstm(input, hx, cx, params, has_biases, num_layers, bidirectional, batch_first):
@@ -135,7 +145,7 @@ def lstm(input, hx, cx, params, has_biases, num_layers, bidirectional, batch_fir
             hs, h, c, p = _lstm_direction(x, hx[k], cx[k], *groups[k], reverse)
             outs.append(hs)
             hy.append(h), cy.append(c)
-            packs += p
+            packs.append(p)
         x = torch.cat(outs, -1) if len(outs) > 1 else outs[0]
         layers.append(x)
     return [_to_time_major(x, batch_first), torch.stack(hy), torch.stack(cy), torch.stack(layers),
@@ -145,28 +155,33 @@ def lstm(input, hx, cx, params, has_biases, num_layers, bidirectional, batch_fir
 def _lstm_direction_backward(dout, dh, dc, x, h0, c0, w_ih, w_hh, w_hr, hs, packs, reverse):
     """Gradients of one direction of one layer: ``(dx, dh0, dc0, dw_ih, dw_hh,
     dbias, dw_hr)``; ``dout`` (of ``hs``) may be None."""
-    steps = x.shape[0]
-    dpre, dhs, rs = [None] * steps, [None] * steps, [None] * steps
-    for t in _steps(steps, reverse, backward=True):
-        if dout is not None:
-            dh = dh + dout[t]
-        i, f, g, o, c = packs[t].chunk(5, 1)
-        prev = t + 1 if reverse else t - 1
-        c_prev = packs[prev].chunk(5, 1)[4] if 0 <= prev < steps else c0
+    steps, batch = x.shape[:2]
+    dout = hs.new_zeros(hs.shape) if dout is None else dout
+    c_prev = _previous(packs.chunk(5, 2)[4], c0, reverse)
+    proj = w_hr is not None
+    dpre = packs.new_zeros((steps, batch, 4 * c0.shape[-1]))
+    # with a projection: each step's dh and o * tanh(c), for w_hr's gradient
+    dhs = [hs.new_zeros(hs.shape), packs.new_zeros(c_prev.shape)] if proj else []
+
+    def step(k, dh, dc, dpre, *rest):
+        dhs, (dout, packs, c_prev, w_hh, *w_hr) = rest[:2 * proj], rest[2 * proj:]
+        t = at(k, steps, reverse)
+        dh = dh + take(dout, t)
+        i, f, g, o, c = take(packs, t).chunk(5, 1)
         tc = c.tanh()
-        if w_hr is not None:
-            dhs[t], rs[t] = dh, o * tc
-            dh = dh @ w_hr  # through the projection h = w_hr (o * tanh(c))
+        if proj:
+            dhs = [put(dhs[0], t, dh), put(dhs[1], t, o * tc)]
+            dh = dh @ w_hr[0]  # through the projection h = w_hr (o * tanh(c))
         dc = dc + dh * o * (1 - tc * tc)
-        dpre[t] = torch.cat([dc * g * i * (1 - i), dc * c_prev * f * (1 - f),
-                             dc * i * (1 - g * g), dh * tc * o * (1 - o)], 1)
-        dc = dc * f
-        dh = dpre[t] @ w_hh
-    d = torch.stack(dpre)
+        d = torch.cat([dc * g * i * (1 - i), dc * take(c_prev, t) * f * (1 - f),
+                       dc * i * (1 - g * g), dh * tc * o * (1 - o)], 1)
+        return (d @ w_hh, dc * f, put(dpre, t, d), *dhs, dout, packs, c_prev, w_hh, *w_hr)
+
+    out = fori(steps, step, (dh, dc, dpre, *dhs, dout, packs, c_prev, w_hh,
+                             *([w_hr] if proj else [])))
+    dh, dc, d = out[:3]
     dw_hh = _flat(d).t() @ _flat(_previous(hs, h0, reverse))
-    dw_hr = None
-    if w_hr is not None:
-        dw_hr = _flat(torch.stack(dhs)).t() @ _flat(torch.stack(rs))
+    dw_hr = _flat(out[3]).t() @ _flat(out[4]) if proj else None
     return d @ w_ih, dh, dc, _flat(d).t() @ _flat(x), dw_hh, d.sum((0, 1)), dw_hr
 
 
@@ -176,7 +191,7 @@ def _backward_through_layers(grad_output, x, saved, num_layers, dirs, batch_firs
     packs, reverse)`` is the backward of direction ``k`` (layer * dirs + d)
     and returns ``(d inputs, *its other gradients)``. Returns ``(d input,
     [its other gradients for each k])``."""
-    layers, packs, steps = saved[0], saved[1:], x.shape[0]
+    layers, packs = saved[0], saved[1:]
     dout = None if grad_output is None else _split(_to_time_major(grad_output, batch_first),
                                                    dirs)
     per_direction = [None] * (num_layers * dirs)
@@ -187,7 +202,7 @@ def _backward_through_layers(grad_output, x, saved, num_layers, dirs, batch_firs
         for d in range(dirs):
             k = layer * dirs + d
             got = direction(k, None if dout is None else dout[d], inputs, hs[d],
-                            packs[k * steps:(k + 1) * steps], d == 1)
+                            packs[k], d == 1)
             dx = got[0] if dx is None else dx + got[0]
             per_direction[k] = got[1:]
         dout = _split(dx, dirs)
@@ -221,20 +236,27 @@ def lstm_backward(grad_output, grad_hy, grad_cy, input, hx, cx, params, saved, h
 # ----------------------------------------------------------------------- GRU
 def _gru_direction(x, h, w_ih, w_hh, b_ih, b_hh, reverse):
     """One direction of one layer: ``(hs, h, packs)``; a pack is one step's
-    ``[r, z, n, w_hn h + b_hn, h]`` with ``h`` the state the step starts from."""
-    steps = x.shape[0]
+    ``[r, z, n, w_hn h + b_hn, h]`` with ``h`` the state the step starts
+    from, ``packs`` them all ``[T, B, 5 * hidden]``."""
+    steps, batch = x.shape[:2]
     xw = F.linear(x, w_ih, b_ih)
-    hs, packs = [None] * steps, [None] * steps
-    for t in _steps(steps, reverse):
-        xr, xz, xn = xw[t].chunk(3, 1)
-        hr, hz, hn = F.linear(h, w_hh, b_hh).chunk(3, 1)
+    b_hh_given = b_hh is not None
+
+    def step(i, h, hs, packs, xw, w_hh, *b_hh):
+        t = at(i, steps, not reverse)
+        xr, xz, xn = take(xw, t).chunk(3, 1)
+        hr, hz, hn = F.linear(h, w_hh, b_hh[0] if b_hh_given else None).chunk(3, 1)
         r = (hr + xr).sigmoid()
         z = (hz + xz).sigmoid()
         n = (xn + hn * r).tanh()
-        packs[t] = torch.cat([r, z, n, hn, h], 1)
+        packs = put(packs, t, torch.cat([r, z, n, hn, h], 1))
         h = (h - n) * z + n
-        hs[t] = h
-    return torch.stack(hs), h, packs
+        return (h, put(hs, t, h), packs, xw, w_hh, *b_hh)
+
+    hs = h.new_zeros((steps, batch, h.shape[-1]))
+    packs = h.new_zeros((steps, batch, 5 * h.shape[-1]))
+    h, hs, packs = fori(steps, step, (h, hs, packs, xw, w_hh, *([b_hh] if b_hh_given else [])))[:3]
+    return hs, h, packs
 
 
 def gru(input, hx, params, has_biases, num_layers, bidirectional, batch_first):
@@ -251,7 +273,7 @@ def gru(input, hx, params, has_biases, num_layers, bidirectional, batch_first):
             hs, h, p = _gru_direction(x, hx[k], w_ih, w_hh, b_ih, b_hh, reverse)
             outs.append(hs)
             hy.append(h)
-            packs += p
+            packs.append(p)
         x = torch.cat(outs, -1) if len(outs) > 1 else outs[0]
         layers.append(x)
     return [_to_time_major(x, batch_first), torch.stack(hy), torch.stack(layers), *packs]
@@ -260,19 +282,22 @@ def gru(input, hx, params, has_biases, num_layers, bidirectional, batch_first):
 def _gru_direction_backward(dout, dh, x, h0, w_ih, w_hh, hs, packs, reverse):
     """Gradients of one direction of one layer: ``(dx, dh0, dw_ih, dw_hh,
     db_ih, db_hh)``; ``dout`` may be None."""
-    steps = x.shape[0]
-    dxw, dhw = [None] * steps, [None] * steps
-    for t in _steps(steps, reverse, backward=True):
-        if dout is not None:
-            dh = dh + dout[t]
-        r, z, n, hn, h_prev = packs[t].chunk(5, 1)
+    steps, batch = x.shape[:2]
+    dout = hs.new_zeros(hs.shape) if dout is None else dout
+
+    def step(i, dh, dxw, dhw, dout, packs, w_hh):
+        t = at(i, steps, reverse)
+        dh = dh + take(dout, t)
+        r, z, n, hn, h_prev = take(packs, t).chunk(5, 1)
         dn = dh * (1 - z) * (1 - n * n)
         dr = dn * hn * r * (1 - r)
         dz = dh * (h_prev - n) * z * (1 - z)
-        dxw[t] = torch.cat([dr, dz, dn], 1)
-        dhw[t] = torch.cat([dr, dz, dn * r], 1)
-        dh = dh * z + dhw[t] @ w_hh
-    dx_pre, dh_pre = torch.stack(dxw), torch.stack(dhw)
+        dh_pre = torch.cat([dr, dz, dn * r], 1)
+        return (dh * z + dh_pre @ w_hh, put(dxw, t, torch.cat([dr, dz, dn], 1)),
+                put(dhw, t, dh_pre), dout, packs, w_hh)
+
+    gates = packs.new_zeros((steps, batch, 3 * dh.shape[-1]))
+    dh, dx_pre, dh_pre = fori(steps, step, (dh, gates, gates.clone(), dout, packs, w_hh))[:3]
     h_prev = _previous(hs, h0, reverse)
     return (dx_pre @ w_ih, dh, _flat(dx_pre).t() @ _flat(x), _flat(dh_pre).t() @ _flat(h_prev),
             dx_pre.sum((0, 1)), dh_pre.sum((0, 1)))
@@ -310,11 +335,11 @@ def _sequence(input, size, batch_first):
 
 def _saved(input, h, layers, width, packed, batch_first):
     """The shapes of what the backward reads: each layer's output
-    ``[layers, T, B, width]`` (time-major), then one ``[B, packed]`` pack per
-    direction and step."""
+    ``[layers, T, B, width]`` (time-major), then one ``[T, B, packed]`` pack
+    per direction (time-major)."""
     steps, batch = (input.shape[1], input.shape[0]) if batch_first else input.shape[:2]
     return [h.new_empty((layers, steps, batch, width)),
-            *[h.new_empty((batch, packed)) for _ in range(h.shape[0] * steps)]]
+            *[h.new_empty((steps, batch, packed)) for _ in range(h.shape[0])]]
 
 
 def _lstm_shapes(input, hx, cx, params, has_biases, num_layers, bidirectional, batch_first):
@@ -348,4 +373,4 @@ for _name, _fn, _shapes in (("lstm", lstm, _lstm_shapes),
                             ("gru_backward", gru_backward, _gru_backward_shapes)):
     _LIB.impl(_name, _fn, "CompositeExplicitAutograd")
     torch.library.register_fake(f"lazy_mlir::{_name}", _shapes, lib=_LIB)
-    register_decomposition(getattr(ops, _name).default, scope=IMPORT)(_fn)
+    register_decomposition(getattr(ops, _name).default, scope=IMPORT)(as_traced_loops(_fn))

@@ -143,6 +143,8 @@ class _Ranges:
         if node.target is operator.getitem:
             src = self.r.get(node.args[0])
             return src[node.args[1]] if isinstance(src, list) else src
+        if node.target is torch.ops.higher_order.while_loop:
+            return self.counted_loop(node, val)
         if isinstance(val, (list, tuple)):
             return self.multi(node, val)
         if not isinstance(val, torch.Tensor):
@@ -150,6 +152,21 @@ class _Ranges:
         if val.dtype == torch.bool or not (val.dtype == torch.int64):
             return _dtype_range(val.dtype)
         return self.int64_range(node, val)
+
+    def counted_loop(self, node, vals):
+        """A ``while_loop`` as ``ops/loops.fori`` makes it (condition ``i < n``
+        on the first carry, which starts at 0 and grows by 1): the counter
+        ends at ``n``; its body's int64 values are the counter's arithmetic
+        (``0 .. n``; the body graph is not walked). Other int64 carries, or
+        another loop, are unbounded."""
+        trips = _counted_trips(self.gm, node)
+        out = []
+        for k, v in enumerate(vals):
+            if not isinstance(v, torch.Tensor) or v.dtype != torch.int64:
+                out.append(_dtype_range(v.dtype) if isinstance(v, torch.Tensor) else _INF)
+            else:
+                out.append((0, trips) if k == 0 and trips is not None else _INF)
+        return out
 
     def multi(self, node, vals):
         name = getattr(node.target, "__name__", str(node.target)).split(".")[0]
@@ -245,6 +262,20 @@ class _Ranges:
                 src_val.shape[a[1]] if src_val.dim() else 1
             return (min(0, x[0] * count), max(0, x[1] * count))
         return _INF
+
+
+def _counted_trips(gm: fx.GraphModule, loop: fx.Node) -> int | None:
+    """``n`` when ``loop``'s condition graph is ``i < n`` on its first carry."""
+    cond = loop.args[0]
+    graph = getattr(gm, cond.target, None) if isinstance(cond, fx.Node) else None
+    if not isinstance(graph, fx.GraphModule):
+        return None
+    calls = [n for n in graph.graph.nodes if n.op == "call_function"]
+    first = next((n for n in graph.graph.nodes if n.op == "placeholder"), None)
+    if (len(calls) == 1 and calls[0].target is torch.ops.aten.lt.Scalar
+            and calls[0].args[0] is first and isinstance(calls[0].args[1], int)):
+        return calls[0].args[1]
+    return None
 
 
 def int64_overflow_reason(gm: fx.GraphModule) -> str | None:

@@ -12,13 +12,22 @@ import re
 
 
 def clobbered_args(text: str) -> tuple[int, ...]:
-    """Function arguments that a sort-like op takes as its in-place operand."""
+    """Function arguments that a sort-like op takes as its in-place operand.
+    (Region arguments, such as an ``scf.for``'s, are numbered on after
+    ``main``'s: ``%arg`` numbers past its arity are not its arguments.)"""
     found = set()
     for m in re.finditer(r"tm_tensor\.\w+[^\n]*?outs\(([^)]*)\)", text):
         found.update(int(a) for a in re.findall(r"%arg(\d+)\b", m.group(1)))
     for m in re.finditer(r"torch\.aten\.(?:sort|topk|argsort|kthvalue|median)\w*[^\n]*", text):
         found.update(int(a) for a in re.findall(r"%arg(\d+)\b", m.group(0)))
-    return tuple(sorted(found))
+    arity = main_arity(text)
+    return tuple(sorted(a for a in found if arity is None or a < arity))
+
+
+def main_arity(text: str) -> int | None:
+    """The number of arguments of ``func.func @main`` (None without one)."""
+    m = re.search(r"func\.func @main\(([^)]*)\)", text)
+    return None if m is None else len(re.findall(r"%arg\d+\s*:", m.group(1)))
 
 
 def returned_args(text: str) -> tuple[tuple[int, int], ...]:

@@ -226,7 +226,7 @@ def _crash_repro(e: CompilerCrash, job: dict) -> tuple[str, tuple, str]:
     d = repro_dir()
     with open(d / "job.pkl", "wb") as f:
         pickle.dump(dict(job, cache=None), f)
-    command = f"{shlex.quote(sys.executable)} {COMMAND[0]} {shlex.quote(COMMAND[1])} --repro {d}/job.pkl"
+    command = " ".join(shlex.quote(c) for c in (sys.executable, *COMMAND)) + f" --repro {d}/job.pkl"
     (d / "command.sh").write_text(f"#!/bin/sh\n{command}\n")
     (d / "error.txt").write_text(str(e))
     return (f"lazy-mlir: {e} for target {job['target'].name}\n  repro: {d}/job.pkl, run "

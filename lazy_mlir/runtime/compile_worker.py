@@ -224,8 +224,11 @@ def main(argv: list[str]) -> int:
         return 0
 
 
-COMMAND = ("-c", "import sys; from lazy_mlir.runtime.compile_worker import main; "
+COMMAND = ("-P", "-c", "import sys; from lazy_mlir.runtime.compile_worker import main; "
                  "sys.exit(main(sys.argv[1:]))")
 """The worker's command line after ``python`` (not ``-m``: ``import
 lazy_mlir`` imports this module before runpy would run it as ``__main__``,
-and pickles must name the imported module's classes)."""
+and pickles must name the imported module's classes). ``-P``: the current
+directory is not put first on ``sys.path``, so the worker imports the
+parent's lazy_mlir (first on its ``PYTHONPATH``), not a checkout it is
+started in."""

@@ -134,3 +134,15 @@ def test_no_workers_compile_in_process_with_one_warning(workers, monkeypatch, ca
     assert caplog.text.count("compile workers cannot start") == 1
     assert lm.metrics.counter_value("aten::tanh") == 0  # compiled, in this process
     assert lm.metrics.counter_value("UncachedCompile") == 2
+
+
+def test_a_worker_imports_its_parents_lazy_mlir_in_any_directory(tmp_path, monkeypatch):
+    """Started in a directory holding another lazy_mlir (a second checkout),
+    a worker still imports this one: a worker of another version would
+    decompose this one's graphs by its own rules."""
+    decoy = tmp_path / "lazy_mlir"
+    decoy.mkdir()
+    (decoy / "__init__.py").write_text("raise ImportError('the lazy_mlir of the cwd')\n")
+    monkeypatch.chdir(tmp_path)
+    worker = compile_pool._Worker()  # raises WorkerUnavailable if it imported the decoy
+    worker.stop()

@@ -93,7 +93,8 @@ def test_missing_output_gradients_are_zeros():
 
 
 def test_ops_decompose_to_supported_aten_ops():
-    """Import's decomposition leaves only aten ops the dialect takes: no
+    """Import's decomposition leaves only aten ops the dialect takes, each
+    layer's recurrence a ``while_loop`` (``ops/loops.py``): no
     ``lazy_mlir::`` op reaches torch-mlir."""
     table = decomposition_table()
     for name in ("lstm", "lstm_backward", "gru", "gru_backward"):
@@ -107,6 +108,37 @@ def test_ops_decompose_to_supported_aten_ops():
         return ops.lstm_backward.default(out[0], None, None, x, h0, c0, list(params),
                                          out[3:], *config)
     gm = make_fx(step, decomposition_table=table, tracing_mode="fake")(x, h0, c0, *params)
-    targets = {n.target for n in gm.graph.nodes if n.op == "call_function"}
-    assert all(getattr(t, "namespace", "aten") == "aten" for t in targets), targets
+    graphs = [gm.graph] + [m.graph for m in gm.children() if isinstance(m, torch.fx.GraphModule)]
+    targets = {n.target for g in graphs for n in g.nodes if n.op == "call_function"}
+    loops = targets & {torch.ops.higher_order.while_loop}
+    assert loops and len(graphs) == 1 + 2 * 4, "a loop per layer each way, 2 graphs each"
+    assert all(getattr(t, "namespace", "aten") == "aten" for t in targets - loops), targets
     assert all(op_is_supported(t) for t in targets if isinstance(t, torch._ops.OpOverload))
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_imported_module_does_not_grow_with_the_sequence(kind):
+    """Each layer's recurrence is one loop: the torch-dialect module of a
+    training step (forward and backward, 2 layers, both directions) at 8 and
+    at 64 time steps has the same number of ops (only the shapes differ)."""
+    from lazy_mlir.dialects.torch_import import import_fx
+    table = decomposition_table()
+
+    def module_ops(steps):
+        x = torch.randn(steps, B, I)
+        h0 = torch.randn(4, B, H)
+        rnn_ = (torch.nn.LSTM if kind == "lstm" else torch.nn.GRU)(I, H, 2, bidirectional=True)
+        params, config = list(rnn_._flat_weights), (True, 2, True, False)
+
+        def step(x, h0, *params):
+            if kind == "lstm":
+                out = ops.lstm.default(x, h0, h0, list(params), *config)
+                return ops.lstm_backward.default(out[0], None, None, x, h0, h0, list(params),
+                                                 out[3:], *config)
+            out = ops.gru.default(x, h0, list(params), *config)
+            return ops.gru_backward.default(out[0], None, x, h0, list(params), out[2:], *config)
+        gm = make_fx(step, decomposition_table=table, tracing_mode="fake")(x, h0, *params)
+        text = str(import_fx(gm))
+        assert text.count("torch.prim.Loop ") == 8  # 2 layers x 2 directions, each way
+        return sum(1 for line in text.splitlines() if " = torch." in line)
+    assert module_ops(8) == module_ops(64)

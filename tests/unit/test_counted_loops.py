@@ -1,0 +1,97 @@
+"""Counted loops (``ops/loops.py``'s ``fori``): a Python loop when run, one
+``while_loop`` when traced for import, made an ``scf.for`` of ``n`` trips by
+``dialects.torch_import.counted_loops``, and IREE computes what eager does."""
+import iree.compiler as ic
+import iree.runtime as rt
+import numpy as np
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from lazy_mlir.config import PipelineConfig
+from lazy_mlir.dialects.torch_import import import_fx
+from lazy_mlir.ops.loops import as_traced_loops, at, fori, put, take
+from lazy_mlir.pipeline.in_place import clobbered_args, main_arity
+from lazy_mlir.pipeline.stages import Provenance, Stage, lower_torch
+
+STEPS = 5
+
+
+def recurrence(x, h, w):
+    """``h = tanh(x[t] + h @ w)`` for t = T-1 .. 0 (backwards in time, as a
+    reversed RNN direction), each step's ``h`` kept."""
+    def step(i, h, hs, x, w):
+        t = at(i, STEPS, ascending=False)
+        h = torch.tanh(take(x, t) + h @ w)
+        return h, put(hs, t, h), x, w
+    h, hs = fori(STEPS, step, (h, h.new_zeros(x.shape), x, w))[:2]
+    return h, hs
+
+
+def unrolled(x, h, w):
+    hs = [None] * STEPS
+    for t in range(STEPS - 1, -1, -1):
+        h = hs[t] = torch.tanh(x[t] + h @ w)
+    return h, torch.stack(hs)
+
+
+def _inputs():
+    g = torch.Generator().manual_seed(0)
+    return (torch.randn(STEPS, 2, 3, generator=g), torch.randn(2, 3, generator=g),
+            torch.randn(3, 3, generator=g) * 0.5)
+
+
+def _traced(fn):
+    return make_fx(as_traced_loops(fn), tracing_mode="fake")(*_inputs())
+
+
+def test_run_is_a_python_loop_over_the_body():
+    for got, want in zip(recurrence(*_inputs()), unrolled(*_inputs())):
+        torch.testing.assert_close(got, want)
+
+
+def test_traced_is_one_while_loop():
+    gm = _traced(recurrence)
+    loops = [n for n in gm.graph.nodes if n.target is torch.ops.higher_order.while_loop]
+    assert len(loops) == 1
+    assert sum(isinstance(m, torch.fx.GraphModule) for m in gm.children()) == 2  # cond, body
+
+
+def test_imported_loop_is_counted_and_lowers_to_scf_for():
+    torch_text = str(import_fx(_traced(recurrence)))
+    assert "torch.prim.Loop" in torch_text and "9223372036854775807" not in torch_text
+    assert "while_loop_cond" not in torch_text  # the condition function is gone
+    linalg = lower_torch(Stage("torch", torch_text, Provenance("test", 0.0)), PipelineConfig())[-1].text
+    assert f"scf.for %arg3 = %c0 to %c{STEPS} step %c1" in linalg, linalg
+    assert main_arity(linalg) == 3 and clobbered_args(linalg) == ()
+    flags = ["--iree-hal-target-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=host"]
+    module = rt.load_vm_flatbuffer(ic.compile_str(linalg, extra_args=flags), driver="local-sync")
+    got = module.main(*[a.numpy() for a in _inputs()])
+    for g, want in zip(got, unrolled(*_inputs())):
+        np.testing.assert_allclose(g.to_host(), want.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_loop_that_is_not_counted_is_refused():
+    """torch-mlir 20261001 would lower it without its condition (2**63 - 1 trips)."""
+    from torch._higher_order_ops.while_loop import while_loop_op
+
+    def halve(x):
+        return while_loop_op(lambda x, k: x.sum() > 1, lambda x, k: (x * 0.5, k + 1),
+                             (x, torch.zeros((), dtype=torch.int64)), ())
+    gm = make_fx(halve, tracing_mode="fake")(torch.ones(4))
+    with pytest.raises(NotImplementedError, match="not `i < n`"):
+        import_fx(gm)
+
+
+def test_vulkan_int64_check_knows_the_counter_stays_small():
+    """The vulkan target holds int64 as int32: a counted loop's counter ends
+    at ``n``; an int64 carry of another loop is unbounded."""
+    from torch._higher_order_ops.while_loop import while_loop_op
+
+    from lazy_mlir.passes.int64_range import int64_overflow_reason
+    assert int64_overflow_reason(_traced(recurrence)) is None
+
+    def halve(x):
+        return while_loop_op(lambda x, k: x.sum() > 1, lambda x, k: (x * 0.5, k + 1),
+                             (x, torch.zeros((), dtype=torch.int64)), ())
+    assert "while_loop" in int64_overflow_reason(make_fx(halve, tracing_mode="fake")(torch.ones(4)))
