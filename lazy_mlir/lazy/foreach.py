@@ -186,20 +186,30 @@ def prefer_foreach() -> bool:
     ``_foreach_supported_types``; lazy tensors are added to both, in
     ``torch.optim.optimizer`` only. Returns whether it applied."""
     import torch.optim.optimizer as opt_mod
-    original = getattr(opt_mod, "_get_foreach_kernels_supported_devices", None)
     types = getattr(opt_mod, "_foreach_supported_types", None)
-    if original is None or not isinstance(types, list):
+    if not isinstance(types, list) or not add_lazy_device("_get_foreach_kernels_supported_devices"):
         return False
-    original = getattr(original, "__wrapped__", original)  # applied once
+    if LazyTensor not in types:
+        types.append(LazyTensor)
+    return True
+
+
+def add_lazy_device(lister: str) -> bool:
+    """Make ``torch.optim.optimizer.<lister>`` (a function listing the device
+    types a foreach or fused path supports) list ``lazy`` too; False when
+    this torch has no such function. Applied once however often called."""
+    import torch.optim.optimizer as opt_mod
+    original = getattr(opt_mod, lister, None)
+    if original is None:
+        return False
+    original = getattr(original, "__wrapped__", original)
 
     def supported_devices(*args, **kwargs) -> list[str]:
         devices = original(*args, **kwargs)
         return devices if "lazy" in devices else [*devices, "lazy"]
 
     supported_devices.__wrapped__ = original
-    opt_mod._get_foreach_kernels_supported_devices = supported_devices
-    if LazyTensor not in types:
-        types.append(LazyTensor)
+    setattr(opt_mod, lister, supported_devices)
     return True
 
 

@@ -38,7 +38,7 @@ from ..graph.ir import Value
 from ..ops import optim as _optim_ops
 from ..ops import support as _support
 from .capture import _make_scalar, assign, assign_each, data_value, value_of
-from .foreach import run_eagerly
+from .foreach import add_lazy_device, run_eagerly
 from .tensor import LazyTensor, wrap_value
 
 aten = torch.ops.aten
@@ -176,19 +176,10 @@ def prefer_fused() -> bool:
     every parameter is a floating-point lazy tensor: where PyTorch would
     choose foreach on CUDA. ``foreach=True`` or ``fused=False`` are kept."""
     import torch.optim.adam as adam_mod
-    import torch.optim.optimizer as opt_mod
     import torch.optim.sgd as sgd_mod
-    original = getattr(opt_mod, "_get_fused_kernels_supported_devices", None)
-    if original is None or not callable(getattr(adam_mod, "adam", None)):
+    if (not callable(getattr(adam_mod, "adam", None))
+            or not add_lazy_device("_get_fused_kernels_supported_devices")):
         return False
-    original = getattr(original, "__wrapped__", original)  # applied once
-
-    def supported_devices(*args, **kw) -> list[str]:
-        devices = original(*args, **kw)
-        return devices if "lazy" in devices else [*devices, "lazy"]
-
-    supported_devices.__wrapped__ = original
-    opt_mod._get_fused_kernels_supported_devices = supported_devices
     adam_mod.adam = _defaulting_to_fused(adam_mod.adam, lists=6)
     sgd_mod.sgd = _defaulting_to_fused(sgd_mod.sgd, lists=3)
     return True
