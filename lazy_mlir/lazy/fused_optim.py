@@ -116,6 +116,21 @@ def _write(targets: list, outs) -> None:
         assign(t, o if type(o) is Value else value_of(o))
 
 
+def _handled_without_node(func, args, kwargs, node_op, lists) -> bool:
+    """True when the call needs no node: no parameters (nothing to do), or
+    refused (``_refusal`` of ``lists`` = written, read, step counts, or
+    ``node_op`` denied), then run eagerly on host copies and counted."""
+    if not lists[0]:
+        return True
+    why = _refusal(*lists)
+    if why is None and not _support.op_is_supported(node_op):
+        why = "denied"
+    if why is None:
+        return False
+    run_eagerly(func, args, kwargs, why)
+    return True
+
+
 def _fused_adam(func, args, kwargs):
     b = _bind(func, args, kwargs)
     params, grads, exp_avgs, exp_avg_sqs = b["self"], b["grads"], b["exp_avgs"], b["exp_avg_sqs"]
@@ -124,12 +139,8 @@ def _fused_adam(func, args, kwargs):
     written = [*params, *exp_avgs, *exp_avg_sqs, *max_sqs]
     written += list(grads) if grad_scale is not None else []
     read = list(grads) if grad_scale is None else []
-    why = _refusal(written, read, b["state_steps"]) if params else None
-    if why is None and params and not _support.op_is_supported(ops.fused_adam.default):
-        why = "denied"
-    if why is not None:
-        return run_eagerly(func, args, kwargs, why)
-    if not params:
+    if _handled_without_node(func, args, kwargs, ops.fused_adam.default,
+                             (written, read, b["state_steps"])):
         return None
     dtype = params[0].dtype
     node_args = (list(params), list(grads), list(exp_avgs), list(exp_avg_sqs), max_sqs,
@@ -148,12 +159,7 @@ def _fused_sgd(func, args, kwargs):
     buffers = list(b["momentum_buffer_list"]) if momentum != 0.0 else []
     written = [*params, *buffers, *(grads if grad_scale is not None else ())]
     read = list(grads) if grad_scale is None else []
-    why = _refusal(written, read, ()) if params else None
-    if why is None and params and not _support.op_is_supported(ops.fused_sgd.default):
-        why = "denied"
-    if why is not None:
-        return run_eagerly(func, args, kwargs, why)
-    if not params:
+    if _handled_without_node(func, args, kwargs, ops.fused_sgd.default, (written, read, ())):
         return None
     node_args = (list(params), list(grads), buffers, _lr(b["lr"], params[0].dtype),
                  float(b["weight_decay"]), momentum, float(b["dampening"]),
