@@ -48,6 +48,7 @@ def counted_loops(module: ir.Module) -> int:
     used = set()
     for loop in loops:
         callee, n = _loop_bound(loop.operands[1], funcs)
+        _check_counter(loop, funcs)
         used.add(callee)
         with ir.InsertionPoint(loop):
             trips = _constant("torch.constant.int", "!torch.int",
@@ -102,6 +103,51 @@ def _loop_bound(condition, funcs) -> tuple[str, int]:
         f"lazy-mlir: a while_loop's condition {callee} is not `i < n` on its first carry "
         "(make counted loops with lazy_mlir.ops.loops.fori; torch-mlir 20261001 mislowers "
         "other while loops)")
+
+
+def _check_counter(loop, funcs) -> None:
+    """Raises unless ``loop``'s first carry starts at 0 and its body returns
+    it plus 1: then ``i < n`` holds for exactly ``n`` trips."""
+    body = loop.regions[0].blocks[0]
+    call = list(body.operations)[0]
+    if _is_zeros(loop.operands[2].owner) and call.name == "func.call":
+        callee = ir.FlatSymbolRefAttr(call.attributes["callee"]).value
+        block = funcs[callee].regions[0].blocks[0]
+        step = list(block.operations)[-1].operands[0].owner
+        terminator = list(body.operations)[-1]
+        if (step.name == "torch.aten.add.Scalar" and step.operands[0] == block.arguments[0]
+                and all(_int_constant(v) == 1 for v in step.operands[1:])
+                and list(call.operands)[0] == body.arguments[1]
+                and terminator.operands[1] == call.results[0]):
+            return
+    raise NotImplementedError(
+        "lazy-mlir: a while_loop whose counter does not start at 0 and grow by 1 a step "
+        "(make counted loops with lazy_mlir.ops.loops.fori; torch-mlir 20261001 mislowers "
+        "other while loops)")
+
+
+_ZEROS = {"torch.aten.zeros", "torch.aten.zeros_like", "torch.aten.new_zeros"}
+_FULL_VALUE = {"torch.aten.full": 1, "torch.aten.full_like": 1, "torch.aten.new_full": 2}
+"""Operand index of the fill value (``fori``'s ``torch.zeros`` is traced as
+``full_like`` by the pipeline's decompositions)."""
+
+
+def _is_zeros(op) -> bool:
+    if op.name in _ZEROS:
+        return True
+    if op.name not in _FULL_VALUE:
+        return False
+    fill = op.operands[_FULL_VALUE[op.name]].owner
+    if fill.name == "torch.constant.int":
+        return ir.IntegerAttr(fill.attributes["value"]).value == 0
+    return fill.name == "torch.constant.float" and ir.FloatAttr(fill.attributes["value"]).value == 0.0
+
+
+def _int_constant(value) -> int | None:
+    op = value.owner
+    if op.name != "torch.constant.int":
+        return None
+    return ir.IntegerAttr(op.attributes["value"]).value
 
 
 def parse(text: str) -> ir.Module:

@@ -95,3 +95,18 @@ def test_vulkan_int64_check_knows_the_counter_stays_small():
         return while_loop_op(lambda x, k: x.sum() > 1, lambda x, k: (x * 0.5, k + 1),
                              (x, torch.zeros((), dtype=torch.int64)), ())
     assert "while_loop" in int64_overflow_reason(make_fx(halve, tracing_mode="fake")(torch.ones(4)))
+
+
+@pytest.mark.parametrize("start, stride", [(1, 1), (0, 2)])
+def test_a_counter_that_does_not_start_at_0_and_step_by_1_is_refused(start, stride):
+    """``i < 4`` alone does not make 4 trips: the counter must start at 0 and
+    grow by 1, or the loop would be given the wrong trip count."""
+    from torch._higher_order_ops.while_loop import while_loop_op
+
+    def loop(x):
+        counter = torch.zeros((), dtype=torch.int64) + start
+        return while_loop_op(lambda i, x: i < 4, lambda i, x: (i + stride, x * 0.5),
+                             (counter, x), ())
+    gm = make_fx(loop, tracing_mode="fake")(torch.ones(4))
+    with pytest.raises(NotImplementedError, match="start at 0 and grow by 1"):
+        import_fx(gm)
