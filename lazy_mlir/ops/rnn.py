@@ -10,7 +10,9 @@ ops defined here (``lazy/rnn.py`` routes them, under an autograd function):
   direction) as one list: the output and final states, then what the
   backward reads: each layer's output (time-major) and one "pack" per
   direction, time-major (each step's LSTM gate activations and cell state,
-  the GRU's gates and the state the step starts from);
+  the GRU's gates and the state the step starts from), or, for a
+  recurrence short enough to unroll (``unrolled``), one pack per direction
+  and step;
 - ``lazy_mlir::lstm_backward`` / ``lazy_mlir::gru_backward``: the gradients
   of the input, the initial states and every parameter (in ``params``
   order), as one list. The weight gradients are one matmul over all steps
@@ -21,11 +23,13 @@ scope, below): each layer and direction is one counted loop over the time
 steps (``ops/loops.py``: a ``while_loop`` that becomes ``scf.for``), whose
 body is one step of the recurrence as PyTorch's own decomposition
 (``torch._decomp``'s ``lstm_impl``) writes it, or of back-propagation
-through time written out. Unrolled, a 4-layer LSTM over 128 steps was a
-module of ~10,000 ops and minutes of IREE compile; as loops the module has
-the same size at every sequence length. The same functions, their loops
-run in Python, are the ops' CPU kernels (a graph denied at run time still
-runs), and their shapes come from ``register_fake``.
+through time written out; or, when the node says ``unroll`` (short
+recurrences: ``unrolled`` says why), the same body called once per step
+with static indices. Unrolled, a 4-layer LSTM over 128 steps was a module
+of ~10,000 ops and minutes of IREE compile; as loops the module has the
+same size at every sequence length. The same functions, their loops run in
+Python, are the ops' CPU kernels (a graph denied at run time still runs),
+and their shapes come from ``register_fake``.
 
 Parameters come as ``nn.LSTM`` flattens them: per layer and direction
 ``w_ih, w_hh[, b_ih, b_hh][, w_hr]`` (``w_hr``: LSTM projections, when
@@ -63,14 +67,27 @@ def unrolled(steps: int, num_layers: int, dirs: int) -> bool:
     ``dirs`` directions is unrolled over time rather than one counted loop
     per layer and direction, each way.
 
-    A loop's module has the same size at every length (the medium suite
-    LSTM, 4 layers x 128 steps: 33 s to the first step instead of 594 s
-    unrolled), but IREE runs each iteration as its own submission from the
-    host: ~35 us each, TODO-measured. A short recurrence of small matmuls
-    is all that overhead: unrolled, its steps' dispatches run back to back
-    in one command buffer. Unrolled, the saved packs are one tensor per
-    direction and step (the backward's dispatches read each at offset 0,
-    so IREE compiles one executable for all the steps)."""
+    A loop keeps the module the same size at every length (the suite's
+    medium LSTM, 4 layers x 128 steps: 33 s to the first step, against 594 s
+    unrolled). But IREE runs an ``scf.for`` from the host, and each
+    iteration is its own queue allocation, command buffer and submission,
+    and copies the loop's stacked carries (every step's ``h`` and pack,
+    written one step at a time) whole into a new buffer: measured on the
+    suite's tiny LSTM (32 steps, 2 layers, hidden 64; 13 dispatches and 2
+    copies an iteration) the replayed training step's module took 6.9-7.2
+    ms of CPU looped against 2.3 ms unrolled (``iree-benchmark-module``,
+    local-task, 2 threads; 4.2 against 1.5 ms on local-sync): ~37 us per
+    iteration, 128 iterations a step. Unrolled, the same step costs ~3.5x
+    the compile (fx tracing and ``iree-compile``: ~37 s against ~10 s for
+    that graph on a loaded machine), a cost that grows with ``steps x
+    layers x dirs`` while the saving per training step grows with it too.
+    So short recurrences, where the per-iteration cost is most of the step
+    and the compile stays in seconds, are unrolled: at most
+    ``UNROLL_STEPS`` (64, the tiny suite LSTM) direction-steps.
+
+    Unrolled, the saved packs are one tensor per direction and step (the
+    backward's dispatches read each at offset 0, so IREE compiles one
+    executable for all the steps)."""
     return steps * num_layers * dirs <= UNROLL_STEPS
 
 
