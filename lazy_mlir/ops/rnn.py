@@ -77,13 +77,14 @@ def unrolled(steps: int, num_layers: int, dirs: int) -> bool:
     copies an iteration) the replayed training step's module took 6.9-7.2
     ms of CPU looped against 2.3 ms unrolled (``iree-benchmark-module``,
     local-task, 2 threads; 4.2 against 1.5 ms on local-sync): ~37 us per
-    iteration, 128 iterations a step. Unrolled, the same step costs ~3.5x
-    the compile (fx tracing and ``iree-compile``: ~37 s against ~10 s for
-    that graph on a loaded machine), a cost that grows with ``steps x
-    layers x dirs`` while the saving per training step grows with it too.
-    So short recurrences, where the per-iteration cost is most of the step
-    and the compile stays in seconds, are unrolled: at most
-    ``UNROLL_STEPS`` (64, the tiny suite LSTM) direction-steps.
+    iteration, 128 iterations a step. Unrolling costs compile time instead,
+    which grows faster than the saving (the step graph's fx tracing plus
+    ``iree-compile``, on a loaded machine): at 64 direction-steps (the tiny
+    LSTM) ~37 s against ~10 s looped, for 4.7 ms less CPU a step; at 128
+    (64 time steps) ~113 s against ~15 s, for ~11 ms (15-18 against 5.2-5.4
+    ms). So only short recurrences, where the loop's overhead is most of
+    the step and the extra compile stays in tens of seconds, are unrolled:
+    at most ``UNROLL_STEPS`` (64) direction-steps.
 
     Unrolled, the saved packs are one tensor per direction and step (the
     backward's dispatches read each at offset 0, so IREE compiles one
