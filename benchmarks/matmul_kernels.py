@@ -10,9 +10,9 @@ matmul is written as torch-mlir lowers ``aten.mm`` (a ``linalg.matmul``, with
 an explicit ``linalg.transpose`` for a transposed operand: NT is ``a @ b.t()``,
 the input gradient of a linear layer; TN is ``a.t() @ b``, its weight
 gradient), compiled with the cpu target's flags (``lazy_mlir.targets``) plus
-``--flag``, and timed with ``iree-benchmark-module`` on ``--threads``
-local-task workers; PyTorch runs the same product with
-``torch.set_num_threads(threads)``.
+``--flag``, and timed with ``iree-benchmark-module`` (``local-sync`` for one
+thread, else ``--threads`` local-task workers); PyTorch runs the same product
+with ``torch.set_num_threads(threads)``.
 
 Both columns are **process CPU time** per matmul (median of ``--reps``): on a
 shared, loaded machine wall time swings several-fold while CPU time on one
@@ -77,9 +77,13 @@ def iree_ms(m, n, k, kind, flags, threads, reps, tmp: Path) -> tuple[float, floa
     src, vmfb = tmp / f"{kind}_{m}x{n}x{k}.mlir", tmp / f"{kind}_{m}x{n}x{k}.vmfb"
     src.write_text(text)
     subprocess.run(["iree-compile", str(src), *flags, "-o", str(vmfb)], check=True)
+    # One thread: local-sync runs the dispatches on the calling thread. On
+    # local-task the caller also spins while it waits for the worker, which
+    # is 40% of the process's CPU for a 10 ms matmul (perf, cpu-clock).
+    device = ["--device=local-sync"] if threads == 1 else [
+        "--device=local-task", f"--task_topology_group_count={threads}"]
     out = subprocess.run(
-        ["iree-benchmark-module", f"--module={vmfb}", "--device=local-task",
-         f"--task_topology_group_count={threads}", "--function=main",
+        ["iree-benchmark-module", f"--module={vmfb}", *device, "--function=main",
          *[f"--input={i}" for i in inputs], "--benchmark_min_time=0.5s",
          f"--benchmark_repetitions={reps}", "--benchmark_format=json"],
         capture_output=True, text=True, check=True).stdout
