@@ -18,9 +18,15 @@ copy).
 wake-up (and only that: its nice value and its share of the CPU stay as they
 were). So a thread that waits for IREE's workers runs under it for the wait
 (``enter`` / ``leave``): the worker then finishes the callback before the
-waiter runs. Same loop, alternated runs, load 8.7-9.5: median step 3.0-6.9
-against 7.1-10.6 ms, the run thread's CPU 0.01-0.2 against 1.5-1.7 ms a
-step. Changing between ``SCHED_OTHER`` and ``SCHED_BATCH`` needs no
+waiter runs; lazy-mlir's run thread is a batch thread for good (``worker``).
+Both together, the same loop against main, alternated, load ~14: median step
+3.5-8.1 against 11.9-18.9 ms, the Python threads' CPU 1.3-1.5 against
+3.8-4.3 ms a step (the waits alone left 13% of the samples in the spin: the
+worker can still be preempted by another process). Nothing here depends on
+module size: ResNet medium's step (~190 ms) was unchanged (198 against 195
+ms median, one round); a ``local-sync`` device instead (no worker to wait
+for) cost as much wall time as main at tiny, and one IREE worker more.
+Changing between ``SCHED_OTHER`` and ``SCHED_BATCH`` needs no
 privilege; where it fails (not Linux, a seccomp filter) waits stay as they
 were, and a thread running under another policy (real-time, idle) is left
 alone.

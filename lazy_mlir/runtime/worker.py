@@ -22,6 +22,8 @@ submit, it does not preempt the thread that submitted, which in
 step instead of three: ResNet tiny's ``compile_train_step`` loop at load
 ~9 on 2 cores, median step 5.5-8.1 against 8.5-10.0 ms with only the waits
 under ``SCHED_BATCH``). Where there is a free core it still starts at once.
+(A device made by this thread is made under ``SCHED_OTHER``: IREE's
+workers inherit the policy of the thread that starts them.)
 """
 from __future__ import annotations
 
