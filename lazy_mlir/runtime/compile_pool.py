@@ -19,6 +19,18 @@ talking over pipes: not ``multiprocessing``, whose spawned children run the
 user's ``__main__`` again, and never a fork of a process with torch threads. Where one cannot start, ``pool()`` is None from then on and compiles
 run in this process, with one warning. Each worker stores its modules in the
 persistent cache (``disk_cache``), so a second process compiles nothing.
+
+A process that exits with compiles unanswered (a short script, a benchmark
+that stops after warm-up) leaves them to finish (``CompilePool.detach``, run
+at exit): a worker compiling a graph for the persistent cache is not killed
+but let go, and stores the module itself; the graphs no worker had started
+go to one of the workers through a spool file (or to a new worker process).
+Once this process is gone a let-go worker's output goes to /dev/null (a
+caller reading the program's output to its end is not kept waiting); it
+ends after its last job, never runs a job longer than
+``LAZY_MLIR_COMPILE_TIMEOUT``, and its crash costs those modules only.
+Compiles whose module would not be stored (no persistent cache) are killed
+as before.
 """
 from __future__ import annotations
 
@@ -33,13 +45,14 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import traceback
 from pathlib import Path
 
 from ..dialects.runner import PipelineError, repro_dir
 from ..pipeline.compile import CompiledGraph, InPlaceHazard
-from .compile_worker import COMMAND, pack_fx, read_frame, write_frame
+from .compile_worker import COMMAND, PARENT_ENV, pack_fx, read_frame, write_frame
 
 log = logging.getLogger("lazy_mlir")
 
@@ -54,6 +67,10 @@ class CompilerCrash(PipelineError):
 
 class WorkerUnavailable(RuntimeError):
     """A worker process could not be started."""
+
+
+class _Detached(Exception):
+    """The pool was let go (the process exits) before a job reached a worker."""
 
 
 def worker_count() -> int:
@@ -80,20 +97,33 @@ def timeout_seconds() -> float:
         raise ValueError(f"LAZY_MLIR_COMPILE_TIMEOUT must be seconds, not {raw!r}") from None
 
 
+def _worker_env() -> dict:
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])  # this lazy_mlir, not another install
+    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "")
+                                                  .split(os.pathsep) if p])
+    env[PARENT_ENV] = str(os.getpid())
+    return env
+
+
 class _Worker:
     """One worker process; used by one pool thread at a time."""
 
-    def __init__(self):
-        env = dict(os.environ)
-        root = str(Path(__file__).resolve().parents[2])  # this lazy_mlir, not another install
-        env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "")
-                                                      .split(os.pathsep) if p])
+    def __init__(self, wait: bool = True):
+        """Start the process; with ``wait``, ``wait_ready`` too."""
+        self.job: dict | None = None  # the job written to it and not answered yet
+        self.send_lock = threading.Lock()  # a job is written, or the worker let go
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, *COMMAND],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_worker_env())
         except OSError as e:
             raise WorkerUnavailable(str(e)) from e
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> None:
+        """Wait for the worker's imports; ``WorkerUnavailable`` if it fails."""
         hello = self._answer(START_TIMEOUT_SECONDS)
         if not (isinstance(hello, tuple) and hello[0] == "ready"):
             self.stop()
@@ -117,15 +147,23 @@ class _Worker:
             return f"killed by {signal.Signals(-code).name}"
         return f"exit status {code}"
 
-    def compile(self, job: dict, seconds: float):
+    def compile(self, job: dict, seconds: float, pool: "CompilePool"):
         """The worker's answer to ``job``; raises ``CompilerCrash`` (and the
-        worker is dead) if it died or passed ``seconds``."""
-        try:
-            write_frame(self.proc.stdin, job)
-        except (BrokenPipeError, OSError):
-            answer = None
-        else:
+        worker is dead) if it died or passed ``seconds``, ``_Detached`` if
+        ``pool`` was let go before the job was sent."""
+        with self.send_lock:
+            if pool.closed:
+                raise _Detached()
+            self.job = job
+            try:
+                write_frame(self.proc.stdin, job)
+            except (BrokenPipeError, OSError):
+                answer = None
+            else:
+                answer = False
+        if answer is False:
             answer = self._answer(seconds)
+        self.job = None
         if isinstance(answer, tuple):
             return answer
         if answer == "timeout":
@@ -137,6 +175,16 @@ class _Worker:
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    def let_go(self, spool: str | None = None) -> None:
+        """At exit: the worker finishes its job (and the jobs in ``spool``),
+        storing the modules, then ends on its own (its input ends here)."""
+        try:
+            if spool is not None:
+                write_frame(self.proc.stdin, ("spool", spool))  # a few bytes: never blocks
+            self.proc.stdin.close()
+        except OSError as e:  # (it died meanwhile)
+            log.debug("lazy-mlir: cannot let the compile worker go: %s", e)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -159,6 +207,7 @@ class CompilePool:
         self._threads: list[threading.Thread] = []
         self._workers: list[_Worker] = []
         self._lock = threading.Lock()
+        self._unanswered: dict[int, dict] = {}  # id(future) -> its job
         self.in_flight = 0
         self.closed = False
 
@@ -171,6 +220,7 @@ class CompilePool:
         future: concurrent.futures.Future = concurrent.futures.Future()
         with self._lock:
             self.in_flight += 1
+            self._unanswered[id(future)] = job
             if len(self._threads) < self.size and len(self._threads) < self.in_flight:
                 t = threading.Thread(target=self._serve, name="lazy-mlir-compile", daemon=True)
                 self._threads.append(t)
@@ -185,7 +235,9 @@ class CompilePool:
             try:
                 if worker is None or not worker.alive():
                     worker = self._start()
-                answer = worker.compile(job, timeout_seconds())
+                answer = worker.compile(job, timeout_seconds(), self)
+            except _Detached:
+                return  # the job was spooled by ``detach``
             except WorkerUnavailable as e:
                 answer = ("unavailable", str(e))
             except CompilerCrash as e:
@@ -197,18 +249,20 @@ class CompilePool:
                 answer = ("error", "exception", traceback.format_exc(), (), None, None)
             with self._lock:
                 self.in_flight -= 1
+                self._unanswered.pop(id(future), None)
             future.set_result(answer)
 
     def _start(self) -> _Worker:
         if self.unavailable:
             raise WorkerUnavailable(self.unavailable)
         try:
-            w = _Worker()
+            w = _Worker(wait=False)
+            with self._lock:  # listed while it starts: ``detach`` may hand it the jobs
+                self._workers = [x for x in self._workers if x.alive()] + [w]
+            w.wait_ready()
         except WorkerUnavailable as e:
             self.unavailable = str(e)
             raise
-        with self._lock:
-            self._workers = [x for x in self._workers if x.alive()] + [w]
         return w
 
     def shutdown(self) -> None:
@@ -218,6 +272,65 @@ class CompilePool:
             workers, self._workers = self._workers, []
         for w in workers:
             w.stop()
+
+    def detach(self) -> None:
+        """At exit: let the compiles that store a module finish without this
+        process (see the module docstring); kill the other workers."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True  # pool threads send nothing from now on
+            workers, self._workers = self._workers, []
+            unanswered = list(self._unanswered.values())
+        busy, idle, inside = [], [], set()
+        for w in workers:
+            with w.send_lock:  # a job being written is written
+                job = w.job
+            if not w.alive():
+                continue
+            if job is not None and job.get("cache"):
+                busy.append(w)
+                inside.add(id(job))
+            else:
+                idle.append(w)
+        # (a job answered meanwhile may be spooled too: its store is skipped)
+        unsent = [j for j in unanswered if j.get("cache") and id(j) not in inside]
+        spool = _write_spool(unsent) if unsent else None
+        heir = (busy or idle or [None])[0]
+        for w in busy:
+            w.let_go(spool if w is heir else None)
+        for w in idle:
+            if w is heir:
+                w.let_go(spool)
+            else:
+                w.stop()
+        if spool is not None and heir is None:
+            _start_spool_worker(spool)
+
+
+def _write_spool(jobs: list[dict]) -> str | None:
+    """``jobs`` pickled to a new file (written whole, then renamed into
+    place); its path, or None if it cannot be written."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix="lazy-mlir-jobs-", suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            pickle.dump(jobs, f, protocol=pickle.HIGHEST_PROTOCOL)
+        path = tmp[:-len(".tmp")] + ".pkl"
+        os.replace(tmp, path)
+        return path
+    except (OSError, pickle.PicklingError) as e:
+        log.debug("lazy-mlir: cannot hand %d unfinished compiles over: %s", len(jobs), e)
+        return None
+
+
+def _start_spool_worker(spool: str) -> None:
+    """A worker process, on its own, for the jobs in ``spool`` (no worker was running)."""
+    try:
+        subprocess.Popen([sys.executable, *COMMAND, "--spool", spool], env=_worker_env(),
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    except OSError as e:
+        log.debug("lazy-mlir: cannot start a worker for the unfinished compiles: %s", e)
 
 
 def _crash_repro(e: CompilerCrash, job: dict) -> tuple[str, tuple, str]:
@@ -261,7 +374,7 @@ def pool() -> CompilePool | None:
             n = worker_count()
             _pool.append(CompilePool(n) if n else None)
             if n:
-                atexit.register(_pool[0].shutdown)
+                atexit.register(_pool[0].detach)
         p = _pool[0]
     if p is not None and p.unavailable:
         if not _warned[0]:

@@ -12,13 +12,25 @@ repro, blamed)``. A crash of torch-mlir or IREE ends this process only.
 ``python -c '...main(sys.argv[1:])' --repro DIR/job.pkl`` (``COMMAND``) compiles
 one job written by the pool for a worker that died, in the foreground: the
 command a repro names.
+
+When its program exits with compiles unanswered, the pool lets the worker go
+(``compile_pool.CompilePool.detach``): the worker finishes its job, stores
+it and ends; a ``("spool", path)`` frame before the end of its input hands it
+the jobs no worker had started (``--spool path``: a new worker for them),
+which it stores without answering. Once its parent is gone (``_watch_parent``,
+within ``PARENT_POLL_SECONDS``) its output goes to /dev/null, so a caller
+reading the program's stderr to its end is not kept waiting, and each job is
+bounded by ``LAZY_MLIR_COMPILE_TIMEOUT`` (SIGALRM).
 """
 from __future__ import annotations
 
 import json
 import os
 import pickle
+import signal
 import struct
+import threading
+import time
 import traceback
 
 _LEN = struct.Struct("<Q")
@@ -26,6 +38,13 @@ _LEN = struct.Struct("<Q")
 # mid-compile (after lowering), "sleep" makes it hang; lets CI crash a real
 # worker without depending on one compiler bug staying unfixed.
 _CRASH_ENV = "LAZY_MLIR_TEST_WORKER_CRASH"
+# Test hook: seconds a worker waits before each compile (a compile still
+# running when its program exits, without depending on the compiler's speed).
+_DELAY_ENV = "LAZY_MLIR_TEST_WORKER_DELAY"
+
+PARENT_POLL_SECONDS = 0.2
+PARENT_ENV = "LAZY_MLIR_COMPILE_PARENT"  # the pool's process id (it may be gone before we look)
+_detached = [False]
 
 
 class _NodeRef:
@@ -124,6 +143,8 @@ def compile_job(job: dict):
     from ..pipeline.compile import InPlaceHazard, compile_module, lower_graph
     gm = unpack_fx(job["fx"])
     target, config = job["target"], job["config"]
+    if os.environ.get(_DELAY_ENV):
+        time.sleep(float(os.environ[_DELAY_ENV]))
     try:
         stages = lower_graph(None, target, config, gm)
         _test_crash()
@@ -199,12 +220,68 @@ def write_frame(f, obj) -> None:
     f.flush()
 
 
+def _watch_parent(parent: int) -> None:
+    """(A daemon thread) ``_detach`` once the parent process is gone."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL_SECONDS)
+    _detach()
+
+
+def _detach() -> None:
+    """On our own: nothing of this process's output reaches the program's
+    any more, and the job running now has its time limit."""
+    if not _detached[0]:
+        _detached[0] = True
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        os.close(null)
+    _limit_job()
+
+
+def _limit_job() -> None:
+    """A let-go worker ends (SIGALRM) if its job runs past the time limit."""
+    if _detached[0]:
+        raw = os.environ.get("LAZY_MLIR_COMPILE_TIMEOUT", "").strip()
+        try:
+            seconds = float(raw) if raw else 900.0
+        except ValueError:
+            seconds = 900.0
+        signal.alarm(max(1, int(seconds) + 1))
+
+
+def store_spooled(path: str) -> int:
+    """Compile and store the jobs spooled to ``path`` (then removed) whose
+    modules are not in the cache yet; how many were stored."""
+    from .disk_cache import DiskCache
+    try:
+        with open(path, "rb") as f:
+            jobs = pickle.load(f)
+        os.unlink(path)
+    except (OSError, EOFError, pickle.UnpicklingError):
+        return 0
+    stored = 0
+    for job in jobs:
+        root, key, _ = job["cache"]
+        if DiskCache(root).get(key) is not None:  # answered just before the exit
+            continue
+        _limit_job()
+        stored += compile_job(job)[0] == "ok"
+    return stored
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--repro"]:
         with open(argv[1], "rb") as f:
             answer = compile_job(pickle.load(f))
         print(answer[0] if answer[0] == "ok" else answer[2])
         return 0 if answer[0] == "ok" else 1
+    if argv[:1] == ["--spool"]:  # started by a program exiting with no worker running
+        _detach()
+        store_spooled(argv[1])
+        return 0
+    parent_pid = int(os.environ.get(PARENT_ENV) or os.getppid())
+    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
     # The protocol owns the original stdout; what the compiler prints goes to stderr.
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
@@ -213,15 +290,25 @@ def main(argv: list[str]) -> int:
     import iree.compiler  # noqa: F401
     from ..dialects import torch_import  # noqa: F401
     from ..pipeline import compile as _  # noqa: F401
+    parent = True  # the parent still reads answers
     try:
         write_frame(out, ("ready", os.getpid()))
-        while True:
-            job = read_frame(inp)
-            if job is None:  # the parent closed the pipe: it exits
-                return 0
-            write_frame(out, compile_job(job))
-    except BrokenPipeError:  # the parent exited (or gave up on this worker)
-        return 0
+    except BrokenPipeError:  # the parent exited: spooled jobs may wait in the input
+        parent = False
+    while True:
+        job = read_frame(inp)
+        if job is None:  # the parent closed the pipe: it exits, or let this worker go
+            return 0
+        if isinstance(job, tuple) and job[0] == "spool":
+            store_spooled(job[1])
+            continue
+        _limit_job()
+        answer = compile_job(job)  # (stored before it is answered)
+        if parent:
+            try:
+                write_frame(out, answer)
+            except BrokenPipeError:  # the parent exited: the jobs left are stored only
+                parent = False
 
 
 COMMAND = ("-P", "-c", "import sys; from lazy_mlir.runtime.compile_worker import main; "

@@ -26,6 +26,9 @@ Guarantees:
 - A Vulkan device's busy-waiting driver threads (lavapipe with IREE 3.13:
   two, each a whole core, for the life of the device) run at nice 10
   (``spinning_threads``).
+- On the cpu target (``local-task``), a thread waiting for a module's run or
+  a queue copy does so under ``SCHED_BATCH`` (``waiting``): it no longer
+  spins against the IREE worker that woke it.
 - Creating a host-memory device keeps freed memory in the heap
   (``host_memory.keep_freed_memory``): IREE's per-call transient memory is
   then not page-faulted in again on every call.
@@ -43,7 +46,7 @@ import torch
 from .. import metrics
 from ..targets import (LLVMPIPE_FEATURES, VULKAN_I64_DEMOTION, Target, configure_cpu_threads,
                        driver_devices)
-from . import spinning_threads
+from . import spinning_threads, waiting
 from .host_memory import keep_freed_memory
 
 log = logging.getLogger("lazy_mlir")
@@ -147,7 +150,7 @@ def _create_device(rt, target: Target):
     try:
         driver = rt.get_driver(target.driver)
         before = spinning_threads.thread_ids() if target.driver == "vulkan" else set()
-        device = driver.create_default_device()
+        device = waiting.other_while(driver.create_default_device)  # (its threads)
         spinning_threads.calm(before)
         return device
     except Exception as e:
@@ -175,6 +178,7 @@ class Session:
         self.zero_copy = self.host_memory and os.environ.get(
             "LAZY_MLIR_ZERO_COPY", "1").strip().lower() not in ("0", "false", "off", "no")
         self._import_readback = True   # until the device refuses an import
+        self.batch_waits = target.driver == "local-task"  # (``waiting``: measured there)
         _by_device.setdefault(id(self.device), self)
         # IREE demotes float64 to float32 (arguments included) unless told not to.
         self.demotes_f64 = "--iree-input-demote-f64-to-f32=false" not in target.flags
@@ -308,7 +312,11 @@ class Session:
         self.device.queue_copy(source, target,
                                wait_semaphores=rt.HalFence.create_at(sem, 0),
                                signal_semaphores=rt.HalFence.create_at(sem, 1))
-        rt.HalFence.create_at(sem, 1).wait()
+        entered = self.batch_waits and waiting.enter()
+        try:
+            rt.HalFence.create_at(sem, 1).wait()
+        finally:
+            waiting.leave(entered)
 
     def _reinterpret(self, raw: torch.Tensor, view, spec) -> torch.Tensor:
         """Flat ``raw`` (the view's elements, or its bytes) as ``spec.dtype``."""
@@ -421,7 +429,11 @@ class LoadedModule:
             run = list(args)
             for i in self.aliased.union(self.clobbered):
                 run[i] = session.copy_on_device(args[i])
-        out = self.fn(*run)
+        entered = session.batch_waits and waiting.enter()
+        try:
+            out = self.fn(*run)
+        finally:
+            waiting.leave(entered)
         outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
         if self.aliased is None:
             buffers = [a._buffer_view.get_buffer() for a in run]

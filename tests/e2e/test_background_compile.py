@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 import torch
@@ -84,3 +85,52 @@ def test_workers_fill_the_persistent_cache(tmp_path):
         assert out.returncode == 0, out.stderr[-2000:]
         runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
     assert runs == [{"ok": True, "compiles": 1}, {"ok": True, "compiles": 0}]
+
+
+EXIT_EARLY = textwrap.dedent("""
+    import json, sys, time, torch, lazy_mlir as lm
+    from lazy_mlir.runtime import compile_pool
+    x = torch.arange(12.0).reshape(3, 4)
+    a = ((x.to('lazy') * 2).sin() + 1).cpu()   # graph A: its compile starts
+    if sys.argv[1] == "compiling":  # A reaches the worker, which compiles it (5 s or more)
+        pool = compile_pool.pool()
+        while not any(w.job is not None for w in pool._workers):
+            time.sleep(0.05)
+    b = ((x.to('lazy') - 3).cos() * 2).cpu()   # graph B: queued behind A
+    print(json.dumps({"ok": torch.allclose(a, (x * 2).sin() + 1) and
+                            torch.allclose(b, (x - 3).cos() * 2),
+                      "compiles": lm.metrics.counter_value("UncachedCompile"),
+                      "hits": lm.metrics.counter_value("PersistentCacheHit")}))
+""")  # ... and exits at once, without waiting for either compile
+
+
+def _cached_modules(root) -> list:
+    return sorted((root / "modules").glob("*/*.vmfb")) if (root / "modules").exists() else []
+
+
+@pytest.mark.parametrize("when", [
+    pytest.param("starting", marks=pytest.mark.slow),  # (the same spool, handed to a new worker)
+    "compiling"])
+def test_a_process_exiting_without_waiting_leaves_its_modules_in_the_cache(tmp_path, when):
+    """The compiles of a process that exits before they finish are stored by
+    its compile worker, which outlives it (the one compiling, and the graphs
+    queued behind it), so the next process compiles nothing; the exiting
+    process is not kept waiting for them, even by a caller reading its output."""
+    env = dict(os.environ, LAZY_MLIR_CACHE_DIR=str(tmp_path), LAZY_MLIR_COMPILE="background",
+               LAZY_MLIR_COMPILE_WORKERS="1")
+    first = subprocess.run([sys.executable, "-c", EXIT_EARLY, when], capture_output=True,
+                           text=True, timeout=600,
+                           env=dict(env, LAZY_MLIR_TEST_WORKER_DELAY="5"))
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert json.loads(first.stdout.strip().splitlines()[-1]) == {"ok": True, "compiles": 2,
+                                                                 "hits": 0}
+    assert _cached_modules(tmp_path) == []  # returned while its worker still compiles
+    deadline = time.monotonic() + 300
+    while len(_cached_modules(tmp_path)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert len(_cached_modules(tmp_path)) == 2
+    second = subprocess.run([sys.executable, "-c", EXIT_EARLY, "starting"], capture_output=True,
+                            text=True, timeout=600, env=env)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert json.loads(second.stdout.strip().splitlines()[-1]) == {"ok": True, "compiles": 0,
+                                                                  "hits": 2}
