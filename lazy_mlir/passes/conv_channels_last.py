@@ -45,7 +45,7 @@ columns and 4 output channels, half a vector: the pass sets the tile itself
 
 Which convolutions reach this pass: ``conv_matmul`` (``direct=True`` on cpu)
 leaves it the stride-1 forwards with ``DIRECT_CHANNELS`` channels and writes
-input gradients of any stride, and depthwise ones, as stride-1 convolutions;
+stride-1 input gradients, and depthwise ones, as stride-1 convolutions;
 weight gradients go through its matmuls. The rest, and those too small for
 either pass, stay as they are.
 """

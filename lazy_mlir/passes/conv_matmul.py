@@ -7,18 +7,21 @@ that reach a few GFLOP/s. Its own ``--iree-global-opt-use-im2col-for-convs``
 leaves a 4-d ``matmul_like`` contraction that misses the microkernels (and is
 wrong on Vulkan from batch 4 on). Here each 2-d convolution becomes a
 channels-last im2col (a copy), one 2-d ``aten.mm`` and permutes, with
-L = OH*OW and K*C = KH*KW*C:
+L = OH*OW and C*K = C*KH*KW (the weight's own order: ``W[O, C*K]`` is the
+weight as it lies, and so is the weight gradient):
 
-- forward: ``out[N*L, O] = cols[N*L, K*C] @ W[O, K*C]^T``
-- weight gradient: ``dW[O, K*C] = dY[N*L, O]^T @ cols[N*L, K*C]``, summed over
+- forward: ``out[N*L, O] = cols[N*L, C*K] @ W[O, C*K]^T``
+- weight gradient: ``dW[O, C*K] = dY[N*L, O]^T @ cols[N*L, C*K]``, summed over
   batch slices when ``cols`` is large (``WGRAD_CHUNK_BYTES``, timed on cpu),
   or on cpu a batch matmul over slices, summed, when ``dW`` is too small to
   keep the cores busy (``SPLIT_K_MAX_CHANNELS``)
-- input gradient (stride 1): ``Z = dY' @ W[O, K*C]`` on the padded input grid,
+- input gradient (stride 1): ``Z = dY' @ W[O, C*K]`` on the padded input grid,
   then a sum of KH*KW row-shifted blocks of ``Z`` (``_input_grad``); other
-  strides keep torch-mlir's lowering unless ``direct``.
+  strides keep torch-mlir's lowering unless ``direct``. With ``direct`` (cpu),
+  every input gradient but the wide stride-1 ones is ``Z = dY @ W[O, C*K]``
+  and a col2im (``_input_grad_col2im``).
 
-All matrices are channels last (rows of C or K*C floats): the channels-first
+All matrices have rows of positions (rows of O or C*K floats): the channels-first
 forms had rows N*L floats apart, a multiple of 4 KiB for the CNN (36864), and
 IREE's packs and transposes over them ran at ~1 GB/s (4K aliasing).
 
@@ -34,9 +37,9 @@ and LeNet-5 at batch 1: its step module took 0.25 ms rewritten against 0.77
 forward of a stride-1 convolution with at least ``DIRECT_CHANNELS`` input and
 output channels stays ``aten.convolution``, and its input gradient becomes
 one (``_input_grad_direct``): ``passes/conv_channels_last`` gives them to
-IREE as channels-last direct convolutions, faster than the matmuls; so does
-the input gradient of a strided one. The weight gradient is always the
-im2col matmul. A depthwise convolution's gradients are decomposed on every
+IREE as channels-last direct convolutions, faster than the matmuls. Strided and
+narrow input gradients are col2im matmuls (``_input_grad_col2im``). The
+weight gradient is always the im2col matmul. A depthwise convolution's gradients are decomposed on every
 target (``_depthwise_backward``). Applied as a decomposition
 table while ``pipeline.fx_graph.decompose`` re-traces, so every new node has
 its fake value.
@@ -70,35 +73,42 @@ def _deep(channels: int, weight: torch.Tensor) -> bool:
 
 
 def _cols(x, kh, kw, stride, padding, dilation):
-    """im2col of ``x`` [N, C, H, W] as a row-major [N*OH*OW, KH*KW*C] matrix
-    (row n*OH*OW + oh*OW + ow, column (i*KW + j)*C + c): channels last.
+    """im2col of ``x`` [N, C, H, W] as a row-major [N*OH*OW, C*KH*KW] matrix
+    (row n*OH*OW + oh*OW + ow, column (c*KH + i)*KW + j): one row per output
+    position, its columns in the weight's own order, so that the weight
+    [O, C, KH, KW] and its gradient are [O, C*KH*KW] matrices as they lie.
 
-    Why this layout: IREE's data tiling packs a matmul operand [R, K] into
-    16-row panels. A [C*K, N*L] matrix (the channels-first im2col) has rows
-    N*L floats apart, 147456 bytes for the CNN (36 pages): every 16-row panel
-    maps to one L1 set and the packs and the transposes around them ran at
-    ~1 GB/s. Rows of K*C floats (1152 bytes) do not alias, and the windows are
-    copies of C contiguous channels.
+    Why this column order: a (kh, kw, c) order made every weight and weight
+    gradient a transposing copy each step (the medium ResNet: 4.9 M weights,
+    transposed twice, strided reads fused into the AdamW update).
+    Why rows of positions: IREE's data tiling packs a matmul operand [R, K]
+    into 16-row panels. A [C*K, N*L] matrix (the channels-first im2col) has
+    rows N*L floats apart, 147456 bytes for the CNN (36 pages): every 16-row
+    panel maps to one L1 set and the packs and the transposes around them ran
+    at ~1 GB/s. Rows of C*K floats (1152 bytes) do not alias.
     The windows are ``aten.unfold`` of the (padded) input: one gather-like
     ``linalg.generic``. Strided slices of the padded input, stacked, became
     one copy dispatch per tap (25 for LeNet's 5x5 conv1, ~0.2 ms each); the
-    gather runs the LeNet batch-64 step 15% faster (iree-benchmark-module on
-    the dumped step, paired runs with farm-bench).
-    The gather itself is slow: its input map (``h + i``) is not a projected
-    permutation, and IREE 3.13's code for it copies the CNN's 5.3 MB block
-    of 8 images in 0.86 ms, against 0.11 ms for an elementwise op of that
-    size. Stacked slices of the channels-last rows (32 channels) copy it in
-    0.2-0.3 ms, but as 9 dispatches a block: the CNN step module stayed at
-    66 ms (8 blocks, 4 alternating rounds), and took 1.8x as long in one
-    42 MB block; ``aten.index`` with window indices took 0.71 ms."""
+    gather ran the LeNet batch-64 step 15% faster (iree-benchmark-module on
+    the dumped step, paired runs with farm-bench)."""
     n, c = x.shape[0], x.shape[1]
-    cols = _windows(x, kh, kw, stride, padding, dilation)   # [N, OH, OW, KH, KW, C]
-    oh, ow = cols.shape[1], cols.shape[2]
-    return aten.reshape(cols, [n * oh * ow, kh * kw * c]), oh, ow
+    cols = _windows(x, kh, kw, stride, padding, dilation, channels_last=False)
+    oh, ow = cols.shape[1], cols.shape[2]                    # [N, OH, OW, C, KH, KW]
+    return aten.reshape(cols, [n * oh * ow, c * kh * kw]), oh, ow
 
 
-def _windows(x, kh, kw, stride, padding, dilation):
-    """The windows of ``x`` [N, C, H, W] as a view [N, OH, OW, KH, KW, C]."""
+def _windows(x, kh, kw, stride, padding, dilation, channels_last=True):
+    """The windows of ``x`` [N, C, H, W] as a view [N, OH, OW, KH, KW, C]
+    (``channels_last``) or [N, OH, OW, C, KH, KW] (unfolded channels first:
+    a window row is then KW neighbouring floats of the input)."""
+    if not channels_last:
+        if padding[0] or padding[1]:
+            x = aten.constant_pad_nd(x, [padding[1], padding[1], padding[0], padding[0]], 0.0)
+        win = aten.unfold(x, 2, (kh - 1) * dilation[0] + 1, stride[0])    # [N, C, OH, W, sh]
+        win = aten.unfold(win, 3, (kw - 1) * dilation[1] + 1, stride[1])  # [N, C, OH, OW, sh, sw]
+        if dilation[0] != 1 or dilation[1] != 1:
+            win = aten.slice(aten.slice(win, 4, 0, None, dilation[0]), 5, 0, None, dilation[1])
+        return aten.permute(win, [0, 2, 3, 1, 4, 5])          # [N, OH, OW, C, KH, KW]
     xt = aten.permute(x, [0, 2, 3, 1])                       # [N, H, W, C]
     if padding[0] or padding[1]:
         xt = aten.constant_pad_nd(xt, [0, 0, padding[1], padding[1], padding[0], padding[0]], 0.0)
@@ -110,9 +120,9 @@ def _windows(x, kh, kw, stride, padding, dilation):
 
 
 def _weight_matrix(weight):
-    """``weight`` [O, C, KH, KW] as [O, KH*KW*C], the column order of ``_cols``."""
-    o = weight.shape[0]
-    return aten.reshape(aten.permute(weight, [0, 2, 3, 1]), [o, -1])
+    """``weight`` [O, C, KH, KW] as [O, C*KH*KW], the column order of ``_cols``
+    (a view)."""
+    return aten.reshape(weight, [weight.shape[0], -1])
 
 
 def _rows(t):
@@ -123,7 +133,7 @@ def _rows(t):
 
 def _forward(x, weight, stride, padding, dilation):
     """conv2d(x, weight) without bias, as [N, O, OH, OW] (a permuted view).
-    ``out[N*L, O] = cols[N*L, K*C] @ W[O, K*C]^T``."""
+    ``out[N*L, O] = cols[N*L, C*K] @ W[O, C*K]^T``."""
     o = weight.shape[0]
     cols, oh, ow = _cols(x, weight.shape[2], weight.shape[3], stride, padding, dilation)
     out = aten.mm(cols, aten.t(_weight_matrix(weight)))     # [N*OH*OW, O]
@@ -132,7 +142,7 @@ def _forward(x, weight, stride, padding, dilation):
 
 def _input_grad(grad_out, weight, h, w, padding, dilation):
     """The input gradient of a stride-1 convolution, [N, C, H, W], from one
-    matmul ``Z = dY' @ W[O, K*C]`` and a sum of KH*KW row-shifted column blocks
+    matmul ``Z = dY' @ W[O, C*K]`` and a sum of KH*KW row-shifted column blocks
     of ``Z`` (col2im without scatter, pads or im2col of the padded dY).
 
     ``dY'`` is dY placed on the padded input grid [N, Hp, Wp] (zero past
@@ -150,17 +160,59 @@ def _input_grad(grad_out, weight, h, w, padding, dilation):
     g = n * hp * wp
     s_max = (kh - 1) * dilation[0] * wp + (kw - 1) * dilation[1]
     rows = aten.constant_pad_nd(aten.reshape(dy, [g, o]), [0, 0, s_max, 0], 0.0)
-    z = aten.mm(rows, _weight_matrix(weight))                          # [s_max + G, K*C]
+    z = aten.mm(rows, _weight_matrix(weight))                          # [s_max + G, C*K]
+    z = aten.reshape(z, [s_max + g, c, kh * kw])
     total = None
     for i in range(kh):
         for j in range(kw):
             start = s_max - (i * dilation[0] * wp + j * dilation[1])
-            k = (i * kw + j) * c
-            block = aten.slice(aten.slice(z, 0, start, start + g), 1, k, k + c)
+            block = aten.select(aten.slice(z, 0, start, start + g), 2, i * kw + j)
             total = block if total is None else aten.add(total, block)
     dx = aten.reshape(total, [n, hp, wp, c])
     dx = aten.slice(aten.slice(dx, 1, padding[0], padding[0] + h), 2, padding[1], padding[1] + w)
     return aten.permute(dx, [0, 3, 1, 2])
+
+
+def _input_grad_col2im(grad_out, weight, h, w, stride, padding, dilation):
+    """The input gradient [N, C, H, W] of a convolution of any stride as one
+    matmul ``Z = dY[N*OH*OW, O] @ W[O, C*K]`` (the weight as it lies) and a
+    col2im: window element (i, j) of output position (oh, ow) adds
+    ``Z[.., c, i, j]`` to padded input row ``oh*sh + i*dh`` (columns alike).
+
+    The matmul has the convolution's own multiply-adds: none on the zeros of
+    a stride-spread dY (``_input_grad_direct``: 3/4 of them at stride 2), nor
+    on the padded grid's border rows (``_input_grad``: 4.3x the rows for the
+    medium ResNet's 2x2 maps), and no flipped, transposed copy of the weight.
+    The col2im is gathers, not a scatter: padded input row ``a*sh + r`` takes
+    the taps i with ``i*dh % sh == r`` from ``Z`` row ``a - i*dh // sh`` (a
+    slice of ``Z`` padded once), one sum per residue class (r, t), the
+    classes interleaved by a stack and a reshape."""
+    n, o, oh, ow = grad_out.shape
+    _, c, kh, kw = weight.shape
+    (sh, sw), (dh, dw) = stride, dilation
+    z = aten.reshape(aten.mm(_rows(grad_out), _weight_matrix(weight)), [n, oh, ow, c, kh, kw])
+    rows, cols = -(-(h + 2 * padding[0]) // sh), -(-(w + 2 * padding[1]) // sw)  # per class
+    qh, qw = [i * dh // sh for i in range(kh)], [j * dw // sw for j in range(kw)]
+    z = aten.constant_pad_nd(z, [0, 0, 0, 0, 0, 0, max(qw), cols - ow, max(qh), rows - oh], 0.0)
+    classes = []
+    for r in range(sh):
+        row = []
+        for t in range(sw):
+            total = None
+            for i in (i for i in range(kh) if i * dh % sh == r):
+                for j in (j for j in range(kw) if j * dw % sw == t):
+                    top, left = max(qh) - qh[i], max(qw) - qw[j]
+                    tap = aten.slice(aten.slice(z, 1, top, top + rows), 2, left, left + cols)
+                    tap = aten.select(aten.select(tap, 5, j), 4, i)         # [N, A, B, C]
+                    total = tap if total is None else aten.add(total, tap)
+            if total is None:  # no tap lands on this class (stride above the window)
+                total = aten.new_zeros(z, [n, rows, cols, c])
+            row.append(total)
+        classes.append(row[0] if sw == 1 else aten.stack(row, 3))            # [N, A, B(, sw), C]
+    dx = classes[0] if sh == 1 else aten.stack(classes, 2)                  # [N, A(, sh), B.., C]
+    dx = aten.reshape(dx, [n, rows * sh, cols * sw, c])
+    dx = aten.slice(aten.slice(dx, 1, padding[0], padding[0] + h), 2, padding[1], padding[1] + w)
+    return aten.clone(aten.permute(dx, [0, 3, 1, 2]), memory_format=torch.contiguous_format)
 
 
 DIRECT_CHANNELS = 3
@@ -189,8 +241,8 @@ its output columns by a divisor of the width (``conv_channels_last``), and
 on the maps at the end of a ResNet it crawled. The medium ResNet's 3x3
 convolutions of 512 channels on 2x2 maps (batch 8) ran at 4-5 GFLOP/s (35 ms
 each), 256 channels on 4x4 at 10-23; as im2col matmuls they are data-tiled
-matmuls. Strided input gradients stay direct (the alternative is
-torch-mlir's lowering)."""
+matmuls. Narrower input gradients, and strided ones, are col2im matmuls
+(``_input_grad_col2im``)."""
 
 
 def _wide_enough(width: int) -> bool:
@@ -279,7 +331,7 @@ def _split_k_slices(n: int, o: int, kc: int) -> int:
 
 
 def _weight_grad(dy, x, kh, kw, stride, padding, dilation, split_k=False):
-    """``dW[O, K*C] = dY[N*L, O]^T @ cols[N*L, K*C]``, over batch slices of at
+    """``dW[O, C*K] = dY[N*L, O]^T @ cols[N*L, C*K]``, over batch slices of at
     most ``WGRAD_CHUNK_BYTES`` of im2col when the whole is larger; with
     ``split_k`` (cpu) a small ``dW`` in one block is a batch matmul over
     ``_split_k_slices`` slices of the batch, summed."""
@@ -368,10 +420,11 @@ def _depthwise_backward(grad_out, x, weight, stride, padding, dilation, output_m
 def convolution_backward(grad_out, x, weight, bias_sizes, stride, padding, dilation,
                          transposed, output_padding, groups, output_mask, direct=False,
                          split_k=False):
-    """Weight gradient ``dW[O, K*C] = dY[N*L, O]^T @ cols[N*L, K*C]`` (any
+    """Weight gradient ``dW[O, C*K] = dY[N*L, O]^T @ cols[N*L, C*K]`` (any
     stride); input gradient with ``direct`` as a direct convolution
-    (``_input_grad_direct``, any stride), else by ``_input_grad`` (stride 1)
-    or torch-mlir's lowering of ``convolution_backward`` (other strides)."""
+    (``_input_grad_direct``: stride 1, at least ``DIRECT_MIN_WIDTH`` wide)
+    or else a col2im matmul (``_input_grad_col2im``); without ``direct`` by
+    ``_input_grad`` (stride 1) or torch-mlir's lowering (other strides)."""
     pairs = _pairs(stride, padding, dilation)
     if pairs is None:
         return NotImplemented
@@ -387,16 +440,18 @@ def convolution_backward(grad_out, x, weight, bias_sizes, stride, padding, dilat
     o, c, kh, kw = weight.shape
     h, w = x.shape[2], x.shape[3]
     strided = tuple(stride) != (1, 1)
-    direct_input = (output_mask[0] and direct and _direct(x, weight)
-                    and _padding_within_window(weight, padding, dilation)
-                    and (strided or _wide_enough(w)))
-    torch_mlir_input = output_mask[0] and strided and not direct_input
+    direct_input = (output_mask[0] and direct and _direct(x, weight) and not strided
+                    and _padding_within_window(weight, padding, dilation) and _wide_enough(w))
+    col2im_input = output_mask[0] and direct and not direct_input
+    torch_mlir_input = output_mask[0] and strided and not (direct_input or col2im_input)
     if torch_mlir_input and not (output_mask[1] or output_mask[2]):
         return NotImplemented  # nothing else to rewrite: torch-mlir's lowering, as it is
     grad_input = grad_weight = grad_bias = None
     dy = _rows(grad_out)                                     # [N*OH*OW, O]
     if direct_input:
         grad_input = _input_grad_direct(grad_out, weight, h, w, stride, padding, dilation)
+    elif col2im_input:
+        grad_input = _input_grad_col2im(grad_out, weight, h, w, stride, padding, dilation)
     elif torch_mlir_input:  # the op again, input gradient only: it returns NotImplemented
         grad_input = aten.convolution_backward(grad_out, x, weight, None, stride, padding,
                                                dilation, False, [0, 0], 1,
@@ -405,9 +460,8 @@ def convolution_backward(grad_out, x, weight, bias_sizes, stride, padding, dilat
         grad_input = aten.clone(_input_grad(grad_out, weight, h, w, padding, dilation),
                                 memory_format=torch.contiguous_format)
     if output_mask[1]:
-        dw = _weight_grad(dy, x, kh, kw, stride, padding, dilation, split_k)  # [O, K*C]
-        grad_weight = aten.clone(aten.permute(aten.reshape(dw, [o, kh, kw, c]), [0, 3, 1, 2]),
-                                 memory_format=torch.contiguous_format)
+        dw = _weight_grad(dy, x, kh, kw, stride, padding, dilation, split_k)  # [O, C*K]
+        grad_weight = aten.reshape(dw, [o, c, kh, kw])     # the weight's own layout
     if output_mask[2]:  # from the rows: no second (channels-first) copy of dY
         grad_bias = _bias_grad(dy, x.shape[0], o)
     return grad_input, grad_weight, grad_bias
@@ -426,9 +480,10 @@ def _bias_grad(dy, n: int, o: int):
 
 def decompositions(direct: bool = False, split_k: bool = False) -> dict:
     """The table for ``make_fx`` (a function returning ``NotImplemented``
-    keeps the op); ``direct``: stride-1 forwards and input gradients of any
-    stride with ``DIRECT_CHANNELS`` go to IREE's direct convolution
-    (``_direct``); ``split_k``: small weight gradients are split along their
+    keeps the op); ``direct``: stride-1 forwards and input gradients at
+    least ``DIRECT_MIN_WIDTH`` wide with ``DIRECT_CHANNELS`` go to IREE's
+    direct convolution (``_direct``), other input gradients are col2im
+    matmuls; ``split_k``: small weight gradients are split along their
     depth (``_split_k_slices``, measured on cpu)."""
     return {aten.convolution.default: functools.partial(convolution, direct=direct),
             aten.convolution_backward.default: functools.partial(

@@ -171,6 +171,54 @@ def test_a_strided_input_gradient_is_a_stride_1_convolution_of_the_spread_gradie
     torch.testing.assert_close(cm._input_grad_direct(dy, weight, h, w, *conv[:3]), want)
 
 
+# (N, C, H, W, O, KH, KW, stride, padding, dilation): strides 1-4 (4: above
+# the window, so some residue classes get no tap), padding beyond the window,
+# a 1x1 kernel, 2x2 maps, unequal strides, paddings and dilations per axis
+COL2IM_CASES = [
+    (2, 3, 5, 7, 4, 3, 3, (2, 2), (1, 1), (1, 1)),
+    (2, 3, 6, 6, 4, 1, 1, (2, 2), (0, 0), (1, 1)),
+    (1, 2, 9, 8, 3, 3, 2, (3, 3), (2, 2), (1, 1)),
+    (2, 2, 7, 7, 3, 3, 3, (2, 2), (1, 1), (2, 2)),
+    (1, 2, 2, 2, 3, 3, 3, (1, 1), (1, 1), (1, 1)),
+    (2, 4, 8, 8, 5, 7, 7, (2, 2), (3, 3), (1, 1)),
+    (1, 2, 5, 5, 2, 2, 2, (4, 4), (0, 0), (1, 1)),
+    (1, 3, 10, 9, 2, 3, 3, (2, 3), (1, 0), (1, 2)),
+]
+
+
+@pytest.mark.parametrize("case", COL2IM_CASES, ids=lambda c: "-".join(map(str, c)))
+def test_the_col2im_input_gradient_matches_aten(case):
+    n, c, h, w, o, kh, kw, s, p, d = case
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(n, c, h, w, generator=g, dtype=torch.float64)
+    weight = torch.randn(o, c, kh, kw, generator=g, dtype=torch.float64)
+    conv = (list(s), list(p), list(d), False, [0, 0], 1)
+    dy = torch.randn(aten.convolution(x, weight, None, *conv).shape, generator=g,
+                     dtype=torch.float64)
+    want = aten.convolution_backward(dy, x, weight, None, *conv, [True, False, False])[0]
+    got = cm._input_grad_col2im(dy, weight, h, w, *conv[:3])
+    assert got.is_contiguous()
+    torch.testing.assert_close(got, want)
+
+
+def test_direct_takes_strided_and_narrow_input_gradients_as_col2im_matmuls():
+    """cpu (``direct``): a strided input gradient, or a stride-1 one narrower
+    than DIRECT_MIN_WIDTH, is one matmul with the weight as it lies (no
+    convolution, no flipped copy); a wide stride-1 one stays a convolution."""
+    table = cm.decompositions(direct=True)
+    for size, stride, convs in [(8, 2, 0), (4, 1, 0), (8, 1, 1)]:
+        x, w = torch.randn(2, 8, size, size), torch.randn(16, 8, 3, 3)
+        conv = ([stride] * 2, [1, 1], [1, 1], False, [0, 0], 1)
+        dy = torch.randn(aten.convolution(x, w, None, *conv).shape)
+        gm = make_fx(lambda dy, x, w: table[aten.convolution_backward.default](
+            dy, x, w, None, *conv, [True, False, False]))(dy, x, w)
+        targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+        assert targets.count(aten.convolution.default) == convs, (size, stride)
+        assert aten.flip.default not in targets or convs
+        torch.testing.assert_close(gm(dy, x, w)[0], aten.convolution_backward(
+            dy, x, w, None, *conv, [True, False, False])[0], rtol=1e-4, atol=1e-4)
+
+
 def test_traced_conv_step_has_matmuls_instead_of_convolutions():
     def step(x, w):
         out = torch.nn.functional.conv2d(x, w, padding=1)
