@@ -29,6 +29,7 @@ def _not_installed(*args, **kwargs):
 # a module lookup each time.
 _dispatch = _not_installed  # dispatch.dispatch(func, args, kwargs): routes every aten op
 _to_host = _not_installed   # sync.to_host(t): the host value of a lazy tensor (repr)
+_backward = torch.Tensor.backward  # backward.backward: the backward as one node
 
 
 class Storage:
@@ -114,6 +115,9 @@ class LazyTensor(torch.Tensor):
         contents = torch._tensor_str._tensor_str(host, len("tensor("))
         text = torch._tensor_str._str_intern(self, tensor_contents=contents)
         return "tensor(" + text[len(type(self).__name__) + 1:]
+
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+        return _backward(self, gradient, retain_graph, create_graph, inputs)
 
     def tolist(self):
         return self.cpu().tolist()
