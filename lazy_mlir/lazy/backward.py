@@ -11,8 +11,10 @@ backward traced once to aten, then one node a step, its outputs the
 gradients, which are accumulated into ``.grad`` as ``AccumulateGrad`` does.
 
 Used by ``LazyTensor.backward`` (``loss.backward()``, ``scaler.scale(loss)
-.backward()``) unless ``create_graph`` or ``inputs`` is given, or
-``LAZY_MLIR_BACKWARD=ops``. A backward whose graph holds anything but
+.backward()``) unless ``create_graph`` or ``inputs`` is given, a live lazy
+tensor has a hook (``register_hook``, ``register_post_accumulate_grad_hook``:
+``lm.distributed.ddp``'s gradient buckets), a ``torch.distributed`` process
+group exists, or ``LAZY_MLIR_BACKWARD=ops``. A backward whose graph holds anything but
 autograd's own formulas and gradient accumulation (tensor or module hooks,
 custom ``autograd.Function``s, DDP's reducer hooks) or reads a tensor that
 is not lazy runs its compiled-autograd graph op by op: the same ops as
@@ -51,10 +53,17 @@ def enabled() -> bool:
 
 def backward(tensor, gradient=None, retain_graph=None, create_graph=False, inputs=None):
     """``tensor.backward(...)``, through compiled autograd where it can."""
-    if create_graph or inputs is not None or not enabled() or _ca.in_compiled_autograd_region:
+    if (create_graph or inputs is not None or _tensor.hooked or not enabled()
+            or _ca.in_compiled_autograd_region or _distributed()):
         return torch.Tensor.backward(tensor, gradient, retain_graph, create_graph, inputs)
     with _compiled_autograd():
         return torch.Tensor.backward(tensor, gradient, retain_graph)
+
+
+def _distributed() -> bool:
+    """A process group exists: DDP's C++ reducer hooks into autograd's own
+    engine (compiled autograd refuses to run beside it)."""
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
 
 
 @contextlib.contextmanager
