@@ -35,7 +35,10 @@ import torch.fx as fx
 from .. import metrics
 from ..ops import subgraph
 from . import tensor as _tensor
+from ..ops import support as _support
 from .capture import _make_scalar
+from .kinds import RANDOM
+from .supported import UNSUPPORTED_DTYPES
 from .tensor import LazyTensor
 
 log = logging.getLogger("lazy_mlir")
@@ -185,6 +188,10 @@ class _OneNodeBackward:
         except Exception as e:  # noqa: BLE001 (any trace failure: op by op, as before)
             log.info("lazy-mlir: backward runs op by op: tracing it failed: %s", e)
             return False
+        why = _uncompilable(template.gm)
+        if why is not None:  # (op by op, capture decomposes it or falls back, counted)
+            log.info("lazy-mlir: backward runs op by op: %s", why)
+            return False
         return template.key, used, params
 
 
@@ -195,6 +202,22 @@ def _lifted(t: torch.Tensor):
     if t.dim() != 0 or t.device.type != "cpu":
         return None
     return _make_scalar(t.item(), t.dtype)
+
+
+def _uncompilable(gm: fx.GraphModule) -> str | None:
+    """Why the pipeline would not compile one of ``gm``'s ops as capture
+    would record it: not in the dialect, denied, random, or of a dtype it
+    does not lower."""
+    for node in gm.graph.nodes:
+        op = node.target
+        if node.op != "call_function" or not isinstance(op, torch._ops.OpOverload):
+            continue
+        if not _support.op_is_supported(op) or op in RANDOM:
+            return f"{op} is not compiled"
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor) and val.dtype in UNSUPPORTED_DTYPES:
+            return f"{op} makes {val.dtype}"
+    return None
 
 
 def _foreign_function(gm: fx.GraphModule, hooks) -> str | None:
