@@ -75,7 +75,8 @@ def _main_inputs(mlir: str) -> list[str]:
         raise SystemExit("no func.func @main in the file")
     out = []
     for t in _TENSOR.findall(m.group(1)):
-        out.append(f"{t}=0")
+        empty = "0" in t.split("x")[:-1]  # IREE refuses a splat for 0 elements
+        out.append(t if empty else f"{t}=0")
     return out
 
 

@@ -119,6 +119,14 @@ class _GRU(torch.autograd.Function):
         return (None, *[g if n else None for g, n in zip(grads, need)])
 
 
+def _config(input, has_biases, num_layers, bidirectional, batch_first) -> tuple:
+    """The ops' trailing arguments: the layout and whether the recurrence is
+    unrolled over time or a loop (``ops/rnn.unrolled``: by its length)."""
+    steps = input.shape[1] if batch_first else input.shape[0]
+    unroll = _rnn_ops.unrolled(steps, num_layers, 1 + bidirectional)
+    return (has_biases, num_layers, bidirectional, batch_first, unroll)
+
+
 def lstm(input, hx, params, has_biases, num_layers, dropout, train, bidirectional,
          batch_first):
     """The ``AutogradLazy`` kernel of ``aten::lstm.input``."""
@@ -129,7 +137,7 @@ def lstm(input, hx, params, has_biases, num_layers, dropout, train, bidirectiona
         "lstm", input, tensors, dropout, train, num_layers)
     if why is not None:
         return _old_path(aten.lstm.input, why, args)
-    config = (has_biases, num_layers, bidirectional, batch_first)
+    config = _config(input, has_biases, num_layers, bidirectional, batch_first)
     if not _needs_grad(tensors):
         return tuple(ops.lstm.default(input, hx[0], hx[1], list(params), *config)[:3])
     return _LSTM.apply(config, input, hx[0], hx[1], *params)
@@ -143,7 +151,7 @@ def gru(input, hx, params, has_biases, num_layers, dropout, train, bidirectional
     why = _unfused_reason("gru", input, tensors, dropout, train, num_layers)
     if why is not None:
         return _old_path(aten.gru.input, why, args)
-    config = (has_biases, num_layers, bidirectional, batch_first)
+    config = _config(input, has_biases, num_layers, bidirectional, batch_first)
     if not _needs_grad(tensors):
         return tuple(ops.gru.default(input, hx, list(params), *config)[:2])
     return _GRU.apply(config, input, hx, *params)

@@ -51,9 +51,17 @@ def as_traced_loops(fn):
     return traced
 
 
-def fori(n: int, body, carries: tuple) -> tuple:
-    """``carries`` after ``carries = body(i, *carries)`` for ``i`` in ``0..n-1``."""
+def fori(n: int, body, carries: tuple, unroll: bool = False) -> tuple:
+    """``carries`` after ``carries = body(i, *carries)`` for ``i`` in ``0..n-1``.
+
+    With ``unroll`` the body runs ``n`` times with a Python ``int`` ``i``,
+    traced or not: no loop in the graph, static indices (``at``, ``take``
+    and ``put`` take ints, ``put`` a list of per-step values)."""
     carries = tuple(carries)
+    if unroll:
+        for t in range(n):
+            carries = tuple(body(t, *carries))
+        return carries
     device = carries[0].device
     if not _TRACED.get():
         for t in range(n):
@@ -94,15 +102,26 @@ def _shape_env(tensor):
 
 def at(i, n: int, ascending: bool):
     """The time index a loop's ``i``-th step visits: ``i`` or ``n - 1 - i``,
-    as a 1-element index for ``index_select`` / ``index_put``."""
+    as a 1-element index for ``index_select`` / ``index_put`` (an ``int``
+    for an ``int`` ``i``: an unrolled loop)."""
+    if isinstance(i, int):
+        return i if ascending else (n - 1) - i
     return (i if ascending else (n - 1) - i).reshape(1)
 
 
 def take(x, index):
-    """``x[index]`` for a 1-element index tensor."""
+    """``x[index]`` for a 1-element index tensor (or an ``int``: ``x`` a
+    tensor or a list)."""
+    if isinstance(index, int):
+        return x[index]
     return x.index_select(0, index).select(0, 0)
 
 
 def put(x, index, value):
-    """``x`` with ``x[index] = value`` (functional)."""
+    """``x`` with ``x[index] = value`` (functional; ``x`` a list of per-step
+    values for an ``int`` index)."""
+    if isinstance(index, int):
+        x = list(x)
+        x[index] = value
+        return x
     return x.index_put((index,), value.unsqueeze(0))

@@ -10,7 +10,9 @@ ops defined here (``lazy/rnn.py`` routes them, under an autograd function):
   direction) as one list: the output and final states, then what the
   backward reads: each layer's output (time-major) and one "pack" per
   direction, time-major (each step's LSTM gate activations and cell state,
-  the GRU's gates and the state the step starts from);
+  the GRU's gates and the state the step starts from), or, for a
+  recurrence short enough to unroll (``unrolled``), one pack per direction
+  and step;
 - ``lazy_mlir::lstm_backward`` / ``lazy_mlir::gru_backward``: the gradients
   of the input, the initial states and every parameter (in ``params``
   order), as one list. The weight gradients are one matmul over all steps
@@ -21,11 +23,13 @@ scope, below): each layer and direction is one counted loop over the time
 steps (``ops/loops.py``: a ``while_loop`` that becomes ``scf.for``), whose
 body is one step of the recurrence as PyTorch's own decomposition
 (``torch._decomp``'s ``lstm_impl``) writes it, or of back-propagation
-through time written out. Unrolled, a 4-layer LSTM over 128 steps was a
-module of ~10,000 ops and minutes of IREE compile; as loops the module has
-the same size at every sequence length. The same functions, their loops
-run in Python, are the ops' CPU kernels (a graph denied at run time still
-runs), and their shapes come from ``register_fake``.
+through time written out; or, when the node says ``unroll`` (short
+recurrences: ``unrolled`` says why), the same body called once per step
+with static indices. Unrolled, a 4-layer LSTM over 128 steps was a module
+of ~10,000 ops and minutes of IREE compile; as loops the module has the
+same size at every sequence length. The same functions, their loops run in
+Python, are the ops' CPU kernels (a graph denied at run time still runs),
+and their shapes come from ``register_fake``.
 
 Parameters come as ``nn.LSTM`` flattens them: per layer and direction
 ``w_ih, w_hh[, b_ih, b_hh][, w_hr]`` (``w_hr``: LSTM projections, when
@@ -41,7 +45,7 @@ import torch.nn.functional as F
 from .loops import as_traced_loops, at, fori, put, take
 from .registry import IMPORT, register_decomposition
 
-_CONFIG = "bool has_biases, int num_layers, bool bidirectional, bool batch_first"
+_CONFIG = "bool has_biases, int num_layers, bool bidirectional, bool batch_first, bool unroll"
 _LIB = torch.library.Library("lazy_mlir", "FRAGMENT")  # (other modules may add ops)
 _LIB.define(f"lstm(Tensor input, Tensor hx, Tensor cx, Tensor[] params, {_CONFIG}) -> Tensor[]")
 _LIB.define("lstm_backward(Tensor? grad_output, Tensor? grad_hy, Tensor? grad_cy, Tensor input, "
@@ -51,6 +55,41 @@ _LIB.define("gru_backward(Tensor? grad_output, Tensor? grad_hy, Tensor input, Te
             f"Tensor[] params, Tensor[] saved, {_CONFIG}) -> Tensor[]")
 
 ops = torch.ops.lazy_mlir
+
+
+# A recurrence of at most this many direction-steps (time steps x layers x
+# directions) is unrolled; longer ones are loops. See ``unrolled``.
+UNROLL_STEPS = 64
+
+
+def unrolled(steps: int, num_layers: int, dirs: int) -> bool:
+    """Whether an RNN of ``steps`` time steps, ``num_layers`` layers and
+    ``dirs`` directions is unrolled over time rather than one counted loop
+    per layer and direction, each way.
+
+    A loop keeps the module the same size at every length (the suite's
+    medium LSTM, 4 layers x 128 steps: 33 s to the first step, against 594 s
+    unrolled). But IREE runs an ``scf.for`` from the host, and each
+    iteration is its own queue allocation, command buffer and submission,
+    and copies the loop's stacked carries (every step's ``h`` and pack,
+    written one step at a time) whole into a new buffer: measured on the
+    suite's tiny LSTM (32 steps, 2 layers, hidden 64; 13 dispatches and 2
+    copies an iteration) the replayed training step's module took 6.9-7.2
+    ms of CPU looped against 2.3 ms unrolled (``iree-benchmark-module``,
+    local-task, 2 threads; 4.2 against 1.5 ms on local-sync): ~37 us per
+    iteration, 128 iterations a step. Unrolling costs compile time instead,
+    which grows faster than the saving (the step graph's fx tracing plus
+    ``iree-compile``, on a loaded machine): at 64 direction-steps (the tiny
+    LSTM) ~37 s against ~10 s looped, for 4.7 ms less CPU a step; at 128
+    (64 time steps) ~113 s against ~15 s, for ~11 ms (15-18 against 5.2-5.4
+    ms). So only short recurrences, where the loop's overhead is most of
+    the step and the extra compile stays in tens of seconds, are unrolled:
+    at most ``UNROLL_STEPS`` (64) direction-steps.
+
+    Unrolled, the saved packs are one tensor per direction and step (the
+    backward's dispatches read each at offset 0, so IREE compiles one
+    executable for all the steps)."""
+    return steps * num_layers * dirs <= UNROLL_STEPS
 
 
 def _groups(params, has_biases: bool, proj: bool) -> list[tuple]:
@@ -69,7 +108,10 @@ def _flat(a):
 
 
 def _previous(seq, first, reverse: bool):
-    """Each step's previous state: ``first`` then ``seq`` shifted by one."""
+    """Each step's previous state: ``first`` then ``seq`` shifted by one
+    (``seq`` a tensor, time-major, or a list of steps)."""
+    if isinstance(seq, list):
+        return seq[1:] + [first] if reverse else [first] + seq[:-1]
     if reverse:
         return torch.cat([seq[1:], first.unsqueeze(0)], 0)
     return torch.cat([first.unsqueeze(0), seq[:-1]], 0)
@@ -97,11 +139,28 @@ def _split(g, dirs):
     return list(g.chunk(dirs, -1)) if dirs > 1 else [g]
 
 
+def _buffer(like, steps: int, batch: int, width: int, unroll: bool):
+    """Room for a direction's per-step ``[batch, width]`` values: a list
+    (unrolled) or one ``[steps, batch, width]`` tensor (a loop's carry)."""
+    return [None] * steps if unroll else like.new_zeros((steps, batch, width))
+
+
+def _stacked(values):
+    return torch.stack(values) if isinstance(values, list) else values
+
+
+def _column(packs, index: int, parts: int):
+    """Column ``index`` of ``parts`` of every step's pack."""
+    if isinstance(packs, list):
+        return [p.chunk(parts, 1)[index] for p in packs]
+    return packs.chunk(parts, 2)[index]
+
+
 # ---------------------------------------------------------------------- LSTM
-def _lstm_direction(x, h, c, w_ih, w_hh, b_ih, b_hh, w_hr, reverse):
+def _lstm_direction(x, h, c, w_ih, w_hh, b_ih, b_hh, w_hr, reverse, unroll):
     """One direction of one layer: ``(hs, h, c, packs)``, time order; a pack
     is one step's ``[i, f, g, o, c]`` (gate activations, cell state),
-    ``packs`` them all ``[T, B, 5 * hidden]``."""
+    ``packs`` them all ``[T, B, 5 * hidden]`` (a list of steps if ``unroll``)."""
     steps, batch = x.shape[:2]
     xw = F.linear(x, w_ih, b_ih)
     opt = [w for w in (b_hh, w_hr) if w is not None]
@@ -119,10 +178,10 @@ def _lstm_direction(x, h, c, w_ih, w_hh, b_ih, b_hh, w_hr, reverse):
         return (h, c, put(hs, t, h), put(packs, t, torch.cat([i, f, g, o, c], 1)), xw, w_hh,
                 *opt)
 
-    hs = h.new_zeros((steps, batch, h.shape[-1]))
-    packs = c.new_zeros((steps, batch, 5 * c.shape[-1]))
-    h, c, hs, packs = fori(steps, step, (h, c, hs, packs, xw, w_hh, *opt))[:4]
-    return hs, h, c, packs
+    hs = _buffer(h, steps, batch, h.shape[-1], unroll)
+    packs = _buffer(c, steps, batch, 5 * c.shape[-1], unroll)
+    h, c, hs, packs = fori(steps, step, (h, c, hs, packs, xw, w_hh, *opt), unroll)[:4]
+    return _stacked(hs), h, c, packs
 
 
 def _unpack(opt, *given):
@@ -132,7 +191,8 @@ def _unpack(opt, *given):
     return [next(it) if g else None for g in given]
 
 
-def lstm(input, hx, cx, params, has_biases, num_layers, bidirectional, batch_first):
+def lstm(input, hx, cx, params, has_biases, num_layers, bidirectional, batch_first,
+         unroll=False):
     """``[output, hy, cy, layer outputs, *packs]``; see the module docstring."""
     x = _to_time_major(input, batch_first)
     groups = _groups(params, has_biases, hx.shape[-1] != cx.shape[-1])
@@ -142,10 +202,10 @@ def lstm(input, hx, cx, params, has_biases, num_layers, bidirectional, batch_fir
         outs = []
         for d, reverse in enumerate(dirs):
             k = layer * len(dirs) + d
-            hs, h, c, p = _lstm_direction(x, hx[k], cx[k], *groups[k], reverse)
+            hs, h, c, p = _lstm_direction(x, hx[k], cx[k], *groups[k], reverse, unroll)
             outs.append(hs)
             hy.append(h), cy.append(c)
-            packs.append(p)
+            packs += p if unroll else [p]
         x = torch.cat(outs, -1) if len(outs) > 1 else outs[0]
         layers.append(x)
     return [_to_time_major(x, batch_first), torch.stack(hy), torch.stack(cy), torch.stack(layers),
@@ -154,14 +214,17 @@ def lstm(input, hx, cx, params, has_biases, num_layers, bidirectional, batch_fir
 
 def _lstm_direction_backward(dout, dh, dc, x, h0, c0, w_ih, w_hh, w_hr, hs, packs, reverse):
     """Gradients of one direction of one layer: ``(dx, dh0, dc0, dw_ih, dw_hh,
-    dbias, dw_hr)``; ``dout`` (of ``hs``) may be None."""
+    dbias, dw_hr)``; ``dout`` (of ``hs``) may be None; ``packs`` a list of
+    steps: unrolled."""
     steps, batch = x.shape[:2]
+    unroll = isinstance(packs, list)
     dout = hs.new_zeros(hs.shape) if dout is None else dout
-    c_prev = _previous(packs.chunk(5, 2)[4], c0, reverse)
+    c_prev = _previous(_column(packs, 4, 5), c0, reverse)
     proj = w_hr is not None
-    dpre = packs.new_zeros((steps, batch, 4 * c0.shape[-1]))
+    dpre = _buffer(hs, steps, batch, 4 * c0.shape[-1], unroll)
     # with a projection: each step's dh and o * tanh(c), for w_hr's gradient
-    dhs = [hs.new_zeros(hs.shape), packs.new_zeros(c_prev.shape)] if proj else []
+    dhs = ([_buffer(hs, steps, batch, hs.shape[-1], unroll),
+            _buffer(hs, steps, batch, c0.shape[-1], unroll)] if proj else [])
 
     def step(k, dh, dc, dpre, *rest):
         dhs, (dout, packs, c_prev, w_hh, *w_hr) = rest[:2 * proj], rest[2 * proj:]
@@ -178,20 +241,24 @@ def _lstm_direction_backward(dout, dh, dc, x, h0, c0, w_ih, w_hh, w_hr, hs, pack
         return (d @ w_hh, dc * f, put(dpre, t, d), *dhs, dout, packs, c_prev, w_hh, *w_hr)
 
     out = fori(steps, step, (dh, dc, dpre, *dhs, dout, packs, c_prev, w_hh,
-                             *([w_hr] if proj else [])))
-    dh, dc, d = out[:3]
+                             *([w_hr] if proj else [])), unroll)
+    dh, dc, d = out[0], out[1], _stacked(out[2])
     dw_hh = _flat(d).t() @ _flat(_previous(hs, h0, reverse))
-    dw_hr = _flat(out[3]).t() @ _flat(out[4]) if proj else None
+    dw_hr = _flat(_stacked(out[3])).t() @ _flat(_stacked(out[4])) if proj else None
     return d @ w_ih, dh, dc, _flat(d).t() @ _flat(x), dw_hh, d.sum((0, 1)), dw_hr
 
 
-def _backward_through_layers(grad_output, x, saved, num_layers, dirs, batch_first, direction):
+def _backward_through_layers(grad_output, x, saved, num_layers, dirs, batch_first, unroll,
+                             direction):
     """Back-propagation through the layers, last to first, each layer's input
     gradient feeding the layer below. ``direction(k, d_out, inputs, hs,
     packs, reverse)`` is the backward of direction ``k`` (layer * dirs + d)
-    and returns ``(d inputs, *its other gradients)``. Returns ``(d input,
-    [its other gradients for each k])``."""
-    layers, packs = saved[0], saved[1:]
+    and returns ``(d inputs, *its other gradients)``; its ``packs`` are a
+    list of steps when the forward was unrolled. Returns ``(d input, [its
+    other gradients for each k])``."""
+    layers, packs, steps = saved[0], saved[1:], x.shape[0]
+    if unroll:
+        packs = [list(packs[k * steps:(k + 1) * steps]) for k in range(num_layers * dirs)]
     dout = None if grad_output is None else _split(_to_time_major(grad_output, batch_first),
                                                    dirs)
     per_direction = [None] * (num_layers * dirs)
@@ -210,7 +277,7 @@ def _backward_through_layers(grad_output, x, saved, num_layers, dirs, batch_firs
 
 
 def lstm_backward(grad_output, grad_hy, grad_cy, input, hx, cx, params, saved, has_biases,
-                  num_layers, bidirectional, batch_first):
+                  num_layers, bidirectional, batch_first, unroll=False):
     """``[d input, d hx, d cx, *d params]``; None gradients are zeros."""
     x = _to_time_major(input, batch_first)
     groups = _groups(params, has_biases, hx.shape[-1] != cx.shape[-1])
@@ -223,7 +290,7 @@ def lstm_backward(grad_output, grad_hy, grad_cy, input, hx, cx, params, saved, h
                                         w_ih, w_hh, w_hr, hs, packs, reverse)
 
     dx, per_direction = _backward_through_layers(
-        grad_output, x, saved, num_layers, len(_directions(bidirectional)), batch_first,
+        grad_output, x, saved, num_layers, len(_directions(bidirectional)), batch_first, unroll,
         direction)
     dparams = []
     for k, (_, _, dw_ih, dw_hh, db, dw_hr) in enumerate(per_direction):
@@ -234,10 +301,11 @@ def lstm_backward(grad_output, grad_hy, grad_cy, input, hx, cx, params, saved, h
 
 
 # ----------------------------------------------------------------------- GRU
-def _gru_direction(x, h, w_ih, w_hh, b_ih, b_hh, reverse):
+def _gru_direction(x, h, w_ih, w_hh, b_ih, b_hh, reverse, unroll):
     """One direction of one layer: ``(hs, h, packs)``; a pack is one step's
     ``[r, z, n, w_hn h + b_hn, h]`` with ``h`` the state the step starts
-    from, ``packs`` them all ``[T, B, 5 * hidden]``."""
+    from, ``packs`` them all ``[T, B, 5 * hidden]`` (a list of steps if
+    ``unroll``)."""
     steps, batch = x.shape[:2]
     xw = F.linear(x, w_ih, b_ih)
     b_hh_given = b_hh is not None
@@ -253,13 +321,14 @@ def _gru_direction(x, h, w_ih, w_hh, b_ih, b_hh, reverse):
         h = (h - n) * z + n
         return (h, put(hs, t, h), packs, xw, w_hh, *b_hh)
 
-    hs = h.new_zeros((steps, batch, h.shape[-1]))
-    packs = h.new_zeros((steps, batch, 5 * h.shape[-1]))
-    h, hs, packs = fori(steps, step, (h, hs, packs, xw, w_hh, *([b_hh] if b_hh_given else [])))[:3]
-    return hs, h, packs
+    hs = _buffer(h, steps, batch, h.shape[-1], unroll)
+    packs = _buffer(h, steps, batch, 5 * h.shape[-1], unroll)
+    h, hs, packs = fori(steps, step, (h, hs, packs, xw, w_hh, *([b_hh] if b_hh_given else [])),
+                        unroll)[:3]
+    return _stacked(hs), h, packs
 
 
-def gru(input, hx, params, has_biases, num_layers, bidirectional, batch_first):
+def gru(input, hx, params, has_biases, num_layers, bidirectional, batch_first, unroll=False):
     """``[output, hy, layer outputs, *packs]``; see the module docstring."""
     x = _to_time_major(input, batch_first)
     groups = _groups(params, has_biases, False)
@@ -270,10 +339,10 @@ def gru(input, hx, params, has_biases, num_layers, bidirectional, batch_first):
         for d, reverse in enumerate(dirs):
             k = layer * len(dirs) + d
             w_ih, w_hh, b_ih, b_hh, _ = groups[k]
-            hs, h, p = _gru_direction(x, hx[k], w_ih, w_hh, b_ih, b_hh, reverse)
+            hs, h, p = _gru_direction(x, hx[k], w_ih, w_hh, b_ih, b_hh, reverse, unroll)
             outs.append(hs)
             hy.append(h)
-            packs.append(p)
+            packs += p if unroll else [p]
         x = torch.cat(outs, -1) if len(outs) > 1 else outs[0]
         layers.append(x)
     return [_to_time_major(x, batch_first), torch.stack(hy), torch.stack(layers), *packs]
@@ -281,8 +350,10 @@ def gru(input, hx, params, has_biases, num_layers, bidirectional, batch_first):
 
 def _gru_direction_backward(dout, dh, x, h0, w_ih, w_hh, hs, packs, reverse):
     """Gradients of one direction of one layer: ``(dx, dh0, dw_ih, dw_hh,
-    db_ih, db_hh)``; ``dout`` may be None."""
+    db_ih, db_hh)``; ``dout`` may be None; ``packs`` a list of steps:
+    unrolled."""
     steps, batch = x.shape[:2]
+    unroll = isinstance(packs, list)
     dout = hs.new_zeros(hs.shape) if dout is None else dout
 
     def step(i, dh, dxw, dhw, dout, packs, w_hh):
@@ -296,15 +367,16 @@ def _gru_direction_backward(dout, dh, x, h0, w_ih, w_hh, hs, packs, reverse):
         return (dh * z + dh_pre @ w_hh, put(dxw, t, torch.cat([dr, dz, dn], 1)),
                 put(dhw, t, dh_pre), dout, packs, w_hh)
 
-    gates = packs.new_zeros((steps, batch, 3 * dh.shape[-1]))
-    dh, dx_pre, dh_pre = fori(steps, step, (dh, gates, gates.clone(), dout, packs, w_hh))[:3]
+    gates = [_buffer(hs, steps, batch, 3 * dh.shape[-1], unroll) for _ in range(2)]
+    dh, dx_pre, dh_pre = fori(steps, step, (dh, *gates, dout, packs, w_hh), unroll)[:3]
+    dx_pre, dh_pre = _stacked(dx_pre), _stacked(dh_pre)
     h_prev = _previous(hs, h0, reverse)
     return (dx_pre @ w_ih, dh, _flat(dx_pre).t() @ _flat(x), _flat(dh_pre).t() @ _flat(h_prev),
             dx_pre.sum((0, 1)), dh_pre.sum((0, 1)))
 
 
 def gru_backward(grad_output, grad_hy, input, hx, params, saved, has_biases, num_layers,
-                 bidirectional, batch_first):
+                 bidirectional, batch_first, unroll=False):
     """``[d input, d hx, *d params]``; None gradients are zeros."""
     x = _to_time_major(input, batch_first)
     groups = _groups(params, has_biases, False)
@@ -316,7 +388,7 @@ def gru_backward(grad_output, grad_hy, input, hx, params, saved, has_biases, num
                                        reverse)
 
     dx, per_direction = _backward_through_layers(
-        grad_output, x, saved, num_layers, len(_directions(bidirectional)), batch_first,
+        grad_output, x, saved, num_layers, len(_directions(bidirectional)), batch_first, unroll,
         direction)
     dparams = []
     for _, *dw in per_direction:
@@ -333,36 +405,42 @@ def _sequence(input, size, batch_first):
     return out.transpose(0, 1) if batch_first else out
 
 
-def _saved(input, h, layers, width, packed, batch_first):
+def _saved(input, h, layers, width, packed, batch_first, unroll):
     """The shapes of what the backward reads: each layer's output
     ``[layers, T, B, width]`` (time-major), then one ``[T, B, packed]`` pack
-    per direction (time-major)."""
+    per direction (time-major), or, unrolled, one ``[B, packed]`` pack per
+    direction and step."""
     steps, batch = (input.shape[1], input.shape[0]) if batch_first else input.shape[:2]
-    return [h.new_empty((layers, steps, batch, width)),
-            *[h.new_empty((steps, batch, packed)) for _ in range(h.shape[0])]]
+    if unroll:
+        packs = [h.new_empty((batch, packed)) for _ in range(h.shape[0] * steps)]
+    else:
+        packs = [h.new_empty((steps, batch, packed)) for _ in range(h.shape[0])]
+    return [h.new_empty((layers, steps, batch, width)), *packs]
 
 
-def _lstm_shapes(input, hx, cx, params, has_biases, num_layers, bidirectional, batch_first):
+def _lstm_shapes(input, hx, cx, params, has_biases, num_layers, bidirectional, batch_first,
+                 unroll=False):
     hidden, width = cx.shape[-1], hx.shape[-1] * (1 + bidirectional)
     return [_sequence(input, width, batch_first), hx.new_empty(hx.shape), cx.new_empty(cx.shape),
-            *_saved(input, hx, num_layers, width, 5 * hidden, batch_first)]
+            *_saved(input, hx, num_layers, width, 5 * hidden, batch_first, unroll)]
 
 
-def _lstm_backward_shapes(grad_output, grad_hy, grad_cy, input, hx, cx, params, *rest):
-    batch_first = rest[-1]
+def _lstm_backward_shapes(grad_output, grad_hy, grad_cy, input, hx, cx, params, saved,
+                          has_biases, num_layers, bidirectional, batch_first, unroll=False):
     return [_sequence(input, input.shape[-1], batch_first), hx.new_empty(hx.shape),
             cx.new_empty(cx.shape), *[p.new_empty(p.shape) for p in params]]
 
 
-def _gru_shapes(input, hx, params, has_biases, num_layers, bidirectional, batch_first):
+def _gru_shapes(input, hx, params, has_biases, num_layers, bidirectional, batch_first,
+                unroll=False):
     hidden = hx.shape[-1]
     width = hidden * (1 + bidirectional)
     return [_sequence(input, width, batch_first), hx.new_empty(hx.shape),
-            *_saved(input, hx, num_layers, width, 5 * hidden, batch_first)]
+            *_saved(input, hx, num_layers, width, 5 * hidden, batch_first, unroll)]
 
 
-def _gru_backward_shapes(grad_output, grad_hy, input, hx, params, *rest):
-    batch_first = rest[-1]
+def _gru_backward_shapes(grad_output, grad_hy, input, hx, params, saved, has_biases,
+                         num_layers, bidirectional, batch_first, unroll=False):
     return [_sequence(input, input.shape[-1], batch_first), hx.new_empty(hx.shape),
             *[p.new_empty(p.shape) for p in params]]
 

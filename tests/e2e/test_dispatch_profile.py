@@ -65,3 +65,12 @@ def test_contractions_get_their_gflops():
     assert gflops("main_dispatch_3_matmul_like_8x64x288x512_f32", 1.0) == "151"
     assert gflops("_encoding_0_encode_43264x9xf32_to_43264x9xf32", 1.0) == ""
     assert gflops("main_dispatch_2_transpose_64x32x9_f32", 1.0) == ""
+
+
+def test_empty_inputs_get_no_splat():
+    """iree-benchmark-module refuses ``0xf32=0`` (a splat into no elements): a
+    step module's empty arguments (an optimizer's unused state) go as ``0xf32``."""
+    inputs = _load()._main_inputs(
+        "func.func @main(%a: tensor<2x3xf32>, %b: tensor<0xf32>, %c: tensor<f32>, "
+        "%d: tensor<4x0x2xi64>) -> tensor<f32> {")
+    assert inputs == ["2x3xf32=0", "0xf32", "f32=0", "4x0x2xi64"]

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import lazy_mlir as lm
+from lazy_mlir.ops import rnn as rnn_ops
 from lazy_mlir.ops import subgraph
 from e2e_helpers import Counters
 
@@ -46,10 +47,13 @@ def _rnn_counters(c: Counters) -> dict:
     return {n: c.delta(n) for n in names if c.delta(n)}
 
 
-def test_recorded_as_one_node_each_way_and_trains_like_eager():
+@pytest.mark.parametrize("limit", [0, 10**6], ids=["loops", "unrolled"])
+def test_recorded_as_one_node_each_way_and_trains_like_eager(limit, monkeypatch):
     """One training step (forward, backward, SGD) and an inference forward,
     in one graph: the loss, every gradient, the updated parameters and the
-    no-grad output as eager's."""
+    no-grad output as eager's; with each recurrence a loop or unrolled over
+    time (``ops.rnn.UNROLL_STEPS``)."""
+    monkeypatch.setattr(rnn_ops, "UNROLL_STEPS", limit)
     torch.manual_seed(0)
     eager = _Zoo()
     model = _Zoo()

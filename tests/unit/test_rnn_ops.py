@@ -18,7 +18,7 @@ ops = torch.ops.lazy_mlir
 T, B, I, H = 4, 3, 5, 6
 
 
-def _case(kind, layers, bidirectional, bias, batch_first, proj=0):
+def _case(kind, layers, bidirectional, bias, batch_first, proj=0, unroll=False):
     torch.manual_seed(layers * 8 + bidirectional * 4 + bias * 2 + batch_first)
     cls = torch.nn.LSTM if kind == "lstm" else torch.nn.GRU
     extra = {"proj_size": proj} if proj else {}
@@ -29,7 +29,7 @@ def _case(kind, layers, bidirectional, bias, batch_first, proj=0):
                     requires_grad=True)
     h0 = torch.randn(layers * d, B, proj or H, dtype=torch.double, requires_grad=True)
     c0 = torch.randn(layers * d, B, H, dtype=torch.double, requires_grad=True)
-    config = (bias, layers, bidirectional, batch_first)
+    config = (bias, layers, bidirectional, batch_first, unroll)
     return m, x, h0, c0, list(m._flat_weights), config
 
 
@@ -39,18 +39,21 @@ CONFIGS = [pytest.param(kind, *c, id=f"{kind}-{c[0]}l-{'bi' if c[1] else 'uni'}-
            for c in itertools.product([1, 2], [False, True], [False, True], [False, True])]
 
 
+@pytest.mark.parametrize("unroll", [False, True], ids=["loop", "unrolled"])
 @pytest.mark.parametrize("kind,layers,bidirectional,bias,batch_first", CONFIGS)
-def test_forward_and_backward_match_eager(kind, layers, bidirectional, bias, batch_first):
-    _check(kind, layers, bidirectional, bias, batch_first)
+def test_forward_and_backward_match_eager(kind, layers, bidirectional, bias, batch_first, unroll):
+    _check(kind, layers, bidirectional, bias, batch_first, unroll=unroll)
 
 
+@pytest.mark.parametrize("unroll", [False, True], ids=["loop", "unrolled"])
 @pytest.mark.parametrize("layers,bidirectional", [(1, False), (2, True)])
-def test_lstm_projections_match_eager(layers, bidirectional):
-    _check("lstm", layers, bidirectional, True, True, proj=3)
+def test_lstm_projections_match_eager(layers, bidirectional, unroll):
+    _check("lstm", layers, bidirectional, True, True, proj=3, unroll=unroll)
 
 
-def _check(kind, layers, bidirectional, bias, batch_first, proj=0):
-    m, x, h0, c0, params, config = _case(kind, layers, bidirectional, bias, batch_first, proj)
+def _check(kind, layers, bidirectional, bias, batch_first, proj=0, unroll=False):
+    m, x, h0, c0, params, config = _case(kind, layers, bidirectional, bias, batch_first, proj,
+                                         unroll)
     if kind == "lstm":
         out, (hy, cy) = m(x, (h0, c0))
         got = rnn.lstm(x, h0, c0, params, *config)
@@ -78,10 +81,11 @@ def _check(kind, layers, bidirectional, bias, batch_first, proj=0):
         torch.testing.assert_close(g, e)
 
 
-def test_missing_output_gradients_are_zeros():
+@pytest.mark.parametrize("unroll", [False, True], ids=["loop", "unrolled"])
+def test_missing_output_gradients_are_zeros(unroll):
     """Autograd passes None for outputs the loss does not use (here h_n and
     c_n): the backward reads them as zeros."""
-    m, x, h0, c0, params, config = _case("lstm", 2, True, True, False)
+    m, x, h0, c0, params, config = _case("lstm", 2, True, True, False, unroll=unroll)
     out, _ = m(x, (h0, c0))
     g = torch.randn_like(out)
     expected = torch.autograd.grad(out, [x, h0, c0, *params], g)
@@ -92,14 +96,15 @@ def test_missing_output_gradients_are_zeros():
         torch.testing.assert_close(a, e)
 
 
-def test_ops_decompose_to_supported_aten_ops():
+@pytest.mark.parametrize("unroll", [False, True], ids=["loop", "unrolled"])
+def test_ops_decompose_to_supported_aten_ops(unroll):
     """Import's decomposition leaves only aten ops the dialect takes, each
-    layer's recurrence a ``while_loop`` (``ops/loops.py``): no
-    ``lazy_mlir::`` op reaches torch-mlir."""
+    layer's recurrence a ``while_loop`` (``ops/loops.py``), or none when
+    unrolled: no ``lazy_mlir::`` op reaches torch-mlir."""
     table = decomposition_table()
     for name in ("lstm", "lstm_backward", "gru", "gru_backward"):
         assert getattr(ops, name).default in table and op_is_supported(getattr(ops, name).default)
-    m, x, h0, c0, params, config = _case("lstm", 2, False, True, True)
+    m, x, h0, c0, params, config = _case("lstm", 2, False, True, True, unroll=unroll)
     x, h0, c0, params = x.float().detach(), h0.float().detach(), c0.float().detach(), [
         p.float().detach() for p in params]
 
@@ -111,7 +116,10 @@ def test_ops_decompose_to_supported_aten_ops():
     graphs = [gm.graph] + [m.graph for m in gm.children() if isinstance(m, torch.fx.GraphModule)]
     targets = {n.target for g in graphs for n in g.nodes if n.op == "call_function"}
     loops = targets & {torch.ops.higher_order.while_loop}
-    assert loops and len(graphs) == 1 + 2 * 4, "a loop per layer each way, 2 graphs each"
+    if unroll:
+        assert not loops and len(graphs) == 1
+    else:
+        assert loops and len(graphs) == 1 + 2 * 4, "a loop per layer each way, 2 graphs each"
     assert all(getattr(t, "namespace", "aten") == "aten" for t in targets - loops), targets
     assert all(op_is_supported(t) for t in targets if isinstance(t, torch._ops.OpOverload))
 
@@ -128,7 +136,7 @@ def test_imported_module_does_not_grow_with_the_sequence(kind):
         x = torch.randn(steps, B, I)
         h0 = torch.randn(4, B, H)
         rnn_ = (torch.nn.LSTM if kind == "lstm" else torch.nn.GRU)(I, H, 2, bidirectional=True)
-        params, config = list(rnn_._flat_weights), (True, 2, True, False)
+        params, config = list(rnn_._flat_weights), (True, 2, True, False, False)
 
         def step(x, h0, *params):
             if kind == "lstm":
@@ -142,3 +150,16 @@ def test_imported_module_does_not_grow_with_the_sequence(kind):
         assert text.count("torch.prim.Loop ") == 8  # 2 layers x 2 directions, each way
         return sum(1 for line in text.splitlines() if " = torch." in line)
     assert module_ops(8) == module_ops(64)
+
+
+def test_short_recurrences_are_unrolled_long_ones_loops():
+    """``unrolled`` by time steps x layers x directions: the suite's tiny LSTM
+    (32 steps, 2 layers) unrolled, the medium one (128 steps, 4 layers) loops;
+    the saved packs one per direction and step, or one per direction."""
+    assert rnn.unrolled(32, 2, 1) and not rnn.unrolled(128, 4, 1)
+    assert rnn.unrolled(rnn.UNROLL_STEPS, 1, 1) and not rnn.unrolled(rnn.UNROLL_STEPS, 1, 2)
+    x, h = torch.empty(T, B, I), torch.empty(4, B, H)
+    params = list(torch.nn.LSTM(I, H, 2, bidirectional=True)._flat_weights)
+    for unroll, packs in ((True, [(B, 5 * H)] * (4 * T)), (False, [(T, B, 5 * H)] * 4)):
+        shapes = rnn._lstm_shapes(x, h, h, params, True, 2, True, False, unroll)
+        assert [tuple(s.shape) for s in shapes[4:]] == packs
