@@ -83,6 +83,10 @@ def make_template(fn, example_inputs: list[torch.Tensor]) -> Template:
         gm = make_fx(torch.func.functionalize(fresh, remove="mutations"),
                      pre_dispatch=False)(*fakes)
         outs = fresh(*fakes)
+    if any(n.op == "get_attr" for n in gm.graph.nodes):
+        # (a tensor the function closed over: a constant the key cannot see,
+        # and an attribute the graph it is spliced into does not have)
+        raise ValueError("lazy-mlir: the traced function reads a tensor that is not an input")
     _on_cpu(gm)
     inputs = tuple(_layout(t) for t in fakes)
     outputs = tuple(_layout(o) for o in outs)
