@@ -19,12 +19,14 @@ The modules, bottom to top (each imports only modules listed before it):
   points between graphs (``lm.distributed``; ``torch.ops.c10d`` and
   ``_c10d_functional`` ops on lazy tensors are routed there)
 - ``dispatch``    routing ``__torch_dispatch__``: ``dispatch``, ``record``, op handlers
+- ``backward``    ``loss.backward()`` as one node (PyTorch's compiled autograd)
 - ``rnn``         ``nn.LSTM``/``nn.GRU`` as one node each way (AutogradLazy kernels)
 - ``device``, ``coverage``, ``render``: the ``lazy`` device's kernels, the
   dry run of ``lm.check_coverage``, pictures of graphs
 
-Hooks: ``tensor._dispatch`` (set by ``dispatch``) and ``tensor._to_host``
-(set by ``sync``). Importing this package imports both, so they are set
-before any lazy tensor exists.
+Hooks: ``tensor._dispatch`` (set by ``dispatch``), ``tensor._to_host``
+(set by ``sync``) and ``tensor._backward`` (set by ``backward``). Importing
+this package imports all three, so they are set before any lazy tensor
+exists.
 """
-from . import dispatch, sync  # noqa: F401  (install the hooks in tensor.py)
+from . import backward, dispatch, sync  # noqa: F401  (install the hooks in tensor.py)

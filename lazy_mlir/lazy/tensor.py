@@ -29,6 +29,8 @@ def _not_installed(*args, **kwargs):
 # a module lookup each time.
 _dispatch = _not_installed  # dispatch.dispatch(func, args, kwargs): routes every aten op
 _to_host = _not_installed   # sync.to_host(t): the host value of a lazy tensor (repr)
+_backward = torch.Tensor.backward  # backward.backward: the backward as one node
+hooked: weakref.WeakSet = weakref.WeakSet()  # lazy tensors with a backward hook
 
 
 class Storage:
@@ -114,6 +116,19 @@ class LazyTensor(torch.Tensor):
         contents = torch._tensor_str._tensor_str(host, len("tensor("))
         text = torch._tensor_str._str_intern(self, tensor_contents=contents)
         return "tensor(" + text[len(type(self).__name__) + 1:]
+
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+        return _backward(self, gradient, retain_graph, create_graph, inputs)
+
+    # A backward reaching a hooked tensor runs on autograd's own engine
+    # (backward.py): its hooks see what they see in eager, when they do.
+    def register_hook(self, hook):
+        hooked.add(self)
+        return super().register_hook(hook)
+
+    def register_post_accumulate_grad_hook(self, hook):
+        hooked.add(self)
+        return super().register_post_accumulate_grad_hook(hook)
 
     def tolist(self):
         return self.cpu().tolist()

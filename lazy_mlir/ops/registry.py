@@ -48,6 +48,7 @@ DOMAINS = (
     "bessel", "bessel_jy", "distance", "elementwise", "embedding_bag", "foreach", "index",
     "linalg_cholesky", "linalg_det", "linalg_lu", "linalg_qr", "lowering", "nn",
     "optim", "precise", "random_fills", "reductions", "rnn", "sort_scan", "special", "special_gamma",
+    "subgraph",
 )
 
 

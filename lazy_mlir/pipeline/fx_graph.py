@@ -13,8 +13,12 @@ import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from ..graph.argtree import unflatten
+from ..ops import subgraph
 from ..graph.program import Graph
 from ..graph.ir import Value
+
+
+_SUBGRAPH = subgraph.ops.subgraph.default
 
 
 def to_fx(graph: Graph) -> fx.GraphModule:
@@ -41,6 +45,13 @@ def to_fx(graph: Graph) -> fx.GraphModule:
         return v
 
     for node in graph.nodes:
+        if node.op is _SUBGRAPH:  # its template's nodes, spliced in
+            inputs, key = node.flat[:-1], node.flat[-1]
+            outs = subgraph.inline(g, key, [lookup(a) for a in inputs])
+            for v in node.outputs:
+                env[id(v)] = outs[v.index]
+                outs[v.index].meta["val"] = fake(v.spec)
+            continue
         args, kwargs = unflatten([lookup(a) for a in node.flat], node.tree)
         call = g.call_function(node.op, tuple(args), dict(kwargs))
         outs = node.outputs

@@ -1,0 +1,280 @@
+"""``loss.backward()`` on the lazy device as ONE recorded node.
+
+Autograd runs a backward op by op, and each op is a ``__torch_dispatch__``
+call that capture records: about half of a small model's host cost per step
+(GPT-2 tiny: 4.8 ms of 10.6 ms thread CPU). PyTorch's compiled autograd
+(``torch._dynamo.compiled_autograd``) already turns a backward into one fx
+graph, cached by the autograd graph's structure (computed in C++), and on a
+cache hit calls our function once with the tensors the backward reads. Here
+that function is a ``lazy_mlir::subgraph`` node (``ops/subgraph.py``): the
+backward traced once to aten, then one node a step, its outputs the
+gradients, which are accumulated into ``.grad`` as ``AccumulateGrad`` does.
+
+Used by ``LazyTensor.backward`` (``loss.backward()``, ``scaler.scale(loss)
+.backward()``) unless ``create_graph`` or ``inputs`` is given, a live lazy
+tensor has a hook (``register_hook``, ``register_post_accumulate_grad_hook``:
+``lm.distributed.ddp``'s gradient buckets), a ``torch.distributed`` process
+group exists, or ``LAZY_MLIR_BACKWARD=ops``. A backward whose graph holds anything but
+autograd's own formulas and gradient accumulation (tensor or module hooks,
+custom ``autograd.Function``s, DDP's reducer hooks) or reads a tensor that
+is not lazy runs its compiled-autograd graph op by op: the same ops as
+without it (counter ``backward::ops``; ``backward::one_node`` counts the
+others).
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import operator
+import os
+
+import torch
+import torch.fx as fx
+
+from .. import metrics
+from ..ops import subgraph
+from . import tensor as _tensor
+from ..ops import support as _support
+from .capture import _make_scalar
+from .kinds import RANDOM
+from .supported import UNSUPPORTED_DTYPES
+from .tensor import LazyTensor
+
+log = logging.getLogger("lazy_mlir")
+
+try:
+    from torch._dynamo import compiled_autograd as _ca
+    from torch._dynamo import external_utils as _external
+except ImportError:  # (a torch without compiled autograd: op by op)
+    _ca = None
+
+
+def enabled() -> bool:
+    return _ca is not None and os.environ.get("LAZY_MLIR_BACKWARD", "one") != "ops"
+
+
+def backward(tensor, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+    """``tensor.backward(...)``, through compiled autograd where it can."""
+    if (create_graph or inputs is not None or _tensor.hooked or not enabled()
+            or _ca.in_compiled_autograd_region or _distributed()):
+        return torch.Tensor.backward(tensor, gradient, retain_graph, create_graph, inputs)
+    with _compiled_autograd():
+        return torch.Tensor.backward(tensor, gradient, retain_graph)
+
+
+def _distributed() -> bool:
+    """A process group exists: DDP's C++ reducer hooks into autograd's own
+    engine (compiled autograd refuses to run beside it)."""
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
+@contextlib.contextmanager
+def _compiled_autograd():
+    ca = torch._C._dynamo.compiled_autograd
+    prior = ca.set_autograd_compiler(functools.partial(_LazyCompilerInstance, _compile), False)
+    was_enabled, _ca.compiled_autograd_enabled = _ca.compiled_autograd_enabled, True
+    try:
+        with torch.autograd.set_multithreading_enabled(False):
+            yield
+    finally:
+        _ca.compiled_autograd_enabled = was_enabled
+        ca.set_autograd_compiler(*prior)
+
+
+class _LazyCompilerInstance(_ca.AutogradCompilerInstance if _ca else object):
+    """Compiled autograd's tracer, with fake tensors of lazy ones made on
+    the lazy device (FakeTensorMode cannot convert a wrapper subclass)."""
+
+    def wrap_fake(self, x, source):
+        if type(x) is not LazyTensor:
+            return super().wrap_fake(x, source)
+        from torch._subclasses.fake_tensor import FakeTensor
+        meta = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+        return FakeTensor(self.fake_tensor_mode, meta, x.device)
+
+
+def _compile(gm: fx.GraphModule):
+    return _OneNodeBackward(gm)
+
+
+# Calls a backward graph may make beside aten ops and getitem.
+def _allowed_targets() -> set:
+    return {operator.getitem, _external.call_accumulate_grad, _external.call_backward,
+            _external.FakeCompiledAutogradEngine._exec_final_callbacks_stub,
+            _external.unwrap_maybe_dynamic_int}  # (a size: concrete when traced)
+
+
+def _is_formula(target) -> bool:
+    """An autograd formula's functional form (compiled autograd's ops) or
+    an aten/torch function: traceable to aten."""
+    if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return True
+    name = getattr(target, "__name__", "")
+    module = getattr(target, "__module__", "") or ""
+    if module in ("_operator", "operator", "math"):  # (arithmetic on sizes)
+        return True
+    return module.startswith("torch._dynamo.compiled_autograd") or (
+        module.startswith("torch") and not module.startswith("torch._dynamo") and name != "")
+
+
+class _OneNodeBackward:
+    """The function compiled autograd calls for one backward graph."""
+
+    def __init__(self, gm: fx.GraphModule):
+        self.gm = gm
+        self.why_not = _refusal(gm)
+        self.core = None
+        if self.why_not is None:
+            try:
+                self.core = _gradients_graph(gm)
+            except NotImplementedError as e:
+                self.why_not = str(e)
+        self.templates: dict = {}  # (scalars, sizes) -> (template key, inputs, params) or False
+        if self.why_not:
+            log.info("lazy-mlir: backward runs op by op: %s", self.why_not)
+
+    def __call__(self, inputs, sizes, scalars, hooks, packed_inputs):
+        if self.why_not is None:
+            done = self._one_node(inputs, sizes, scalars, hooks, packed_inputs)
+            if done is not None:
+                return done
+        metrics.counter_inc("backward::ops")
+        return self.gm(inputs, sizes, scalars, hooks, packed_inputs)
+
+    def _one_node(self, inputs, sizes, scalars, hooks, packed_inputs):
+        # (compiled autograd makes a graph dynamic in a size it saw change:
+        # that size is then an argument, an empty [0, n] tensor)
+        key = (tuple(scalars), tuple(z.shape[1] if isinstance(z, torch.Tensor) else z
+                                     for z in sizes))
+        entry = self.templates.get(key)
+        if entry is None:
+            entry = self.templates[key] = self._template(inputs, sizes, scalars, hooks,
+                                                         packed_inputs)
+        if entry is False:
+            return None
+        template, used, params = entry
+        tensors = [t if type(t) is LazyTensor else _lifted(t) for t in (inputs[i] for i in used)]
+        if None in tensors:
+            return None
+        grads = torch.ops.lazy_mlir.subgraph(tensors, template)
+        with torch.no_grad():
+            for i, g in zip(params, grads):
+                p = inputs[i]
+                if p.grad is None:
+                    p.grad = g
+                else:
+                    p.grad.add_(g)
+        metrics.counter_inc("backward::one_node")
+        return []
+
+    def _template(self, inputs, sizes, scalars, hooks, packed_inputs):
+        core, params = self.core
+        why = _foreign_function(core, hooks)
+        if why is not None:
+            log.info("lazy-mlir: backward runs op by op: %s", why)
+            return False
+        used = [i for i, t in enumerate(inputs) if isinstance(t, torch.Tensor)]
+
+        def grads(*tensors):
+            full = list(inputs)
+            for i, t in zip(used, tensors):
+                full[i] = t
+            outs = core(full, sizes, scalars, hooks, packed_inputs)
+            return tuple(g.contiguous() if full[i].is_contiguous() else g
+                         for i, g in zip(params, outs))
+        try:
+            template = subgraph.make_template(grads, [inputs[i] for i in used])
+        except Exception as e:  # noqa: BLE001 (any trace failure: op by op, as before)
+            log.info("lazy-mlir: backward runs op by op: tracing it failed: %s", e)
+            return False
+        why = _uncompilable(template.gm)
+        if why is not None:  # (op by op, capture decomposes it or falls back, counted)
+            log.info("lazy-mlir: backward runs op by op: %s", why)
+            return False
+        return template.key, used, params
+
+
+def _lifted(t: torch.Tensor):
+    """A 0-dim host tensor (a Python number a formula saved, as GELU's
+    0.044715) as capture lifts scalars: a reused lazy 0-dim input, not a
+    constant, so another value is another input, not another graph."""
+    if t.dim() != 0 or t.device.type != "cpu":
+        return None
+    return _make_scalar(t.item(), t.dtype)
+
+
+def _uncompilable(gm: fx.GraphModule) -> str | None:
+    """Why the pipeline would not compile one of ``gm``'s ops as capture
+    would record it: not in the dialect, denied, random, or of a dtype it
+    does not lower."""
+    for node in gm.graph.nodes:
+        op = node.target
+        if node.op != "call_function" or not isinstance(op, torch._ops.OpOverload):
+            continue
+        if not _support.op_is_supported(op) or op in RANDOM:
+            return f"{op} is not compiled"
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor) and val.dtype in UNSUPPORTED_DTYPES:
+            return f"{op} makes {val.dtype}"
+    return None
+
+
+def _foreign_function(gm: fx.GraphModule, hooks) -> str | None:
+    """Why a custom ``autograd.Function``'s backward in ``gm`` may not be
+    traced once and replayed: only lazy-mlir's own (``lazy/rnn.py``) are
+    known to do nothing but tensor ops; a user's may log, count or branch on
+    values, which a replay would skip."""
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is _external.call_backward:
+            ctx = node.args[0]
+            cls = hooks[ctx.args[1]]._forward_cls if ctx.target is operator.getitem else None
+            if cls is None or not (cls.__module__ or "").startswith("lazy_mlir."):
+                return f"it calls the backward of {getattr(cls, '__qualname__', cls)}"
+    return None
+
+
+def _refusal(gm: fx.GraphModule) -> str | None:
+    allowed = _allowed_targets()
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target not in allowed and not _is_formula(
+                node.target):
+            return f"it calls {getattr(node.target, '__name__', node.target)} (a hook?)"
+        if node.op in ("call_module", "call_method"):
+            return f"it has a {node.op} node"
+    return None
+
+
+def _gradients_graph(gm: fx.GraphModule):
+    """``gm`` with its ``call_accumulate_grad(param, _, grad, _)`` calls
+    removed and their gradients returned instead; and, for each, the index
+    of its parameter in ``inputs``."""
+    graph = fx.Graph()
+    env: dict = {}
+    params, grads = [], []
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is _external.FakeCompiledAutogradEngine._exec_final_callbacks_stub:
+            continue
+        if node.op == "call_function" and node.target is _external.call_accumulate_grad:
+            variable = node.args[0]
+            if node.users:
+                raise NotImplementedError("lazy-mlir: a gradient accumulation's result is used")
+            params.append(_input_index(variable))
+            grads.append(env[node.args[2]])
+            continue
+        if node.op == "output":
+            graph.output(tuple(grads))
+            continue
+        env[node] = graph.node_copy(node, lambda n: env[n])
+    return fx.GraphModule(gm, graph), params
+
+
+def _input_index(node: fx.Node) -> int:
+    """``i`` for a node ``inputs[i]``."""
+    if node.op == "call_function" and node.target is operator.getitem and \
+            node.args[0].op == "placeholder" and node.args[0].name == "inputs":
+        return node.args[1]
+    raise NotImplementedError(f"lazy-mlir: a gradient accumulated into {node} (not an input)")
+
+
+_tensor._backward = backward  # the hook LazyTensor.backward calls (tensor.py)

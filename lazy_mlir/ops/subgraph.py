@@ -1,0 +1,136 @@
+"""``lazy_mlir::subgraph``: a whole aten fx graph recorded as ONE node.
+
+Capture records an op per ``__torch_dispatch__`` call, and on small models
+that Python call is most of a step (the backward alone is ~45% of GPT-2
+tiny's capture). Where the same aten graph runs every step (the backward,
+captured by PyTorch's compiled autograd: ``lazy/backward.py``), it is traced
+once into a ``Template`` and each later step records one ``subgraph`` node
+naming it; ``pipeline/fx_graph.to_fx`` splices the template's nodes in its
+place, so compile workers and the import see plain aten ops and the graph
+key (the template's content hash) is the same in every process.
+
+A template is functional aten (``make_fx`` of a functionalized function),
+its devices rewritten to the CPU as ``to_fx`` does for captured nodes, and
+its outputs never alias its inputs (the node's outputs are new storages).
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import torch
+import torch.fx as fx
+
+from .registry import IMPORT, register_decomposition
+
+_LIB = torch.library.Library("lazy_mlir", "FRAGMENT")
+_LIB.define("subgraph(Tensor[] inputs, str key) -> Tensor[]")
+ops = torch.ops.lazy_mlir
+
+
+@dataclass(frozen=True)
+class Template:
+    """An aten graph of ``len(inputs)`` tensors to ``len(outputs)`` ones."""
+
+    key: str
+    gm: fx.GraphModule
+    inputs: tuple  # (shape, stride, dtype) of each input
+    outputs: tuple  # (shape, stride, dtype) of each output
+
+
+TEMPLATES: dict[str, Template] = {}
+
+
+def _layout(t: torch.Tensor) -> tuple:
+    return tuple(t.shape), tuple(t.stride()), t.dtype
+
+
+def _on_cpu(gm: fx.GraphModule) -> None:
+    """Device constants (factory ops' ``device=``) become the CPU: the
+    pipeline traces every graph on CPU fake tensors (``to_fx``)."""
+    cpu = torch.device("cpu")
+
+    def fix(a):
+        return cpu if isinstance(a, torch.device) else a
+    for node in gm.graph.nodes:
+        node.args = fx.node.map_aggregate(node.args, fix)
+        node.kwargs = fx.node.map_aggregate(node.kwargs, fix)
+    gm.recompile()
+
+
+def _fake_like(mode, t: torch.Tensor):
+    """A fake tensor of ``t``'s layout on ``t``'s device (a lazy device one
+    too: autograd's formulas check devices while being traced)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    meta = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+    return FakeTensor(mode, meta, t.device)
+
+
+def make_template(fn, example_inputs: list[torch.Tensor]) -> Template:
+    """Trace ``fn(*tensors) -> tuple of tensors`` on fake tensors shaped
+    like ``example_inputs`` into a registered ``Template``. Raises where
+    ``fn`` is not traceable (the caller runs it op by op instead)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fakes = [_fake_like(mode, t) for t in example_inputs]
+
+    def fresh(*args):
+        # An output that is an input would be the node's input: a copy.
+        return tuple(o.clone() if any(o is a for a in args) else o for o in fn(*args))
+    with mode:
+        gm = make_fx(torch.func.functionalize(fresh, remove="mutations"),
+                     pre_dispatch=False)(*fakes)
+        outs = fresh(*fakes)
+    if any(n.op == "get_attr" for n in gm.graph.nodes):
+        # (a tensor the function closed over: a constant the key cannot see,
+        # and an attribute the graph it is spliced into does not have)
+        raise ValueError("lazy-mlir: the traced function reads a tensor that is not an input")
+    _on_cpu(gm)
+    inputs = tuple(_layout(t) for t in fakes)
+    outputs = tuple(_layout(o) for o in outs)
+    digest = hashlib.sha256(f"{gm.code}\n{inputs}\n{outputs}".encode()).hexdigest()[:24]
+    template = Template(f"subgraph-{digest}", gm, inputs, outputs)
+    TEMPLATES.setdefault(template.key, template)
+    return TEMPLATES[template.key]
+
+
+def template(key: str) -> Template:
+    try:
+        return TEMPLATES[key]
+    except KeyError:
+        raise RuntimeError(f"lazy-mlir: no subgraph template {key!r} in this process "
+                           "(templates are made by lazy/backward.py before use)") from None
+
+
+def inline(graph: fx.Graph, key: str, args: list) -> list:
+    """Copy template ``key``'s nodes into ``graph`` with its placeholders
+    bound to ``args`` (fx nodes); returns the nodes of its outputs."""
+    gm = template(key).gm
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(args):
+        raise RuntimeError(f"lazy-mlir: subgraph {key} takes {len(placeholders)} tensors, "
+                           f"got {len(args)}")
+    env = dict(zip(placeholders, args))
+    out = graph.graph_copy(gm.graph, env)
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def _fake(inputs, key):
+    return [torch.empty_strided(shape, stride, dtype=dtype, device=inputs[0].device)
+            for shape, stride, dtype in template(key).outputs]
+
+
+def _run(inputs, key):
+    """The CPU kernel: the template's graph itself."""
+    return list(template(key).gm(*inputs))
+
+
+_LIB.impl("subgraph", _run, "CompositeExplicitAutograd")
+torch.library.register_fake("lazy_mlir::subgraph", _fake, lib=_LIB)
+
+
+@register_decomposition(ops.subgraph.default, scope=IMPORT)
+def _subgraph(inputs, key):
+    return list(template(key).gm(*inputs))
