@@ -99,10 +99,10 @@ def _compile(gm: fx.GraphModule):
 
 
 # Calls a backward graph may make beside aten ops and getitem.
-def _allowed_targets() -> set:
-    return {operator.getitem, _external.call_accumulate_grad, _external.call_backward,
-            _external.FakeCompiledAutogradEngine._exec_final_callbacks_stub,
-            _external.unwrap_maybe_dynamic_int}  # (a size: concrete when traced)
+_FINAL_CALLBACKS = _external.FakeCompiledAutogradEngine._exec_final_callbacks_stub if _ca else None
+_ALLOWED = {operator.getitem, _external.call_accumulate_grad, _external.call_backward,
+            _FINAL_CALLBACKS,
+            _external.unwrap_maybe_dynamic_int} if _ca else set()  # (a size: concrete when traced)
 
 
 def _is_formula(target) -> bool:
@@ -235,9 +235,8 @@ def _foreign_function(gm: fx.GraphModule, hooks) -> str | None:
 
 
 def _refusal(gm: fx.GraphModule) -> str | None:
-    allowed = _allowed_targets()
     for node in gm.graph.nodes:
-        if node.op == "call_function" and node.target not in allowed and not _is_formula(
+        if node.op == "call_function" and node.target not in _ALLOWED and not _is_formula(
                 node.target):
             return f"it calls {getattr(node.target, '__name__', node.target)} (a hook?)"
         if node.op in ("call_module", "call_method"):
@@ -253,7 +252,7 @@ def _gradients_graph(gm: fx.GraphModule):
     env: dict = {}
     params, grads = [], []
     for node in gm.graph.nodes:
-        if node.op == "call_function" and node.target is _external.FakeCompiledAutogradEngine._exec_final_callbacks_stub:
+        if node.op == "call_function" and node.target is _FINAL_CALLBACKS:
             continue
         if node.op == "call_function" and node.target is _external.call_accumulate_grad:
             variable = node.args[0]

@@ -122,15 +122,11 @@ def _fake(inputs, key):
             for shape, stride, dtype in template(key).outputs]
 
 
-def _run(inputs, key):
-    """The CPU kernel: the template's graph itself."""
-    return list(template(key).gm(*inputs))
-
-
-_LIB.impl("subgraph", _run, "CompositeExplicitAutograd")
-torch.library.register_fake("lazy_mlir::subgraph", _fake, lib=_LIB)
-
-
-@register_decomposition(ops.subgraph.default, scope=IMPORT)
 def _subgraph(inputs, key):
+    """The CPU kernel and the decomposition: the template's graph itself."""
     return list(template(key).gm(*inputs))
+
+
+_LIB.impl("subgraph", _subgraph, "CompositeExplicitAutograd")
+torch.library.register_fake("lazy_mlir::subgraph", _fake, lib=_LIB)
+register_decomposition(ops.subgraph.default, scope=IMPORT)(_subgraph)

@@ -110,11 +110,13 @@ def test_a_custom_autograd_function_runs_op_by_op():
             return 2 * x * g
 
     grads = []
+    lm.metrics.reset()
     for device in ("lazy", "cpu"):
         w = torch.linspace(-1, 1, 7, device=device, requires_grad=True)
         Square.apply(w).sum().backward()
         grads.append(w.grad.cpu())
     torch.testing.assert_close(grads[0], grads[1])
+    assert lm.metrics.counter_value("backward::ops") == 1
 
 
 def test_create_graph_keeps_autograds_own_path():
@@ -153,8 +155,10 @@ def test_python_numbers_saved_by_a_formula_are_inputs(wrapped):
     """``x * 0.5`` saves 0.5 as a 0-dim host tensor: lifted as an input, so
     another number is another input value, not another graph."""
     grads = []
+    lm.metrics.reset()
     for device in ("lazy", "cpu"):
         x = torch.linspace(-1, 1, 5, device=device, requires_grad=True)
         (torch.tanh(x) * wrapped).sum().backward()
         grads.append(x.grad.cpu())
     torch.testing.assert_close(grads[0], grads[1])
+    assert lm.metrics.counter_value("backward::one_node") == 1
