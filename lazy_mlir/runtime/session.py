@@ -312,11 +312,7 @@ class Session:
         self.device.queue_copy(source, target,
                                wait_semaphores=rt.HalFence.create_at(sem, 0),
                                signal_semaphores=rt.HalFence.create_at(sem, 1))
-        entered = self.batch_waits and waiting.enter()
-        try:
-            rt.HalFence.create_at(sem, 1).wait()
-        finally:
-            waiting.leave(entered)
+        waiting.call_batched(self.batch_waits, rt.HalFence.create_at(sem, 1).wait)
 
     def _reinterpret(self, raw: torch.Tensor, view, spec) -> torch.Tensor:
         """Flat ``raw`` (the view's elements, or its bytes) as ``spec.dtype``."""
@@ -429,11 +425,7 @@ class LoadedModule:
             run = list(args)
             for i in self.aliased.union(self.clobbered):
                 run[i] = session.copy_on_device(args[i])
-        entered = session.batch_waits and waiting.enter()
-        try:
-            out = self.fn(*run)
-        finally:
-            waiting.leave(entered)
+        out = waiting.call_batched(session.batch_waits, self.fn, *run)
         outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
         if self.aliased is None:
             buffers = [a._buffer_view.get_buffer() for a in run]

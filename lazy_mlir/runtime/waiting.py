@@ -60,9 +60,14 @@ def enter() -> bool:
     return True
 
 
-def enter_for_good() -> None:
-    """The calling thread (lazy-mlir's run thread) under ``SCHED_BATCH`` from now on."""
-    enter()
+def call_batched(on: bool, fn, *args):
+    """``fn(*args)`` (a blocking wait on IREE) with the calling thread under
+    ``SCHED_BATCH`` if ``on``, and back under ``SCHED_OTHER`` after."""
+    entered = on and enter()
+    try:
+        return fn(*args)
+    finally:
+        leave(entered)
 
 
 def other_while(fn, *args):

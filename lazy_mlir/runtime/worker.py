@@ -89,7 +89,7 @@ def _take(job: Job) -> bool:
 
 
 def _loop() -> None:
-    waiting.enter_for_good()
+    waiting.enter()  # (for good: the run thread stays a batch thread)
     while True:
         with _lock:
             while _running[0] or not _queue:
