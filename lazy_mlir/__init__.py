@@ -22,6 +22,9 @@ from .frontends.train_step import compile_train_step
 from .lazy.coverage import check_coverage
 from .lazy.device import lazy_device, register as _register
 from .lazy.sync import mark_step, set_target, wait_device_ops
+from .runtime.host_memory import keep_freed_memory_if_default_target_is_host
+
+keep_freed_memory_if_default_target_is_host()  # before any lazy-mlir thread mallocs
 
 _register()
 if _torch_lazy.requested():

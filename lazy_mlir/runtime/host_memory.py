@@ -19,8 +19,18 @@ stays at its high-water mark (as PyTorch's CUDA caching allocator does on a
 GPU); it does not grow past it. glibc still maps memory when the heap cannot
 grow. ``LAZY_MLIR_KEEP_FREED_MEMORY=0`` leaves malloc as it is.
 
-It changes the process's malloc settings, so it runs once, when the first
-host-memory device (local-task, local-sync) is created, not at import.
+When: before any thread but the main one has called malloc. glibc fixes its
+arena limit when the first thread arena is made, so ``M_ARENA_MAX=1`` set
+later does not stop a new thread (lazy-mlir's run thread, a compile thread)
+from getting its own arena; and a non-main arena's heaps are at most 64 MB,
+so larger blocks (GPT-2 medium's step allocates 207 and 289 MB) are mapped
+and unmapped on every call whatever ``M_MMAP_MAX`` says. Applied at device
+creation only, GPT-2 medium still faulted 56,000-100,000 pages a step (up to
+121,000 with ``compile_train_step``); applied at ``import lazy_mlir``, none
+from the second step on. So ``import lazy_mlir`` applies it when the default
+target (``LAZY_MLIR_TARGET``, else cpu) keeps its buffers in host memory,
+and the first host-memory device applies it otherwise (a later
+``set_target("cpu")``), as well as it can then.
 """
 from __future__ import annotations
 
@@ -63,6 +73,14 @@ def keep_freed_memory() -> bool:
         log.debug("lazy-mlir: mallopt refused; freed memory goes back to the system")
     _done[0] = ok
     return ok
+
+
+def keep_freed_memory_if_default_target_is_host() -> bool:
+    """At import: apply the setting when the default target is the cpu one
+    (its drivers, local-task and local-sync, keep buffers in host memory).
+    Reads the target's name only: resolving a GPU target probes drivers."""
+    name = os.environ.get("LAZY_MLIR_TARGET", "cpu").partition(":")[0].strip().lower()
+    return name == "cpu" and keep_freed_memory()
 
 
 def in_effect() -> bool:
