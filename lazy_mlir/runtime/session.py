@@ -29,9 +29,10 @@ Guarantees:
 - On the cpu target (``local-task``), a thread waiting for a module's run or
   a queue copy does so under ``SCHED_BATCH`` (``waiting``): it no longer
   spins against the IREE worker that woke it.
-- Creating a host-memory device keeps freed memory in the heap
-  (``host_memory.keep_freed_memory``): IREE's per-call transient memory is
-  then not page-faulted in again on every call.
+- Freed memory stays in the heap on the cpu target
+  (``host_memory.keep_freed_memory``, from ``import lazy_mlir`` on, or from
+  the first host-memory device): IREE's per-call transient memory is then not
+  page-faulted in again on every call.
 """
 from __future__ import annotations
 
