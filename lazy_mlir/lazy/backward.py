@@ -155,7 +155,7 @@ class _OneNodeBackward:
             return None
         template, used, params = entry
         tensors = [t if type(t) is LazyTensor else _lifted(t) for t in (inputs[i] for i in used)]
-        if None in tensors:
+        if any(t is None for t in tensors):
             return None
         grads = torch.ops.lazy_mlir.subgraph(tensors, template)
         with torch.no_grad():

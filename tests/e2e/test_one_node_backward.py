@@ -162,3 +162,17 @@ def test_python_numbers_saved_by_a_formula_are_inputs(wrapped):
         grads.append(x.grad.cpu())
     torch.testing.assert_close(grads[0], grads[1])
     assert lm.metrics.counter_value("backward::one_node") == 1
+
+
+def test_the_backward_compares_no_tensor(monkeypatch):
+    """Looking for a tensor that could not be lifted must not compare the
+    backward's inputs with ``==`` (``None in tensors`` called ``Tensor.__eq__``
+    on each of them: ~13 us apiece, 1.1 ms of GPT-2 tiny's 2.3 ms backward)."""
+    from lazy_mlir.lazy.tensor import LazyTensor
+
+    def refuse(self, other):
+        raise AssertionError("a tensor was compared with ==")
+
+    monkeypatch.setattr(LazyTensor, "__eq__", refuse, raising=False)
+    counts = _same_as_eager(steps=2)
+    assert counts.get("backward::one_node") == 2

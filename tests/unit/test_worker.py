@@ -134,3 +134,29 @@ def test_a_job_releases_its_arguments_before_it_is_done():
     f.result()
     worker.wait_all()
     assert held_when_done == [False]
+
+
+def test_a_finished_job_is_read_without_its_lock():
+    """Each step's graph waits for every input the previous one made: a job
+    that ran without error answers ``result`` without taking the future's
+    lock (a lock that raises proves it); one that failed still raises."""
+    class NoLock:
+        def __enter__(self):
+            raise AssertionError("the future's lock was taken")
+
+        def __exit__(self, *exc):
+            return False
+
+    ok = worker.submit(lambda: 42)
+    assert ok.result(timeout=10) == 42
+    ok._condition = NoLock()
+    assert ok.result() == 42 and ok.result() == 42
+
+    def boom():
+        raise ValueError("boom in a job")
+
+    bad = worker.submit(boom)
+    with pytest.raises(ValueError, match="boom in a job"):
+        bad.result(timeout=10)
+    with pytest.raises(ValueError, match="boom in a job"):
+        worker.raise_pending_error()
