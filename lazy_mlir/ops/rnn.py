@@ -151,6 +151,20 @@ def _column(packs, index: int, parts: int):
     return packs.chunk(parts, 2)[index]
 
 
+def _backward_weight(w_hh, unroll: bool):
+    """What a backward step multiplies by for ``g @ w_hh``: in a loop
+    ``w_hh^T``, made once before it, for ``_times``; unrolled ``w_hh``."""
+    return w_hh if unroll else w_hh.t().contiguous()
+
+
+def _times(g, w, unroll: bool):
+    """``g @ w_hh`` from ``_backward_weight``'s ``w``: in a loop as
+    ``g @ (w_hh^T)^T``, whose right operand IREE reads by rows, twice as fast
+    there as by columns (``passes/loop_matmuls`` keeps the transposes from
+    folding back)."""
+    return g @ w if unroll else F.linear(g, w)
+
+
 # ---------------------------------------------------------------------- LSTM
 def _lstm_direction(x, h, c, w_ih, w_hh, b_ih, b_hh, w_hr, reverse, unroll):
     """One direction of one layer: ``(hs, h, c, packs)``, time order; a pack
@@ -217,7 +231,7 @@ def _lstm_direction_backward(dout, dh, dc, x, h0, c0, w_ih, w_hh, w_hr, hs, pack
     hidden = c0.shape[-1]
 
     def step(carries, rows, consts):
-        (dh, dc), (dout, pack, c_prev), (w_hh_t, *w_hr) = carries, rows, consts
+        (dh, dc), (dout, pack, c_prev), (w_back, *w_hr) = carries, rows, consts
         dh = dh + dout
         i, f, g, o, c = pack.chunk(5, 1)
         tc = c.tanh()
@@ -228,14 +242,12 @@ def _lstm_direction_backward(dout, dh, dc, x, h0, c0, w_ih, w_hh, w_hr, hs, pack
         dc = dc + dh * o * (1 - tc * tc)
         d = torch.cat([dc * g * i * (1 - i), dc * c_prev * f * (1 - f),
                        dc * i * (1 - g * g), dh * tc * o * (1 - o)], 1)
-        return (F.linear(d, w_hh_t), dc * f), (d, *extra)
+        return (_times(d, w_back, unroll), dc * f), (d, *extra)
 
     shapes = ((batch, 4 * hidden),) + (((batch, hs.shape[-1]), (batch, hidden)) if proj else ())
-    # d @ w_hh as d @ (w_hh^T)^T: IREE reads a transposed right operand by
-    # rows, twice as fast in the loop (loop_matmuls)
-    w_hh_t = w_hh.t().contiguous()
     (dh, dc), ys = scan(step, steps, (dh, dc), (dout, packs, c_prev),
-                        (w_hh_t, *([w_hr] if proj else [])), shapes, not reverse, unroll)
+                        (_backward_weight(w_hh, unroll), *([w_hr] if proj else [])), shapes,
+                        not reverse, unroll)
     d = _stacked(ys[0])
     dw_hh = _flat(d).t() @ _flat(_previous(hs, h0, reverse))
     dw_hr = _flat(_stacked(ys[1])).t() @ _flat(_stacked(ys[2])) if proj else None
@@ -350,17 +362,18 @@ def _gru_direction_backward(dout, dh, x, h0, w_ih, w_hh, hs, packs, reverse):
     dout = hs.new_zeros(hs.shape) if dout is None else dout
 
     def step(carries, rows, consts):
-        (dh,), (dout, pack), (w_hh,) = carries, rows, consts
+        (dh,), (dout, pack), (w_back,) = carries, rows, consts
         dh = dh + dout
         r, z, n, hn, h_prev = pack.chunk(5, 1)
         dn = dh * (1 - z) * (1 - n * n)
         dr = dn * hn * r * (1 - r)
         dz = dh * (h_prev - n) * z * (1 - z)
         dh_pre = torch.cat([dr, dz, dn * r], 1)
-        return (dh * z + dh_pre @ w_hh,), (torch.cat([dr, dz, dn], 1), dh_pre)
+        return (dh * z + _times(dh_pre, w_back, unroll),), (torch.cat([dr, dz, dn], 1), dh_pre)
 
     gates = (batch, 3 * dh.shape[-1])
-    (dh,), (dx_pre, dh_pre) = scan(step, steps, (dh,), (dout, packs), (w_hh,), (gates, gates),
+    (dh,), (dx_pre, dh_pre) = scan(step, steps, (dh,), (dout, packs),
+                                   (_backward_weight(w_hh, unroll),), (gates, gates),
                                    not reverse, unroll)
     dx_pre, dh_pre = _stacked(dx_pre), _stacked(dh_pre)
     h_prev = _previous(hs, h0, reverse)

@@ -90,6 +90,9 @@ def test_vulkan_int64_check_knows_the_counter_stays_small():
 
     from lazy_mlir.passes.int64_range import int64_overflow_reason
     assert int64_overflow_reason(_traced(recurrence)) is None
+    nested = make_fx(as_traced_loops(lambda x, h, w: scanned(x, h, w, 6, 3, True)),
+                     tracing_mode="fake")(*_scan_inputs(6))  # blocks: their indices too
+    assert int64_overflow_reason(nested) is None
 
     def halve(x):
         return while_loop_op(lambda x, k: x.sum() > 1, lambda x, k: (x * 0.5, k + 1),
