@@ -10,7 +10,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from lazy_mlir.config import PipelineConfig
 from lazy_mlir.dialects.torch_import import import_fx
-from lazy_mlir.ops.loops import NEST_STEPS, as_traced_loops, at, block_size, fori, put, scan, take
+from lazy_mlir.ops.loops import (NEST_STEPS, as_traced_loops, at, block_size, fori, put, scan,
+                                 take)
 from lazy_mlir.pipeline.in_place import clobbered_args, main_arity
 from lazy_mlir.pipeline.stages import Provenance, Stage, lower_torch
 
