@@ -11,7 +11,7 @@ from __future__ import annotations
 from .torch_import import func_d, ir
 
 __all__ = ["ops_named", "shape", "element_type", "int_list", "zero_pad", "add_functions",
-           "call_instead"]
+           "call_instead", "in_loop", "mark", "barrier_into"]
 
 
 def ops_named(module: ir.Module, name: str) -> list:
@@ -80,3 +80,37 @@ def call_instead(op, callee: str, operands: list) -> None:
         call = func_d.CallOp([op.results[0].type], ir.FlatSymbolRefAttr.get(callee), operands)
     op.results[0].replace_all_uses_with(call.results[0])
     op.erase()
+
+
+def in_loop(op) -> bool:
+    """Whether ``op`` is inside an ``scf.for`` or ``scf.while`` (at any depth)."""
+    parent = op.operation.parent
+    while parent is not None:
+        if parent.name in ("scf.for", "scf.while"):
+            return True
+        if parent.name == "func.func":
+            return False
+        parent = parent.parent
+    return False
+
+
+def mark(op, attribute: str) -> None:
+    """Give ``op`` the unit attribute ``attribute`` (a hint to iree-compile)."""
+    op.operation.attributes[attribute] = ir.UnitAttr.get(op.context)
+
+
+def barrier_into(value, users: tuple[str, ...]) -> int:
+    """Pass ``value`` to its users named ``users`` (``scf.for``) through a
+    ``util.optimization_barrier`` (IREE's; generic form: torch-mlir passes it
+    through), so that iree-compile keeps it as computed rather than folding
+    it into its uses. Returns the number of operands rerouted."""
+    uses = [(u.owner, u.operand_number) for u in value.uses if u.owner.name in users]
+    if not uses:
+        return 0
+    value.context.allow_unregistered_dialects = True
+    with ir.InsertionPoint(uses[0][0]), value.owner.location:
+        barrier = ir.Operation.create("util.optimization_barrier", results=[value.type],
+                                      operands=[value]).result
+    for owner, index in uses:
+        owner.operands[index] = barrier
+    return len(uses)

@@ -19,13 +19,14 @@ ops defined here (``lazy/rnn.py`` routes them, under an autograd function):
   (``dgates^T @ inputs``), not a sum of one term per step.
 
 Both become aten ops on the fx graph before torch-mlir imports it (IMPORT
-scope, below): each layer and direction is one counted loop over the time
-steps (``ops/loops.py``: a ``while_loop`` that becomes ``scf.for``), whose
-body is one step of the recurrence as PyTorch's own decomposition
-(``torch._decomp``'s ``lstm_impl``) writes it, or of back-propagation
-through time written out; or, when the node says ``unroll`` (short
-recurrences: ``unrolled`` says why), the same body called once per step
-with static indices. Unrolled, a 4-layer LSTM over 128 steps was a module
+scope, below): each layer and direction is one ``loops.scan`` over the time
+steps (counted loops: ``while_loop``s that become ``scf.for``; from
+``loops.NEST_STEPS`` steps an outer loop over blocks of steps around an
+inner one), whose body is one step of the recurrence as PyTorch's own
+decomposition (``torch._decomp``'s ``lstm_impl``) writes it, or of
+back-propagation through time written out; or, when the node says
+``unroll`` (short recurrences: ``unrolled`` says why), the same body called
+once per step with static indices. Unrolled, a 4-layer LSTM over 128 steps was a module
 of ~10,000 ops and minutes of IREE compile; as loops the module has the
 same size at every sequence length. The same functions, their loops run in
 Python, are the ops' CPU kernels (a graph denied at run time still runs),
@@ -42,7 +43,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .loops import as_traced_loops, at, fori, put, take
+from .loops import as_traced_loops, scan
 from .registry import IMPORT, register_decomposition
 
 _CONFIG = "bool has_biases, int num_layers, bool bidirectional, bool batch_first, bool unroll"
@@ -139,12 +140,6 @@ def _split(g, dirs):
     return list(g.chunk(dirs, -1)) if dirs > 1 else [g]
 
 
-def _buffer(like, steps: int, batch: int, width: int, unroll: bool):
-    """Room for a direction's per-step ``[batch, width]`` values: a list
-    (unrolled) or one ``[steps, batch, width]`` tensor (a loop's carry)."""
-    return [None] * steps if unroll else like.new_zeros((steps, batch, width))
-
-
 def _stacked(values):
     return torch.stack(values) if isinstance(values, list) else values
 
@@ -156,31 +151,43 @@ def _column(packs, index: int, parts: int):
     return packs.chunk(parts, 2)[index]
 
 
+def _backward_weight(w_hh, unroll: bool):
+    """What a backward step multiplies by for ``g @ w_hh``: in a loop
+    ``w_hh^T``, made once before it, for ``_times``; unrolled ``w_hh``."""
+    return w_hh if unroll else w_hh.t().contiguous()
+
+
+def _times(g, w, unroll: bool):
+    """``g @ w_hh`` from ``_backward_weight``'s ``w``: in a loop as
+    ``g @ (w_hh^T)^T``, whose right operand IREE reads by rows, twice as fast
+    there as by columns (``passes/loop_matmuls`` keeps the transposes from
+    folding back)."""
+    return g @ w if unroll else F.linear(g, w)
+
+
 # ---------------------------------------------------------------------- LSTM
 def _lstm_direction(x, h, c, w_ih, w_hh, b_ih, b_hh, w_hr, reverse, unroll):
     """One direction of one layer: ``(hs, h, c, packs)``, time order; a pack
     is one step's ``[i, f, g, o, c]`` (gate activations, cell state),
     ``packs`` them all ``[T, B, 5 * hidden]`` (a list of steps if ``unroll``)."""
     steps, batch = x.shape[:2]
-    xw = F.linear(x, w_ih, b_ih)
-    opt = [w for w in (b_hh, w_hr) if w is not None]
-    b_hh_given, w_hr_given = b_hh is not None, w_hr is not None
+    xw = F.linear(x, w_ih, b_ih)  # every step's input projection: one matmul
+    given = (b_hh is not None, w_hr is not None)
 
-    def step(k, h, c, hs, packs, xw, w_hh, *opt):
-        b_hh, w_hr = _unpack(opt, b_hh_given, w_hr_given)
-        t = at(k, steps, not reverse)
-        i, f, g, o = (F.linear(h, w_hh, b_hh) + take(xw, t)).chunk(4, 1)
+    def step(carries, rows, consts):
+        (h, c), (xw,), (w_hh, *opt) = carries, rows, consts
+        b_hh, w_hr = _unpack(opt, *given)
+        i, f, g, o = (F.linear(h, w_hh, b_hh) + xw).chunk(4, 1)
         i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
         c = f * c + i * g
         h = o * c.tanh()
         if w_hr is not None:
             h = F.linear(h, w_hr)
-        return (h, c, put(hs, t, h), put(packs, t, torch.cat([i, f, g, o, c], 1)), xw, w_hh,
-                *opt)
+        return (h, c), (h, torch.cat([i, f, g, o, c], 1))
 
-    hs = _buffer(h, steps, batch, h.shape[-1], unroll)
-    packs = _buffer(c, steps, batch, 5 * c.shape[-1], unroll)
-    h, c, hs, packs = fori(steps, step, (h, c, hs, packs, xw, w_hh, *opt), unroll)[:4]
+    (h, c), (hs, packs) = scan(
+        step, steps, (h, c), (xw,), (w_hh, *[w for w in (b_hh, w_hr) if w is not None]),
+        ((batch, h.shape[-1]), (batch, 5 * c.shape[-1])), reverse, unroll)
     return _stacked(hs), h, c, packs
 
 
@@ -221,30 +228,29 @@ def _lstm_direction_backward(dout, dh, dc, x, h0, c0, w_ih, w_hh, w_hr, hs, pack
     dout = hs.new_zeros(hs.shape) if dout is None else dout
     c_prev = _previous(_column(packs, 4, 5), c0, reverse)
     proj = w_hr is not None
-    dpre = _buffer(hs, steps, batch, 4 * c0.shape[-1], unroll)
-    # with a projection: each step's dh and o * tanh(c), for w_hr's gradient
-    dhs = ([_buffer(hs, steps, batch, hs.shape[-1], unroll),
-            _buffer(hs, steps, batch, c0.shape[-1], unroll)] if proj else [])
+    hidden = c0.shape[-1]
 
-    def step(k, dh, dc, dpre, *rest):
-        dhs, (dout, packs, c_prev, w_hh, *w_hr) = rest[:2 * proj], rest[2 * proj:]
-        t = at(k, steps, reverse)
-        dh = dh + take(dout, t)
-        i, f, g, o, c = take(packs, t).chunk(5, 1)
+    def step(carries, rows, consts):
+        (dh, dc), (dout, pack, c_prev), (w_back, *w_hr) = carries, rows, consts
+        dh = dh + dout
+        i, f, g, o, c = pack.chunk(5, 1)
         tc = c.tanh()
+        # with a projection: each step's dh and o * tanh(c), for w_hr's gradient
+        extra = (dh, o * tc) if proj else ()
         if proj:
-            dhs = [put(dhs[0], t, dh), put(dhs[1], t, o * tc)]
             dh = dh @ w_hr[0]  # through the projection h = w_hr (o * tanh(c))
         dc = dc + dh * o * (1 - tc * tc)
-        d = torch.cat([dc * g * i * (1 - i), dc * take(c_prev, t) * f * (1 - f),
+        d = torch.cat([dc * g * i * (1 - i), dc * c_prev * f * (1 - f),
                        dc * i * (1 - g * g), dh * tc * o * (1 - o)], 1)
-        return (d @ w_hh, dc * f, put(dpre, t, d), *dhs, dout, packs, c_prev, w_hh, *w_hr)
+        return (_times(d, w_back, unroll), dc * f), (d, *extra)
 
-    out = fori(steps, step, (dh, dc, dpre, *dhs, dout, packs, c_prev, w_hh,
-                             *([w_hr] if proj else [])), unroll)
-    dh, dc, d = out[0], out[1], _stacked(out[2])
+    shapes = ((batch, 4 * hidden),) + (((batch, hs.shape[-1]), (batch, hidden)) if proj else ())
+    (dh, dc), ys = scan(step, steps, (dh, dc), (dout, packs, c_prev),
+                        (_backward_weight(w_hh, unroll), *([w_hr] if proj else [])), shapes,
+                        not reverse, unroll)
+    d = _stacked(ys[0])
     dw_hh = _flat(d).t() @ _flat(_previous(hs, h0, reverse))
-    dw_hr = _flat(_stacked(out[3])).t() @ _flat(_stacked(out[4])) if proj else None
+    dw_hr = _flat(_stacked(ys[1])).t() @ _flat(_stacked(ys[2])) if proj else None
     return d @ w_ih, dh, dc, _flat(d).t() @ _flat(x), dw_hh, d.sum((0, 1)), dw_hr
 
 
@@ -308,23 +314,22 @@ def _gru_direction(x, h, w_ih, w_hh, b_ih, b_hh, reverse, unroll):
     ``unroll``)."""
     steps, batch = x.shape[:2]
     xw = F.linear(x, w_ih, b_ih)
-    b_hh_given = b_hh is not None
 
-    def step(i, h, hs, packs, xw, w_hh, *b_hh):
-        t = at(i, steps, not reverse)
-        xr, xz, xn = take(xw, t).chunk(3, 1)
-        hr, hz, hn = F.linear(h, w_hh, b_hh[0] if b_hh_given else None).chunk(3, 1)
+    def step(carries, rows, consts):
+        (h,), (xw,), (w_hh, *b_hh) = carries, rows, consts
+        xr, xz, xn = xw.chunk(3, 1)
+        hr, hz, hn = F.linear(h, w_hh, b_hh[0] if b_hh else None).chunk(3, 1)
         r = (hr + xr).sigmoid()
         z = (hz + xz).sigmoid()
         n = (xn + hn * r).tanh()
-        packs = put(packs, t, torch.cat([r, z, n, hn, h], 1))
+        pack = torch.cat([r, z, n, hn, h], 1)
         h = (h - n) * z + n
-        return (h, put(hs, t, h), packs, xw, w_hh, *b_hh)
+        return (h,), (h, pack)
 
-    hs = _buffer(h, steps, batch, h.shape[-1], unroll)
-    packs = _buffer(h, steps, batch, 5 * h.shape[-1], unroll)
-    h, hs, packs = fori(steps, step, (h, hs, packs, xw, w_hh, *([b_hh] if b_hh_given else [])),
-                        unroll)[:3]
+    hidden = h.shape[-1]
+    (h,), (hs, packs) = scan(step, steps, (h,), (xw,),
+                             (w_hh, *([b_hh] if b_hh is not None else [])),
+                             ((batch, hidden), (batch, 5 * hidden)), reverse, unroll)
     return _stacked(hs), h, packs
 
 
@@ -356,19 +361,20 @@ def _gru_direction_backward(dout, dh, x, h0, w_ih, w_hh, hs, packs, reverse):
     unroll = isinstance(packs, list)
     dout = hs.new_zeros(hs.shape) if dout is None else dout
 
-    def step(i, dh, dxw, dhw, dout, packs, w_hh):
-        t = at(i, steps, reverse)
-        dh = dh + take(dout, t)
-        r, z, n, hn, h_prev = take(packs, t).chunk(5, 1)
+    def step(carries, rows, consts):
+        (dh,), (dout, pack), (w_back,) = carries, rows, consts
+        dh = dh + dout
+        r, z, n, hn, h_prev = pack.chunk(5, 1)
         dn = dh * (1 - z) * (1 - n * n)
         dr = dn * hn * r * (1 - r)
         dz = dh * (h_prev - n) * z * (1 - z)
         dh_pre = torch.cat([dr, dz, dn * r], 1)
-        return (dh * z + dh_pre @ w_hh, put(dxw, t, torch.cat([dr, dz, dn], 1)),
-                put(dhw, t, dh_pre), dout, packs, w_hh)
+        return (dh * z + _times(dh_pre, w_back, unroll),), (torch.cat([dr, dz, dn], 1), dh_pre)
 
-    gates = [_buffer(hs, steps, batch, 3 * dh.shape[-1], unroll) for _ in range(2)]
-    dh, dx_pre, dh_pre = fori(steps, step, (dh, *gates, dout, packs, w_hh), unroll)[:3]
+    gates = (batch, 3 * dh.shape[-1])
+    (dh,), (dx_pre, dh_pre) = scan(step, steps, (dh,), (dout, packs),
+                                   (_backward_weight(w_hh, unroll),), (gates, gates),
+                                   not reverse, unroll)
     dx_pre, dh_pre = _stacked(dx_pre), _stacked(dh_pre)
     h_prev = _previous(hs, h0, reverse)
     return (dx_pre @ w_ih, dh, _flat(dx_pre).t() @ _flat(x), _flat(dh_pre).t() @ _flat(h_prev),

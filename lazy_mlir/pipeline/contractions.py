@@ -11,7 +11,9 @@ from __future__ import annotations
 import math
 import re
 
-_MATMUL = re.compile(r"linalg\.(batch_)?matmul ins\([^:]*: tensor<([0-9x]+)x[a-z]+[0-9]*>, "
+# (an attribute dict may come first: ``passes/loop_matmuls``' hint)
+_MATMUL = re.compile(r"linalg\.(batch_)?matmul (?:\{[^}]*\} )?"
+                     r"ins\([^:]*: tensor<([0-9x]+)x[a-z]+[0-9]*>, "
                      r"tensor<([0-9x]+)x[a-z]+[0-9]*>")
 
 

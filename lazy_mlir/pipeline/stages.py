@@ -131,15 +131,32 @@ def lower_torch(torch_stage: Stage, config: PipelineConfig, target: str | None =
         if text is not None:
             return torch_stage, _noted(replace(backend, text=text), "view_dtype_as_bitcast")
     linalg_passes = pipelines.linalg(config)
-    edit = None
-    if config.direct_convs(target):
-        from ..passes.conv_channels_last import CALL_PREFIX, to_channels_last as edit
+    from ..passes.conv_channels_last import CALL_PREFIX, to_channels_last
+    from ..passes.loop_matmuls import HINT, untile_loop_matmuls
+    edits = [e for e, on in ((to_channels_last, config.direct_convs(target)),
+                             (untile_loop_matmuls, target == "cpu")) if on]
     linalg = _timed("linalg", "torch-mlir " + ",".join(linalg_passes), run_pipeline,
-                    backend.text, pipelines.as_pipeline(linalg_passes), "linalg", edit)
-    rewritten = linalg.text.count(CALL_PREFIX) if edit else 0
+                    backend.text, pipelines.as_pipeline(linalg_passes), "linalg",
+                    _chained(edits))
+    rewritten = linalg.text.count(CALL_PREFIX)
     if rewritten:
         linalg = _noted(linalg, f"conv_channels_last ({rewritten} convolutions)")
+    if HINT in linalg.text:
+        linalg = _noted(linalg, "loop_matmuls")
     return torch_stage, backend, linalg
+
+
+def _chained(edits: list):
+    """One linalg edit that runs ``edits`` in order (None for none)."""
+    if len(edits) <= 1:
+        return edits[0] if edits else None
+
+    def edit(module):
+        for e in edits:
+            e(module)
+    edit.__module__ = edits[0].__module__
+    edit.__name__ = " + ".join(e.__name__ for e in edits)
+    return edit
 
 
 def _noted(stage: Stage, step: str) -> Stage:

@@ -83,7 +83,7 @@ def package_versions() -> dict[str, str]:
 
 
 # The packages of lazy_mlir whose code decides what a graph compiles to.
-_COMPILER_DIRS = ("dialects", "passes", "pipeline", "runtime")
+_COMPILER_DIRS = ("dialects", "ops", "passes", "pipeline", "runtime")
 
 
 @functools.lru_cache(maxsize=None)

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import lazy_mlir as lm
+from lazy_mlir.ops import loops
 from lazy_mlir.ops import rnn as rnn_ops
 from lazy_mlir.ops import subgraph
 from e2e_helpers import Counters
@@ -88,6 +89,40 @@ def test_recorded_as_one_node_each_way_and_trains_like_eager(limit, monkeypatch)
     assert counts == {"lazy::lstm": 3, "lazy::lstm_backward": 2, "lazy::gru": 2,
                       "lazy::gru_backward": 2}
     assert ops < 60, ops  # 1,533 with each time step's ops recorded
+
+
+def test_long_sequences_run_as_loops_over_blocks_of_steps(monkeypatch):
+    """From ``loops.NEST_STEPS`` time steps each recurrence is an outer loop
+    over blocks of steps around an inner loop (17 steps: 4 blocks of 4 and
+    a tail step, ``loops.scan``), data-tiled only outside the loops
+    (``passes/loop_matmuls``): the loss and every gradient as eager's, no op
+    run eagerly."""
+    steps = 17
+    monkeypatch.setattr(rnn_ops, "UNROLL_STEPS", 0)  # loops (the node says so)
+    assert loops.block_size(steps) == 4
+    torch.manual_seed(1)
+    eager = torch.nn.ModuleDict({"lstm": torch.nn.LSTM(I, H, batch_first=True,
+                                                       bidirectional=True),
+                                 "gru": torch.nn.GRU(I, H)})
+    model = torch.nn.ModuleDict({k: type(m)(I, H, **({"batch_first": True, "bidirectional": True}
+                                                     if k == "lstm" else {}))
+                                 for k, m in eager.items()})
+    model.load_state_dict(eager.state_dict())
+    model = model.to("lazy")
+    x = torch.randn(B, steps, I)
+    c = Counters()
+    results = []
+    for m, dev in ((eager, "cpu"), (model, "lazy")):
+        xd = x.to(dev)
+        loss = m["lstm"](xd)[0].tanh().sum() + m["gru"](xd.transpose(0, 1))[0].sin().sum()
+        loss.backward()
+        results.append((loss, [p.grad for p in m.parameters()]))
+    lm.mark_step()
+    (want, want_grads), (got, got_grads) = results
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g.cpu(), w, rtol=1e-4, atol=1e-5)
+    assert not [n for n in _rnn_counters(c) if n.startswith("aten::")], _rnn_counters(c)
 
 
 def test_not_fused_takes_pytorchs_path():

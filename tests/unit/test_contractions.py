@@ -27,6 +27,9 @@ def test_largest_matmul_reads_static_named_matmuls():
     assert largest_matmul(SMALL + BIG) == 512 * 1024 * 128 == LARGE_MATMUL_MACS
     assert largest_matmul(BATCH) == 4 * 64 * 32 * 8
     assert largest_matmul(MAPPED + DYNAMIC) == 0  # not read: no guess at their sizes
+    # with loop_matmuls' data-tiling hint
+    hinted = BIG.replace("linalg.matmul ins", "linalg.matmul {iree.opt.data_tiling} ins")
+    assert hinted != BIG and largest_matmul(hinted) == LARGE_MATMUL_MACS
 
 
 def _linalg(text: str) -> tuple[Stage, ...]:

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from lazy_mlir.ops import rnn
+from lazy_mlir.ops import loops, rnn
 from lazy_mlir.ops.support import decomposition_table, op_is_supported
 
 ops = torch.ops.lazy_mlir
@@ -39,16 +39,28 @@ CONFIGS = [pytest.param(kind, *c, id=f"{kind}-{c[0]}l-{'bi' if c[1] else 'uni'}-
            for c in itertools.product([1, 2], [False, True], [False, True], [False, True])]
 
 
-@pytest.mark.parametrize("unroll", [False, True], ids=["loop", "unrolled"])
+# how the recurrence runs: one loop, loops over blocks of steps (``loops.scan``
+# nests from NEST_STEPS steps on: lowered here to reach T), unrolled
+LAYOUTS = ["loop", "blocks", "unrolled"]
+
+
+@pytest.fixture
+def layout(request, monkeypatch):
+    if request.param == "blocks":
+        monkeypatch.setattr(loops, "NEST_STEPS", 2)  # T = 4: blocks of 2 steps
+    return request.param
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, indirect=True)
 @pytest.mark.parametrize("kind,layers,bidirectional,bias,batch_first", CONFIGS)
-def test_forward_and_backward_match_eager(kind, layers, bidirectional, bias, batch_first, unroll):
-    _check(kind, layers, bidirectional, bias, batch_first, unroll=unroll)
+def test_forward_and_backward_match_eager(kind, layers, bidirectional, bias, batch_first, layout):
+    _check(kind, layers, bidirectional, bias, batch_first, unroll=layout == "unrolled")
 
 
-@pytest.mark.parametrize("unroll", [False, True], ids=["loop", "unrolled"])
+@pytest.mark.parametrize("layout", LAYOUTS, indirect=True)
 @pytest.mark.parametrize("layers,bidirectional", [(1, False), (2, True)])
-def test_lstm_projections_match_eager(layers, bidirectional, unroll):
-    _check("lstm", layers, bidirectional, True, True, proj=3, unroll=unroll)
+def test_lstm_projections_match_eager(layers, bidirectional, layout):
+    _check("lstm", layers, bidirectional, True, True, proj=3, unroll=layout == "unrolled")
 
 
 def _check(kind, layers, bidirectional, bias, batch_first, proj=0, unroll=False):
@@ -126,9 +138,10 @@ def test_ops_decompose_to_supported_aten_ops(unroll):
 
 @pytest.mark.parametrize("kind", ["lstm", "gru"])
 def test_imported_module_does_not_grow_with_the_sequence(kind):
-    """Each layer's recurrence is one loop: the torch-dialect module of a
-    training step (forward and backward, 2 layers, both directions) at 8 and
-    at 64 time steps has the same number of ops (only the shapes differ)."""
+    """Each layer's recurrence is one loop nest (``loops.scan``: blocks of
+    steps in an outer loop): the torch-dialect module of a training step
+    (forward and backward, 2 layers, both directions) at 32 and at 128 time
+    steps has the same number of ops (only the shapes differ)."""
     from lazy_mlir.dialects.torch_import import import_fx
     table = decomposition_table()
 
@@ -147,9 +160,10 @@ def test_imported_module_does_not_grow_with_the_sequence(kind):
             return ops.gru_backward.default(out[0], None, x, h0, list(params), out[2:], *config)
         gm = make_fx(step, decomposition_table=table, tracing_mode="fake")(x, h0, *params)
         text = str(import_fx(gm))
-        assert text.count("torch.prim.Loop ") == 8  # 2 layers x 2 directions, each way
+        # 2 layers x 2 directions, each way: an outer and an inner loop
+        assert text.count("torch.prim.Loop ") == 16
         return sum(1 for line in text.splitlines() if " = torch." in line)
-    assert module_ops(8) == module_ops(64)
+    assert module_ops(32) == module_ops(128)
 
 
 def test_short_recurrences_are_unrolled_long_ones_loops():
