@@ -131,15 +131,40 @@ def lower_torch(torch_stage: Stage, config: PipelineConfig, target: str | None =
         if text is not None:
             return torch_stage, _noted(replace(backend, text=text), "view_dtype_as_bitcast")
     linalg_passes = pipelines.linalg(config)
-    edit = None
-    if config.direct_convs(target):
-        from ..passes.conv_channels_last import CALL_PREFIX, to_channels_last as edit
+    edits = _linalg_edits(config, target)
     linalg = _timed("linalg", "torch-mlir " + ",".join(linalg_passes), run_pipeline,
-                    backend.text, pipelines.as_pipeline(linalg_passes), "linalg", edit)
-    rewritten = linalg.text.count(CALL_PREFIX) if edit else 0
-    if rewritten:
-        linalg = _noted(linalg, f"conv_channels_last ({rewritten} convolutions)")
+                    backend.text, pipelines.as_pipeline(linalg_passes), "linalg",
+                    _chained(edits) if edits else None)
+    for what, prefix, _, unit in edits:
+        rewritten = linalg.text.count(prefix)
+        if rewritten:
+            linalg = _noted(linalg, f"{what} ({rewritten} {unit})")
     return torch_stage, backend, linalg
+
+
+def _linalg_edits(config: PipelineConfig, target: str | None) -> list[tuple]:
+    """(name, how a rewrite reads in the text, edit, what it rewrites) of the project's
+    linalg-stage passes for ``target``, in order."""
+    edits = []
+    if config.direct_convs(target):
+        from ..passes.conv_channels_last import CALL_PREFIX, to_channels_last
+        edits.append(("conv_channels_last", CALL_PREFIX, to_channels_last, "convolutions"))
+    if config.matmuls_as_calls(target):
+        from ..passes.host_blas import CALL_PREFIX as BLAS_PREFIX, matmuls_as_calls
+        edits.append(("host_blas", BLAS_PREFIX, matmuls_as_calls, "matmuls"))
+    return edits
+
+
+def _chained(edits: list[tuple]):
+    if len(edits) == 1:
+        return edits[0][2]
+
+    def chained(module):
+        for _, _, edit, _ in edits:
+            edit(module)
+    chained.__module__ = __name__
+    chained.__name__ = "+".join(e[2].__name__ for e in edits)
+    return chained
 
 
 def _noted(stage: Stage, step: str) -> Stage:
