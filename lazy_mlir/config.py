@@ -101,7 +101,10 @@ class PipelineConfig:
     def key(self) -> str:
         """A stable digest of every field (part of every cache key). Computed
         once: the config is frozen, and every sync point asks for it."""
-        blob = json.dumps(dataclasses.asdict(self), sort_keys=True, default=list)
+        fields = dataclasses.asdict(self)
+        if not self.host_blas:  # (keys made before the field existed stay valid)
+            del fields["host_blas"]
+        blob = json.dumps(fields, sort_keys=True, default=list)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def replace(self, **changes) -> "PipelineConfig":
