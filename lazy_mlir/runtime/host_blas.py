@@ -28,7 +28,10 @@ import os
 
 from .. import metrics
 from ..config import PipelineConfig
-from ..passes.host_blas import MODULE
+
+MODULE = "lazy_mlir_blas"
+"""``passes.host_blas.MODULE``, not imported from there: that module imports
+the MLIR bindings, which running a module does not need."""
 
 IMPORT_MARK = MODULE.encode() + b"."
 """A vmfb whose bytes hold this imports the module (its import table names

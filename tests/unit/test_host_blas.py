@@ -80,6 +80,10 @@ def test_transposed_operands_are_passed_as_they_lie():
     m.operation.verify()
 
 
+def test_the_runtime_registers_the_module_the_pass_calls():
+    assert runtime_blas.MODULE == hb.MODULE
+
+
 def test_a_shape_used_twice_makes_one_function():
     m = parse(module(matmul("x", *BIG), matmul("y", *BIG)))
     assert hb.matmuls_as_calls(m) == 2
