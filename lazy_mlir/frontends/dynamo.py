@@ -77,8 +77,6 @@ def lazy_mlir_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | 
     if mode not in (None, "default"):
         log.info("lazy_mlir backend: mode=%r has no meaning here; ignored", mode)
     target, config = _options(options)
-    from ..runtime.host_blas import session_config
-    config = session_config(target, config)  # runs in this process: torch.mm for big matmuls
     metrics.counter_inc("DynamoGraph")  # one per graph Dynamo hands over (a compile or recompile)
     compiler = functools.partial(compile_aot_graph, target=target, config=config)
     # No decompositions here: lower() applies the lazy device's table.
