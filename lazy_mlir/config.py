@@ -49,6 +49,11 @@ class PipelineConfig:
     input: str = "linalg"
     mixed_precision: str = "none"
     conv_lowering: str = "auto"
+    # Large f32 matmuls as calls into torch.mm (passes/host_blas.py). Never set
+    # in a TOML file: only the in-process cpu session turns it on
+    # (runtime.host_blas.session_config); a module with the calls needs
+    # PyTorch in the process that runs it.
+    host_blas: bool = False
     iree_flags: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def __post_init__(self):
@@ -60,6 +65,8 @@ class PipelineConfig:
         if self.conv_lowering not in ("auto", "im2col", "native"):
             raise ConfigError(f"conv_lowering must be 'auto', 'im2col' or 'native', not "
                               f"{self.conv_lowering!r}")
+        if not isinstance(self.host_blas, bool):
+            raise ConfigError(f"host_blas must be true or false, not {self.host_blas!r}")
         if self.opt_level is not None and not 0 <= self.opt_level <= 3:
             raise ConfigError(f"opt_level must be 0..3, not {self.opt_level}")
 
@@ -82,6 +89,11 @@ class PipelineConfig:
         return (self.conv_lowering == "auto" and target == "cpu"
                 and self.mixed_precision == "none")
 
+    def matmuls_as_calls(self, target: str | None) -> bool:
+        """Whether large f32 matmuls compiled for ``target`` become calls of
+        ``torch.mm`` (``passes/host_blas.py``): cpu only, when ``host_blas``."""
+        return self.host_blas and target == "cpu"
+
     def flags_for(self, target: str) -> tuple[str, ...]:
         return dict(self.iree_flags).get(target, ())
 
@@ -89,7 +101,10 @@ class PipelineConfig:
     def key(self) -> str:
         """A stable digest of every field (part of every cache key). Computed
         once: the config is frozen, and every sync point asks for it."""
-        blob = json.dumps(dataclasses.asdict(self), sort_keys=True, default=list)
+        fields = dataclasses.asdict(self)
+        if not self.host_blas:  # (keys made before the field existed stay valid)
+            del fields["host_blas"]
+        blob = json.dumps(fields, sort_keys=True, default=list)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def replace(self, **changes) -> "PipelineConfig":

@@ -11,7 +11,8 @@ from __future__ import annotations
 from .torch_import import func_d, ir
 
 __all__ = ["ops_named", "shape", "element_type", "int_list", "zero_pad", "add_functions",
-           "call_instead", "in_loop", "mark", "barrier_into"]
+           "call_instead", "in_loop", "mark", "barrier_into", "producer", "i64_array",
+           "zero_fill", "printed_with"]
 
 
 def ops_named(module: ir.Module, name: str) -> list:
@@ -62,6 +63,36 @@ def zero_pad(value) -> tuple[object, list[int], list[int]] | None:
         return None
     return (op.operands[0], list(ir.DenseI64ArrayAttr(op.attributes["static_low"])),
             list(ir.DenseI64ArrayAttr(op.attributes["static_high"])))
+
+
+def producer(value):
+    """The operation whose result ``value`` is (None for a block argument)."""
+    return value.owner if isinstance(value, ir.OpResult) else None
+
+
+def i64_array(op, attribute: str) -> list[int] | None:
+    """A ``DenseI64ArrayAttr`` of ``op`` (a transpose's permutation) as a list."""
+    if attribute not in op.attributes:
+        return None
+    return list(ir.DenseI64ArrayAttr(op.attributes[attribute]))
+
+
+def zero_fill(value) -> bool:
+    """Whether ``value`` is a ``linalg.fill`` with the float constant zero."""
+    op = producer(value)
+    if op is None or op.name != "linalg.fill":
+        return False
+    scalar = producer(op.operands[0])
+    if scalar is None or scalar.name != "arith.constant":
+        return False
+    constant = scalar.attributes["value"]
+    return isinstance(constant, ir.FloatAttr) and constant.value == 0.0
+
+
+def printed_with(op, word: str) -> bool:
+    """Whether ``word`` is in ``op``'s printed form: a named linalg op always
+    holds its ``indexing_maps`` but prints them only when not the default."""
+    return word in op.get_asm(large_elements_limit=1).split("\n", 1)[0]
 
 
 def add_functions(module: ir.Module, text: str) -> None:

@@ -131,32 +131,44 @@ def lower_torch(torch_stage: Stage, config: PipelineConfig, target: str | None =
         if text is not None:
             return torch_stage, _noted(replace(backend, text=text), "view_dtype_as_bitcast")
     linalg_passes = pipelines.linalg(config)
-    from ..passes.conv_channels_last import CALL_PREFIX, to_channels_last
-    from ..passes.loop_matmuls import HINT, untile_loop_matmuls
-    edits = [e for e, on in ((to_channels_last, config.direct_convs(target)),
-                             (untile_loop_matmuls, target == "cpu")) if on]
+    edits = _linalg_edits(config, target)
     linalg = _timed("linalg", "torch-mlir " + ",".join(linalg_passes), run_pipeline,
                     backend.text, pipelines.as_pipeline(linalg_passes), "linalg",
-                    _chained(edits))
-    rewritten = linalg.text.count(CALL_PREFIX)
-    if rewritten:
-        linalg = _noted(linalg, f"conv_channels_last ({rewritten} convolutions)")
-    if HINT in linalg.text:
-        linalg = _noted(linalg, "loop_matmuls")
+                    _chained(edits) if edits else None)
+    for what, mark, _, unit in edits:
+        rewritten = linalg.text.count(mark)
+        if rewritten:
+            linalg = _noted(linalg, f"{what} ({rewritten} {unit})")
     return torch_stage, backend, linalg
 
 
-def _chained(edits: list):
-    """One linalg edit that runs ``edits`` in order (None for none)."""
-    if len(edits) <= 1:
-        return edits[0] if edits else None
+def _linalg_edits(config: PipelineConfig, target: str | None) -> list[tuple]:
+    """(name, how a rewrite reads in the text, edit, what it rewrites) of the project's
+    linalg-stage passes for ``target``, in order: the large matmuls become calls
+    before ``loop_matmuls`` decides which of the others keep data tiling."""
+    edits = []
+    if config.direct_convs(target):
+        from ..passes.conv_channels_last import CALL_PREFIX, to_channels_last
+        edits.append(("conv_channels_last", CALL_PREFIX, to_channels_last, "convolutions"))
+    if config.matmuls_as_calls(target):
+        from ..passes.host_blas import CALL_PREFIX as BLAS_PREFIX, matmuls_as_calls
+        edits.append(("host_blas", BLAS_PREFIX, matmuls_as_calls, "matmuls"))
+    if target == "cpu":
+        from ..passes.loop_matmuls import HINT, untile_loop_matmuls
+        edits.append(("loop_matmuls", HINT, untile_loop_matmuls, "matmuls kept tiled"))
+    return edits
 
-    def edit(module):
-        for e in edits:
-            e(module)
-    edit.__module__ = edits[0].__module__
-    edit.__name__ = " + ".join(e.__name__ for e in edits)
-    return edit
+
+def _chained(edits: list[tuple]):
+    if len(edits) == 1:
+        return edits[0][2]
+
+    def chained(module):
+        for _, _, edit, _ in edits:
+            edit(module)
+    chained.__module__ = __name__
+    chained.__name__ = "+".join(e[2].__name__ for e in edits)
+    return chained
 
 
 def _noted(stage: Stage, step: str) -> Stage:

@@ -47,7 +47,7 @@ import torch
 from .. import metrics
 from ..targets import (LLVMPIPE_FEATURES, VULKAN_I64_DEMOTION, Target, configure_cpu_threads,
                        driver_devices)
-from . import spinning_threads, waiting
+from . import host_blas, spinning_threads, waiting
 from .host_memory import keep_freed_memory
 
 log = logging.getLogger("lazy_mlir")
@@ -179,6 +179,7 @@ class Session:
         self.zero_copy = self.host_memory and os.environ.get(
             "LAZY_MLIR_ZERO_COPY", "1").strip().lower() not in ("0", "false", "off", "no")
         self._import_readback = True   # until the device refuses an import
+        self._blas = None
         self.batch_waits = target.driver == "local-task"  # (``waiting``: measured there)
         _by_device.setdefault(id(self.device), self)
         # IREE demotes float64 to float32 (arguments included) unless told not to.
@@ -193,8 +194,16 @@ class Session:
         (result, argument) pairs where the result is the argument unchanged."""
         rt = self.rt
         ctx = rt.SystemContext(config=self.config)
+        if self.host_memory and host_blas.imports_blas(vmfb):  # before the module
+            ctx.add_vm_module(self._blas_module())
         ctx.add_vm_module(rt.VmModule.copy_buffer(ctx.instance, vmfb))
         return LoadedModule(self, ctx.modules.module["main"], clobbered, passthrough)
+
+    def _blas_module(self):
+        """The ``lazy_mlir_blas`` import module (``host_blas``), made once."""
+        if self._blas is None:
+            self._blas = host_blas.create_module(self.device)
+        return self._blas
 
     # -- host -> device ------------------------------------------------------
 

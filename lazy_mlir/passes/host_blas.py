@@ -1,0 +1,135 @@
+"""Large float32 matmuls as calls into PyTorch's own ``torch.mm`` / ``torch.bmm``
+(a linalg-stage pass, for the in-process cpu session only).
+
+IREE 3.13's f32 ``mmt4d`` microkernel reaches ~100 GFLOP/s a core on this
+class of machine (a 16x16 register tile, one broadcast load per FMA), MKL's
+sgemm ~130-160 on the same shapes (``benchmarks/matmul_kernels.py``); at the
+medium transformer size ~75% of a training step's module time is matmuls.
+As torch.compile's inductor (``aten.mm`` as an extern kernel) and XLA:CPU
+(Eigen/oneDNN) do, each ``linalg.matmul`` / ``linalg.batch_matmul`` of
+float32 with at least ``MIN_MACS`` multiply-adds becomes a call of an
+external function ``@lazy_mlir_blas.matmul`` / ``.batch_matmul``: iree-compile
+turns it into an import taking and returning ``!hal.buffer_view``, and
+``runtime.host_blas`` implements it (an ``iree.runtime.PyModuleInterface``
+registered before the module) with ``torch.mm(a, b, out=c)`` on the mapped
+host buffers. One 1024x2048x512 matmul, one thread, process CPU time: IREE
+19.0-20.5 ms, the call 13.8-14.4 (torch.mm alone 12.0-12.2).
+
+The call is synchronous: IREE waits for its operands and the call's result is
+ready when it returns, so each call is a host sync point (~6-25 us of call
+overhead measured at 64x64x64). Hence ``MIN_MACS``: the tiny suite's largest
+matmul (128x512x64, 4.2 M multiply-adds) stays IREE's; the medium suite's
+smallest (attention's 64 x 128x128x64, 67 M) is called.
+
+A transposed operand (torch-mlir writes ``a @ w.t()`` as a ``linalg.transpose``
+feeding the matmul) is passed as it lies with a flag: ``torch.mm`` reads it as
+a transposed view, no copy. Only matmuls accumulating into a zero
+``linalg.fill`` (torch-mlir's ``aten.mm``/``bmm``; ``addmm`` is a matmul and
+an add) with static shapes are taken; everything else stays IREE's.
+
+Nothing here may reach an artifact that runs without PyTorch (export), nor a
+GPU target: ``PipelineConfig.host_blas`` is off unless the in-process cpu
+session turns it on (``runtime.host_blas.session_config``).
+"""
+from __future__ import annotations
+
+import math
+
+from ..dialects import linalg_edit as E
+
+MODULE = "lazy_mlir_blas"
+"""The name of the import module (the runtime registers it under this name)."""
+
+MIN_MACS = 1 << 24
+"""Smallest matmul (multiply-adds, batch included) called: 16.8 M, e.g.
+256x256x256. At 256^3 the call already ran at 0.94x IREE's time (one thread,
+0.244 against 0.259 ms); at 1024x512x512 (268 M) 0.70x. Below, the call's
+fixed cost and the host sync it forces outweigh a faster kernel."""
+
+_FUNCTION = "lazy_mlir_blas_call_"
+CALL_PREFIX = "call @" + _FUNCTION
+"""How a rewritten matmul reads in the printed module."""
+
+# matmul kind -> (rank, the transpose permutation that swaps the last two dims)
+_KINDS = {"linalg.matmul": ("matmul", 2, [1, 0]),
+          "linalg.batch_matmul": ("batch_matmul", 3, [0, 2, 1])}
+
+
+def _dims(dims) -> str:
+    return "x".join(map(str, dims))
+
+
+def _tensor(dims) -> str:
+    return f"tensor<{_dims(dims)}xf32>"
+
+
+def _declaration(kind: str, rank: int) -> str:
+    dynamic = "tensor<" + "?x" * rank + "f32>"
+    return (f"func.func private @{MODULE}.{kind}({dynamic}, {dynamic}, i32, i32) -> "
+            f"{dynamic}\n")
+
+
+def _wrapper(name: str, kind: str, a: list[int], b: list[int], out: list[int],
+             ta: bool, tb: bool) -> str:
+    """``@name(a, b) -> out``: the import called on dynamically shaped views."""
+    rank = len(out)
+    dynamic = "tensor<" + "?x" * rank + "f32>"
+    return "\n".join([
+        f"func.func private @{name}(%a: {_tensor(a)}, %b: {_tensor(b)}) -> {_tensor(out)} {{",
+        f"  %ad = tensor.cast %a : {_tensor(a)} to {dynamic}",
+        f"  %bd = tensor.cast %b : {_tensor(b)} to {dynamic}",
+        f"  %ta = arith.constant {int(ta)} : i32",
+        f"  %tb = arith.constant {int(tb)} : i32",
+        f"  %r = func.call @{MODULE}.{kind}(%ad, %bd, %ta, %tb) : "
+        f"({dynamic}, {dynamic}, i32, i32) -> {dynamic}",
+        f"  %rs = tensor.cast %r : {dynamic} to {_tensor(out)}",
+        f"  return %rs : {_tensor(out)}", "}", ""])
+
+
+def _untransposed(value, swap: list[int]):
+    """(the tensor a ``linalg.transpose`` by ``swap`` read, True), or (value, False)."""
+    op = E.producer(value)
+    if op is not None and op.name == "linalg.transpose" and E.i64_array(
+            op, "permutation") == swap and E.shape(op.operands[0]) is not None:
+        return op.operands[0], True
+    return value, False
+
+
+def _rewritable(op, rank: int, min_macs: int) -> bool:
+    if len(op.operands) != 3 or len(op.results) != 1:
+        return False
+    shapes = [E.shape(v) for v in op.operands]
+    if any(s is None or len(s) != rank for s in shapes):
+        return False
+    if any(E.element_type(v) != "f32" for v in op.operands):
+        return False
+    if E.printed_with(op, "indexing_maps") or "cast" in op.attributes:  # not plain a @ b
+        return False
+    a, b = shapes[0], shapes[1]
+    if math.prod(a) * b[-1] < min_macs:
+        return False
+    return E.zero_fill(op.operands[2])
+
+
+def matmuls_as_calls(module, min_macs: int = MIN_MACS) -> int:
+    """Rewrite the module's large f32 ``linalg.matmul`` and
+    ``linalg.batch_matmul`` ops into calls of the ``MODULE`` import, in place;
+    returns how many."""
+    functions: dict[str, str] = {}   # name -> text (declarations, then wrappers)
+    sites = []
+    for op_name, (kind, rank, swap) in _KINDS.items():
+        for op in E.ops_named(module, op_name):
+            if not _rewritable(op, rank, min_macs):
+                continue
+            a, ta = _untransposed(op.operands[0], swap)
+            b, tb = _untransposed(op.operands[1], swap)
+            sa, sb, out = E.shape(a), E.shape(b), E.shape(op.results[0])
+            name = f"{_FUNCTION}{kind}_{int(ta)}{int(tb)}_{_dims(sa)}_{_dims(sb)}"
+            functions.setdefault(f"{MODULE}.{kind}", _declaration(kind, rank))
+            functions.setdefault(name, _wrapper(name, kind, sa, sb, out, ta, tb))
+            sites.append((op, name, [a, b]))
+    if sites:  # one parse: the wrappers call the declarations
+        E.add_functions(module, "\n".join(functions.values()))
+    for op, name, operands in sites:
+        E.call_instead(op, name, operands)
+    return len(sites)

@@ -1,0 +1,109 @@
+"""The ``lazy_mlir_blas`` import module: large f32 matmuls of cpu modules run by
+PyTorch's ``torch.mm`` / ``torch.bmm`` (MKL/oneDNN) on IREE's host buffers.
+
+``passes/host_blas.py`` rewrites the matmuls into calls of
+``@lazy_mlir_blas.matmul(a, b, transpose_a, transpose_b)`` (and
+``.batch_matmul``); this module implements them as an
+``iree.runtime.PyModuleInterface`` that ``Session.load`` puts in a module's VM
+context, before the module, when the module imports it. The call is
+synchronous (IREE waits for ``a`` and ``b``, and takes the result as ready):
+the operands are mapped in place (local-task and local-sync buffers are host
+memory), the result is a buffer of the device's allocator written in place by
+``torch.mm(..., out=)``. A result in memory torch allocated, imported with
+``import_host_allocation``, read garbage once the tensor was freed: the import
+does not keep it alive.
+
+Threads: the call runs on the thread that invoked the module (lazy-mlir's
+run thread) while IREE's workers wait; torch uses its own intra-op threads
+(``torch.get_num_threads()``). It takes the GIL to run, so while the main
+thread records the next step the call may wait for it (Python hands the GIL
+over after ``sys.getswitchinterval()``, 5 ms).
+
+``LAZY_MLIR_BLAS=0`` turns the rewrite off (``session_config``); calls are
+counted as the ``HostBlasCall`` metric.
+"""
+from __future__ import annotations
+
+import os
+
+from .. import metrics
+from ..config import PipelineConfig
+
+MODULE = "lazy_mlir_blas"
+"""``passes.host_blas.MODULE``, not imported from there: that module imports
+the MLIR bindings, which running a module does not need."""
+
+IMPORT_MARK = MODULE.encode() + b"."
+"""A vmfb whose bytes hold this imports the module (its import table names
+``lazy_mlir_blas.matmul``)."""
+
+
+def enabled() -> bool:
+    """``LAZY_MLIR_BLAS`` is not 0/false/off/no (default on)."""
+    return os.environ.get("LAZY_MLIR_BLAS", "1").strip().lower() not in ("0", "false", "off", "no")
+
+
+def session_config(target, config: PipelineConfig) -> PipelineConfig:
+    """``config`` for compiling a module that THIS process runs on ``target``:
+    ``host_blas`` on for the cpu target (host memory) unless ``LAZY_MLIR_BLAS=0``.
+    Only in-process sessions ask (mark_step, ``compile_train_step``); export and
+    ``lm.jit`` compile with the config as given, so their modules never import
+    PyTorch."""
+    if target.name != "cpu" or target.driver not in ("local-task", "local-sync"):
+        return config
+    want = enabled()
+    return config if config.host_blas == want else config.replace(host_blas=want)
+
+
+def imports_blas(vmfb: bytes) -> bool:
+    return IMPORT_MARK in vmfb
+
+
+class _Calls:
+    """The module's state in one VM context: the device that allocates results."""
+
+    def __init__(self, iface, device):
+        import numpy as np
+        import iree.runtime as rt
+        import torch
+        self.rt, self.np, self.torch = rt, np, torch
+        self.allocator = device.allocator
+        self.memory = rt.MemoryType.DEVICE_LOCAL | rt.MemoryType.HOST_VISIBLE
+        self.usage = rt.BufferUsage.DEFAULT
+        self.f32 = int(rt.HalElementType.FLOAT_32)
+        self.dtype = np.dtype(np.float32)
+
+    def _tensor(self, ref, transposed: int):
+        view = ref.deref(self.rt.HalBufferView)
+        t = self.torch.from_numpy(view.map().asarray(tuple(view.shape), self.dtype))
+        return t.transpose(-1, -2) if transposed else t
+
+    def _result(self, shape: tuple[int, ...]):
+        buf = self.allocator.allocate_buffer(self.memory, self.usage,
+                                             4 * int(self.np.prod(shape)))
+        return buf, self.torch.from_numpy(buf.map().asarray(shape, self.dtype))
+
+    def matmul(self, a_ref, b_ref, transpose_a: int, transpose_b: int):
+        a, b = self._tensor(a_ref, transpose_a), self._tensor(b_ref, transpose_b)
+        shape = (a.shape[0], b.shape[1])
+        buf, out = self._result(shape)
+        self.torch.mm(a, b, out=out)
+        metrics.counter_inc("HostBlasCall")
+        return self.rt.HalBufferView(buf, list(shape), self.f32).ref
+
+    def batch_matmul(self, a_ref, b_ref, transpose_a: int, transpose_b: int):
+        a, b = self._tensor(a_ref, transpose_a), self._tensor(b_ref, transpose_b)
+        shape = (a.shape[0], a.shape[1], b.shape[2])
+        buf, out = self._result(shape)
+        self.torch.bmm(a, b, out=out)
+        metrics.counter_inc("HostBlasCall")
+        return self.rt.HalBufferView(buf, list(shape), self.f32).ref
+
+
+def create_module(device):
+    """A fresh ``lazy_mlir_blas`` VM module for ``device``'s contexts."""
+    import iree.runtime as rt
+    iface = rt.PyModuleInterface(MODULE, lambda iface: _Calls(iface, device))
+    iface.export("matmul", "0rrii_r", _Calls.matmul)
+    iface.export("batch_matmul", "0rrii_r", _Calls.batch_matmul)
+    return iface.create()

@@ -1,0 +1,70 @@
+"""Large f32 matmuls of cpu modules run by torch.mm (passes/host_blas.py,
+runtime/host_blas.py): a model whose matmuls are above the threshold trains
+as eager does, with the calls and without them (``LAZY_MLIR_BLAS=0``)."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+import lazy_mlir as lm
+from lazy_mlir import metrics
+from lazy_mlir.passes.host_blas import MIN_MACS
+
+WIDTH, BATCH = 512, 128  # 128x512x512 = 33.5 M multiply-adds per matmul
+
+
+def _model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.GELU(), nn.Linear(WIDTH, WIDTH))
+
+
+def _train(device: str, steps: int = 3) -> list[float]:
+    model = _model().to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(1)
+    losses = []
+    for _ in range(steps):
+        x = torch.randn(BATCH, WIDTH, generator=g).to(device)
+        y = torch.randn(BATCH, WIDTH, generator=g).to(device)
+        opt.zero_grad(set_to_none=True)
+        loss = ((model(x) - y) ** 2).mean()
+        loss.backward()
+        opt.step()
+        if device == "lazy":
+            lm.mark_step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_the_matmuls_are_above_the_threshold():
+    assert BATCH * WIDTH * WIDTH >= MIN_MACS
+
+
+@pytest.mark.parametrize("blas", ["1", "0"])
+def test_training_matches_eager_with_and_without_calls(monkeypatch, blas):
+    monkeypatch.setenv("LAZY_MLIR_BLAS", blas)
+    before = metrics.counter_value("HostBlasCall")
+    lazy = _train("lazy")
+    eager = _train("cpu")
+    torch.testing.assert_close(torch.tensor(lazy), torch.tensor(eager), rtol=1e-5, atol=1e-6)
+    calls = metrics.counter_value("HostBlasCall") - before
+    if blas == "1":  # forward 2, input gradient 1, weight gradients 2 per step
+        assert calls >= 5 * 3
+    else:
+        assert calls == 0
+
+
+def test_an_export_artifact_never_imports_torch_mm(tmp_path):
+    """Export compiles with the config as given: no call, whatever the env."""
+    from lazy_mlir.config import PipelineConfig
+    from lazy_mlir.runtime.host_blas import imports_blas, session_config
+    from lazy_mlir.targets import get_target
+    cpu = get_target("cpu")
+    assert session_config(cpu, PipelineConfig()).host_blas
+    assert not PipelineConfig().host_blas
+    path = lm.export(_model().eval(), torch.randn(BATCH, WIDTH), target="cpu",
+                     path=tmp_path / "mlp", config=PipelineConfig(host_blas=True))
+    vmfb = b"".join(p.read_bytes() for p in path.rglob("*.vmfb"))
+    assert vmfb and not imports_blas(vmfb)
+    assert b"lazy_mlir_blas" not in b"".join(p.read_bytes() for p in path.rglob("*.mlir"))

@@ -1,0 +1,142 @@
+"""The host_blas linalg-stage pass: which matmuls become calls of torch.mm, and
+that IREE's module calling ``runtime.host_blas`` computes what torch does."""
+import iree.compiler as ic
+import iree.runtime as rt
+import numpy as np
+import pytest
+import torch
+
+from lazy_mlir.config import PipelineConfig
+from lazy_mlir.dialects.torch_import import parse
+from lazy_mlir.passes import host_blas as hb
+from lazy_mlir.runtime import host_blas as runtime_blas
+from lazy_mlir.targets import Target, get_target
+
+
+def t(shape, dtype="f32"):
+    return "tensor<" + "x".join(map(str, shape)) + f"x{dtype}>"
+
+
+def matmul(name, a, b, ta=False, tb=False, dtype="f32", init="zero"):
+    """(body, arguments, result type) of ``a @ b`` (shapes as the matmul reads
+    them), an operand transposed by a ``linalg.transpose`` when ``ta``/``tb``."""
+    batch = len(a) == 3
+    op = "linalg.batch_matmul" if batch else "linalg.matmul"
+    perm = "[0, 2, 1]" if batch else "[1, 0]"
+    swap = (lambda s: [*s[:-2], s[-1], s[-2]])
+    out = [*a[:-1], b[-1]]
+    sa, sb = (swap(a) if ta else a), (swap(b) if tb else b)
+    lines, lhs, rhs = [], f"%a{name}", f"%b{name}"
+    for flag, src, shape, var in ((ta, f"%a{name}", a, "ta"), (tb, f"%b{name}", b, "tb")):
+        if flag:
+            lines.append(f"  %e{var}{name} = tensor.empty() : {t(shape, dtype)}\n"
+                         f"  %{var}{name} = linalg.transpose ins({src} : {t(swap(shape), dtype)}) "
+                         f"outs(%e{var}{name} : {t(shape, dtype)}) permutation = {perm}\n")
+    lhs = f"%ta{name}" if ta else lhs
+    rhs = f"%tb{name}" if tb else rhs
+    zero = "0.0" if init == "zero" else "1.0"
+    lines.append(f"  %z{name} = arith.constant {zero} : {dtype}\n"
+                 f"  %e{name} = tensor.empty() : {t(out, dtype)}\n"
+                 f"  %f{name} = linalg.fill ins(%z{name} : {dtype}) outs(%e{name} : "
+                 f"{t(out, dtype)}) -> {t(out, dtype)}\n"
+                 f"  %{name} = {op} ins({lhs}, {rhs} : {t(a, dtype)}, {t(b, dtype)}) "
+                 f"outs(%f{name} : {t(out, dtype)}) -> {t(out, dtype)}\n")
+    return "".join(lines), f"%a{name}: {t(sa, dtype)}, %b{name}: {t(sb, dtype)}", t(out, dtype)
+
+
+def module(*mms) -> str:
+    body = "".join(m[0] for m in mms)
+    args = ", ".join(m[1] for m in mms)
+    results = ", ".join(m[2] for m in mms)
+    names = ", ".join("%" + m[0].strip().splitlines()[-1].split("=")[0].strip()[1:] for m in mms)
+    return f"func.func @main({args}) -> ({results}) {{\n{body}  return {names} : {results}\n}}\n"
+
+
+BIG = [256, 256], [256, 256]            # 16.8 M multiply-adds: the threshold
+SMALL = [128, 512], [512, 64]           # the tiny suite's largest: 4.2 M
+
+
+def test_large_f32_matmuls_only_become_calls():
+    m = parse(module(matmul("big", *BIG), matmul("small", *SMALL),
+                     matmul("half", *BIG, dtype="f16"), matmul("acc", *BIG, init="one")))
+    assert hb.matmuls_as_calls(m) == 1
+    text = str(m)
+    assert text.count(hb.CALL_PREFIX) == 1
+    assert text.count("linalg.matmul") == 3  # small, f16, accumulating into ones
+    assert f"func.func private @{hb.MODULE}.matmul(tensor<?x?xf32>, tensor<?x?xf32>, i32, i32)" \
+        in text
+    m.operation.verify()
+
+
+def test_transposed_operands_are_passed_as_they_lie():
+    m = parse(module(matmul("nt", [512, 256], [256, 384], tb=True),
+                     matmul("tn", [512, 256], [256, 384], ta=True),
+                     matmul("qnt", [16, 128, 64], [16, 64, 128], tb=True)))
+    assert hb.matmuls_as_calls(m) == 3
+    text = str(m)
+    assert f"{hb.CALL_PREFIX}matmul_01_512x256_384x256(%arg0, %arg1)" in text
+    assert f"{hb.CALL_PREFIX}matmul_10_256x512_256x384(%arg2, %arg3)" in text
+    assert f"{hb.CALL_PREFIX}batch_matmul_01_16x128x64_16x128x64(%arg4, %arg5)" in text
+    m.operation.verify()
+
+
+def test_the_runtime_registers_the_module_the_pass_calls():
+    assert runtime_blas.MODULE == hb.MODULE
+
+
+def test_a_shape_used_twice_makes_one_function():
+    m = parse(module(matmul("x", *BIG), matmul("y", *BIG)))
+    assert hb.matmuls_as_calls(m) == 2
+    assert str(m).count(f"func.func private @{hb.CALL_PREFIX[6:]}") == 1
+
+
+def test_only_the_in_process_cpu_session_turns_it_on(monkeypatch):
+    config = PipelineConfig()
+    assert not config.matmuls_as_calls("cpu")
+    on = PipelineConfig(host_blas=True)
+    assert on.matmuls_as_calls("cpu")
+    assert not on.matmuls_as_calls("vulkan") and not on.matmuls_as_calls("cuda")
+    assert on.key != config.key  # part of every cache key
+    cpu = get_target("cpu")
+    assert runtime_blas.session_config(cpu, config).host_blas
+    vulkan = Target("vulkan", "vulkan-spirv", "vulkan", ())
+    cuda = Target("cuda", "cuda", "cuda", ())
+    assert not runtime_blas.session_config(vulkan, config).host_blas
+    assert not runtime_blas.session_config(cuda, config).host_blas
+    monkeypatch.setenv("LAZY_MLIR_BLAS", "0")
+    assert not runtime_blas.session_config(cpu, on).host_blas
+
+
+def test_the_calls_compute_what_torch_does():
+    text = module(matmul("nn", [256, 512], [512, 192]),
+                  matmul("nt", [256, 512], [512, 192], tb=True),
+                  matmul("tn", [256, 512], [512, 192], ta=True),
+                  matmul("qnt", [4, 128, 128], [4, 128, 256], tb=True))
+    m = parse(text)
+    assert hb.matmuls_as_calls(m) == 4
+    cpu = get_target("cpu")
+    vmfb = ic.compile_str(str(m), extra_args=[f"--iree-hal-target-backends={cpu.backend}",
+                                              *cpu.flags])
+    assert runtime_blas.imports_blas(vmfb)
+    config = rt.Config("local-sync")
+    ctx = rt.SystemContext(config=config)
+    ctx.add_vm_module(runtime_blas.create_module(config.device))
+    ctx.add_vm_module(rt.VmModule.copy_buffer(ctx.instance, vmfb))
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randn(256, 512, generator=g), torch.randn(512, 192, generator=g),
+            torch.randn(256, 512, generator=g), torch.randn(192, 512, generator=g),
+            torch.randn(512, 256, generator=g), torch.randn(512, 192, generator=g),
+            torch.randn(4, 128, 128, generator=g), torch.randn(4, 256, 128, generator=g)]
+    outs = ctx.modules.module["main"](*[a.numpy() for a in args])
+    want = [args[0] @ args[1], args[2] @ args[3].t(), args[4].t() @ args[5],
+            torch.bmm(args[6], args[7].transpose(1, 2))]
+    for got, w in zip(outs, want):
+        np.testing.assert_allclose(np.asarray(got.to_host()), w.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["vulkan", "cuda"])
+def test_gpu_targets_never_get_the_rewrite(name):
+    on = PipelineConfig(host_blas=True)
+    from lazy_mlir.pipeline.stages import _linalg_edits
+    assert not [e for e in _linalg_edits(on, name) if e[0] == "host_blas"]
+    assert [e for e in _linalg_edits(on, "cpu") if e[0] == "host_blas"]
