@@ -1,6 +1,5 @@
 """Small edits of the linalg-on-tensors module the linalg pipeline has just
-made, for the project's linalg-stage passes (``passes/conv_channels_last.py``,
-``passes/grad_barrier.py``):
+made, for the project's linalg-stage passes (``passes/conv_channels_last.py``):
 what they need of the MLIR bindings, so the passes themselves import none.
 
 They edit the module in place, inside ``dialects.runner.run_pipeline``: its
@@ -12,7 +11,7 @@ from __future__ import annotations
 from .torch_import import func_d, ir
 
 __all__ = ["ops_named", "shape", "element_type", "int_list", "zero_pad", "add_functions",
-           "call_instead", "function_name", "defining_op_name", "barrier_after"]
+           "call_instead"]
 
 
 def ops_named(module: ir.Module, name: str) -> list:
@@ -81,28 +80,3 @@ def call_instead(op, callee: str, operands: list) -> None:
         call = func_d.CallOp([op.results[0].type], ir.FlatSymbolRefAttr.get(callee), operands)
     op.results[0].replace_all_uses_with(call.results[0])
     op.erase()
-
-
-def function_name(op) -> str | None:
-    """The name of the ``func.func`` that holds ``op``."""
-    parent = op.parent
-    while parent is not None and parent.name != "func.func":
-        parent = parent.parent
-    return None if parent is None else ir.StringAttr(parent.attributes["sym_name"]).value
-
-
-def defining_op_name(value) -> str | None:
-    """The name of the op that makes ``value`` (None for a block argument)."""
-    return value.owner.name if isinstance(value, ir.OpResult) else None
-
-
-def barrier_after(value) -> None:
-    """Route every use of ``value`` through ``util.optimization_barrier``
-    (IREE's, in generic form: torch-mlir does not register the ``util``
-    dialect), placed right after the op that makes it."""
-    op = value.owner
-    op.context.allow_unregistered_dialects = True
-    with ir.InsertionPoint.after(op), op.location:
-        barrier = ir.Operation.create("util.optimization_barrier", results=[value.type],
-                                      operands=[value])
-    value.replace_all_uses_except(barrier.results[0], barrier)

@@ -131,29 +131,15 @@ def lower_torch(torch_stage: Stage, config: PipelineConfig, target: str | None =
         if text is not None:
             return torch_stage, _noted(replace(backend, text=text), "view_dtype_as_bitcast")
     linalg_passes = pipelines.linalg(config)
-    edit = _linalg_edit(config, target)
+    edit = None
+    if config.direct_convs(target):
+        from ..passes.conv_channels_last import CALL_PREFIX, to_channels_last as edit
     linalg = _timed("linalg", "torch-mlir " + ",".join(linalg_passes), run_pipeline,
                     backend.text, pipelines.as_pipeline(linalg_passes), "linalg", edit)
-    from ..passes.conv_channels_last import CALL_PREFIX
     rewritten = linalg.text.count(CALL_PREFIX) if edit else 0
     if rewritten:
         linalg = _noted(linalg, f"conv_channels_last ({rewritten} convolutions)")
     return torch_stage, backend, linalg
-
-
-def _linalg_edit(config: PipelineConfig, target: str | None):
-    """The project's linalg-stage passes for ``target``, as one edit (None: none)."""
-    if target != "cpu":
-        return None
-    from ..passes.grad_barrier import barrier_returned_matmuls
-    if not config.direct_convs(target):
-        return barrier_returned_matmuls
-    from ..passes.conv_channels_last import to_channels_last
-
-    def cpu_linalg_edits(module) -> None:
-        to_channels_last(module)
-        barrier_returned_matmuls(module)
-    return cpu_linalg_edits
 
 
 def _noted(stage: Stage, step: str) -> Stage:
