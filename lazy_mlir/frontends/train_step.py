@@ -412,8 +412,15 @@ class CompiledTrainStep:
         bound = list(plan.bound)
         for i in plan.seeds:
             bound[i] = random.new_seed().data
+        inputs = [v.data for v in values] + bound
         datas = [DeviceData(s) for s in plan.specs]
-        run_entry(plan.entry, [v.data for v in values] + bound, datas, plan.checks)
+        # The outputs are bound before the launch, which is the last thing
+        # the replay does: in ``step(); loss.item()`` the caller then reaches
+        # the wait at once and runs the job itself, as after the plain loop's
+        # mark_step (``runtime/worker``). Bound after it (~2 ms for GPT-2's
+        # 262 outputs), the job went to the run thread whenever a core was
+        # free: a hand-off, and on that thread GPT-2 medium's step faulted
+        # its 500 MB of transient memory in again (host_memory), ~200 ms CPU.
         for i in plan.no_grad:  # zero_grad(set_to_none=True) for the grads the graph does not give
             state[i][2].grad = None
         loss = None
@@ -424,6 +431,7 @@ class CompiledTrainStep:
                 state[i][2].grad = wrap_value(Value.of_data(d))
             elif kind == "loss":
                 loss = wrap_value(Value.of_data(d))
+        run_entry(plan.entry, inputs, datas, plan.checks)
         metrics.counter_inc("TrainStepReplayed")
         return loss
 

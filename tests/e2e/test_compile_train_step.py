@@ -383,3 +383,37 @@ def test_adams_default_fused_update_reads_nothing_on_the_host_and_is_replayed():
     # 1 records (and makes the state), 2 and 3 record the same graph, 4 replays
     assert _delta(before) == {"TrainStepRecorded": 3, "TrainStepReplayed": 1,
                               "TrainStepPlain": 0, "TrainStepRefused": 0}
+
+
+def test_a_replay_binds_its_outputs_before_it_launches(monkeypatch):
+    """The launch is the last thing a replay does: when it is handed to the
+    run thread, the parameters, gradients and optimizer state already name
+    the outputs it fills, so ``step(); loss.item()`` reaches the wait at once
+    and takes the job itself, as after the plain loop's ``mark_step``
+    (launched ~2 ms earlier, GPT-2 medium's replay went to the run thread,
+    whose big blocks glibc maps anew each call: 121,000 page faults a step)."""
+    from lazy_mlir.frontends import train_step
+    from lazy_mlir.lazy.capture import value_of
+    seen = []
+
+    def run_entry(entry, inputs, outputs, checks=()):
+        out = {id(d) for d in outputs}
+        tensors = [p for p in lazy.parameters()] + [p.grad for p in lazy.parameters()]
+        tensors += [t for st in lopt.state.values() for t in st.values()
+                    if isinstance(t, torch.Tensor)]
+        seen.append(all(id(value_of(t).data) in out for t in tensors))
+        return real(entry, inputs, outputs, checks)
+
+    real = train_step.run_entry
+    monkeypatch.setattr(train_step, "run_entry", run_entry)
+    eager = _model()
+    lazy = copy.deepcopy(eager).to("lazy")
+    eopt = torch.optim.SGD(eager.parameters(), lr=0.1, momentum=0.9)
+    lopt = torch.optim.SGD(lazy.parameters(), lr=0.1, momentum=0.9)
+    step = lm.compile_train_step(lazy, F.cross_entropy, lopt)
+    before = _counters()
+    for i in range(5):
+        _step_both(eager, eopt, step, i)
+    assert _delta(before)["TrainStepReplayed"] == 2
+    assert seen == [True, True]  # (recordings launch through sync.launch, not here)
+    _same_state(lazy, lopt, eager, eopt)
