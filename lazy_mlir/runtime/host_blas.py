@@ -24,6 +24,7 @@ counted as the ``HostBlasCall`` metric.
 """
 from __future__ import annotations
 
+import functools
 import os
 
 from .. import metrics
@@ -51,7 +52,13 @@ def session_config(target, config: PipelineConfig) -> PipelineConfig:
     PyTorch."""
     if target.name != "cpu" or target.driver not in ("local-task", "local-sync"):
         return config
-    want = enabled()
+    return _with_host_blas(config, enabled())
+
+
+@functools.lru_cache(maxsize=16)
+def _with_host_blas(config: PipelineConfig, want: bool) -> PipelineConfig:
+    """One config object per (config, want): every launch asks, and a fresh
+    copy would validate its fields and digest its ``key`` again (~18 us)."""
     return config if config.host_blas == want else config.replace(host_blas=want)
 
 
