@@ -69,15 +69,14 @@ def same_as_eager(fn, *inputs, exact: bool = False, no_fallback: bool = False) -
         assert not any(fell_back.values()), fell_back
 
 
-def train_classifier(model, opt, batches, device: str, between=None) -> list[float]:
-    """Cross-entropy training steps of ``model`` on ``(x, y)`` host batches
-    moved to ``device`` (``mark_step`` after each on the lazy device); the
-    losses. ``between(i)``, when given, runs after step ``i``."""
-    import torch.nn.functional as F
+def train_steps(model, opt, batches, device: str, loss_fn, between=None) -> list[float]:
+    """Training steps of ``model`` on ``(x, y)`` host batches moved to
+    ``device``, ``loss_fn(model(x), y)`` (``mark_step`` after each on the lazy
+    device); the losses. ``between(i)``, when given, runs after step ``i``."""
     losses = []
     for i, (x, y) in enumerate(batches):
         opt.zero_grad()
-        loss = F.cross_entropy(model(x.to(device)), y.to(device))
+        loss = loss_fn(model(x.to(device)), y.to(device))
         loss.backward()
         opt.step()
         if device == "lazy":
@@ -86,3 +85,9 @@ def train_classifier(model, opt, batches, device: str, between=None) -> list[flo
         if between:
             between(i)
     return losses
+
+
+def train_classifier(model, opt, batches, device: str, between=None) -> list[float]:
+    """``train_steps`` with cross-entropy."""
+    import torch.nn.functional as F
+    return train_steps(model, opt, batches, device, F.cross_entropy, between)

@@ -27,6 +27,8 @@ from lazy_mlir.export.train import export_train_step
 from lazy_mlir.export.writer import export
 from lazy_mlir.tools.seed_models import LeNet5, digits
 
+from e2e_helpers import train_steps
+
 RUNNER = Path(__file__).resolve().parents[2] / "lazy_mlir" / "export" / "artifact.py"
 
 
@@ -256,16 +258,7 @@ def _train(device, batches):
     torch.manual_seed(0)
     model = LeNet5().to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.001)
-    losses = []
-    for x, y in batches:
-        opt.zero_grad(set_to_none=True)
-        loss = _nll(model(x.to(device)), y.to(device))
-        loss.backward()
-        opt.step()
-        if device == "lazy":
-            lm.mark_step()
-        losses.append(loss.item())
-    return losses
+    return train_steps(model, opt, batches, device, _nll)
 
 
 def test_lenet_train_step_trains_without_torch(tmp_path):

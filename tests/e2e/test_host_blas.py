@@ -11,6 +11,8 @@ import lazy_mlir as lm
 from lazy_mlir import metrics
 from lazy_mlir.passes.host_blas import MIN_MACS
 
+from e2e_helpers import train_steps
+
 WIDTH, BATCH = 512, 128  # 128x512x512 = 33.5 M multiply-adds per matmul
 
 
@@ -23,26 +25,14 @@ def _train(device: str, steps: int = 3) -> list[float]:
     model = _model().to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     g = torch.Generator().manual_seed(1)
-    losses = []
-    for _ in range(steps):
-        x = torch.randn(BATCH, WIDTH, generator=g).to(device)
-        y = torch.randn(BATCH, WIDTH, generator=g).to(device)
-        opt.zero_grad(set_to_none=True)
-        loss = ((model(x) - y) ** 2).mean()
-        loss.backward()
-        opt.step()
-        if device == "lazy":
-            lm.mark_step()
-        losses.append(loss.item())
-    return losses
-
-
-def test_the_matmuls_are_above_the_threshold():
-    assert BATCH * WIDTH * WIDTH >= MIN_MACS
+    batches = [(torch.randn(BATCH, WIDTH, generator=g), torch.randn(BATCH, WIDTH, generator=g))
+               for _ in range(steps)]
+    return train_steps(model, opt, batches, device, lambda out, y: ((out - y) ** 2).mean())
 
 
 @pytest.mark.parametrize("blas", ["1", "0"])
 def test_training_matches_eager_with_and_without_calls(monkeypatch, blas):
+    assert BATCH * WIDTH * WIDTH >= MIN_MACS  # (the premise: every matmul is called)
     monkeypatch.setenv("LAZY_MLIR_BLAS", blas)
     before = metrics.counter_value("HostBlasCall")
     lazy = _train("lazy")
