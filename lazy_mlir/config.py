@@ -54,6 +54,10 @@ class PipelineConfig:
     # (runtime.host_blas.session_config); a module with the calls needs
     # PyTorch in the process that runs it.
     host_blas: bool = False
+    # LSTM layers as calls into PyTorch's oneDNN LSTM (passes/host_rnn.py); as
+    # host_blas: only the in-process cpu session turns it on
+    # (runtime.host_rnn.session_config).
+    host_rnn: bool = False
     iree_flags: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def __post_init__(self):
@@ -67,6 +71,8 @@ class PipelineConfig:
                               f"{self.conv_lowering!r}")
         if not isinstance(self.host_blas, bool):
             raise ConfigError(f"host_blas must be true or false, not {self.host_blas!r}")
+        if not isinstance(self.host_rnn, bool):
+            raise ConfigError(f"host_rnn must be true or false, not {self.host_rnn!r}")
         if self.opt_level is not None and not 0 <= self.opt_level <= 3:
             raise ConfigError(f"opt_level must be 0..3, not {self.opt_level}")
 
@@ -94,6 +100,11 @@ class PipelineConfig:
         ``torch.mm`` (``passes/host_blas.py``): cpu only, when ``host_blas``."""
         return self.host_blas and target == "cpu"
 
+    def rnn_as_calls(self, target: str | None) -> bool:
+        """Whether LSTM layers compiled for ``target`` become calls of PyTorch's
+        oneDNN LSTM (``passes/host_rnn.py``): cpu only, when ``host_rnn``."""
+        return self.host_rnn and target == "cpu"
+
     def flags_for(self, target: str) -> tuple[str, ...]:
         return dict(self.iree_flags).get(target, ())
 
@@ -104,6 +115,8 @@ class PipelineConfig:
         fields = dataclasses.asdict(self)
         if not self.host_blas:  # (keys made before the field existed stay valid)
             del fields["host_blas"]
+        if not self.host_rnn:
+            del fields["host_rnn"]
         blob = json.dumps(fields, sort_keys=True, default=list)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -40,6 +40,7 @@ from torch.autograd.function import once_differentiable
 from .. import metrics
 from ..config import current_config
 from ..ops import rnn as _rnn_ops  # noqa: F401  (defines torch.ops.lazy_mlir.lstm, ...)
+from ..ops import rnn_host as _rnn_host
 from ..ops import support as _support
 from .tensor import LazyTensor
 
@@ -127,6 +128,26 @@ def _config(input, has_biases, num_layers, bidirectional, batch_first) -> tuple:
     return (has_biases, num_layers, bidirectional, batch_first, unroll)
 
 
+def _workspace(input, hx, cx, config: tuple) -> int:
+    """The ``workspace`` argument of ``lazy_mlir::lstm``: room for oneDNN's
+    workspace (``ops/rnn_host.py``) when the node may be lowered to host calls
+    of PyTorch's oneDNN LSTM: a looped recurrence without projections,
+    recorded for the cpu target, ``LAZY_MLIR_RNN`` not off; else 0. Decided
+    here because it shapes the node's outputs; whether the host calls are
+    made is decided when the graph is compiled (``PipelineConfig.host_rnn``).
+    """
+    _, num_layers, bidirectional, batch_first, unroll = config
+    if unroll or hx.shape[-1] != cx.shape[-1] or not _rnn_host.enabled():
+        return 0
+    from .sync import current_target
+    if current_target().name != "cpu":
+        return 0
+    steps, batch = (input.shape[1], input.shape[0]) if batch_first else input.shape[:2]
+    hidden = cx.shape[-1]
+    widths = {input.shape[-1]} | ({hidden * (1 + bidirectional)} if num_layers > 1 else set())
+    return max(_rnn_host.workspace_floats(steps, batch, w, hidden) for w in widths)
+
+
 def lstm(input, hx, params, has_biases, num_layers, dropout, train, bidirectional,
          batch_first):
     """The ``AutogradLazy`` kernel of ``aten::lstm.input``."""
@@ -140,6 +161,7 @@ def lstm(input, hx, params, has_biases, num_layers, dropout, train, bidirectiona
     config = _config(input, has_biases, num_layers, bidirectional, batch_first)
     if not _needs_grad(tensors):
         return tuple(ops.lstm.default(input, hx[0], hx[1], list(params), *config)[:3])
+    config += (_workspace(input, hx[0], hx[1], config),)
     return _LSTM.apply(config, input, hx[0], hx[1], *params)
 
 

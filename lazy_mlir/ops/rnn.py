@@ -48,9 +48,15 @@ from .registry import IMPORT, register_decomposition
 
 _CONFIG = "bool has_biases, int num_layers, bool bidirectional, bool batch_first, bool unroll"
 _LIB = torch.library.Library("lazy_mlir", "FRAGMENT")  # (other modules may add ops)
-_LIB.define(f"lstm(Tensor input, Tensor hx, Tensor cx, Tensor[] params, {_CONFIG}) -> Tensor[]")
+# ``workspace``: the float32 length of one layer and direction's oneDNN
+# workspace (``ops/rnn_host.py``), one more saved output per layer and
+# direction after the packs; 0: none.
+_LSTM_CONFIG = _CONFIG + ", int workspace=0"
+_LIB.define(f"lstm(Tensor input, Tensor hx, Tensor cx, Tensor[] params, {_LSTM_CONFIG}) -> "
+            "Tensor[]")
 _LIB.define("lstm_backward(Tensor? grad_output, Tensor? grad_hy, Tensor? grad_cy, Tensor input, "
-            f"Tensor hx, Tensor cx, Tensor[] params, Tensor[] saved, {_CONFIG}) -> Tensor[]")
+            f"Tensor hx, Tensor cx, Tensor[] params, Tensor[] saved, {_LSTM_CONFIG}) -> "
+            "Tensor[]")
 _LIB.define(f"gru(Tensor input, Tensor hx, Tensor[] params, {_CONFIG}) -> Tensor[]")
 _LIB.define("gru_backward(Tensor? grad_output, Tensor? grad_hy, Tensor input, Tensor hx, "
             f"Tensor[] params, Tensor[] saved, {_CONFIG}) -> Tensor[]")
@@ -199,8 +205,10 @@ def _unpack(opt, *given):
 
 
 def lstm(input, hx, cx, params, has_biases, num_layers, bidirectional, batch_first,
-         unroll=False):
-    """``[output, hy, cy, layer outputs, *packs]``; see the module docstring."""
+         unroll=False, workspace=0):
+    """``[output, hy, cy, layer outputs, *packs, *workspaces]``; see the module
+    docstring. The workspaces (``workspace`` > 0) are zeros here: only the
+    host-call lowering (``passes/host_rnn.py``) fills and reads them."""
     x = _to_time_major(input, batch_first)
     groups = _groups(params, has_biases, hx.shape[-1] != cx.shape[-1])
     dirs = _directions(bidirectional)
@@ -215,8 +223,9 @@ def lstm(input, hx, cx, params, has_biases, num_layers, bidirectional, batch_fir
             packs += p if unroll else [p]
         x = torch.cat(outs, -1) if len(outs) > 1 else outs[0]
         layers.append(x)
+    spare = [hx.new_zeros(workspace) for _ in range(len(hy))] if workspace else []
     return [_to_time_major(x, batch_first), torch.stack(hy), torch.stack(cy), torch.stack(layers),
-            *packs]
+            *packs, *spare]
 
 
 def _lstm_direction_backward(dout, dh, dc, x, h0, c0, w_ih, w_hh, w_hr, hs, packs, reverse):
@@ -283,7 +292,7 @@ def _backward_through_layers(grad_output, x, saved, num_layers, dirs, batch_firs
 
 
 def lstm_backward(grad_output, grad_hy, grad_cy, input, hx, cx, params, saved, has_biases,
-                  num_layers, bidirectional, batch_first, unroll=False):
+                  num_layers, bidirectional, batch_first, unroll=False, workspace=0):
     """``[d input, d hx, d cx, *d params]``; None gradients are zeros."""
     x = _to_time_major(input, batch_first)
     groups = _groups(params, has_biases, hx.shape[-1] != cx.shape[-1])
@@ -425,14 +434,16 @@ def _saved(input, h, layers, width, packed, batch_first, unroll):
 
 
 def _lstm_shapes(input, hx, cx, params, has_biases, num_layers, bidirectional, batch_first,
-                 unroll=False):
+                 unroll=False, workspace=0):
     hidden, width = cx.shape[-1], hx.shape[-1] * (1 + bidirectional)
+    spare = [hx.new_empty((workspace,)) for _ in range(hx.shape[0])] if workspace else []
     return [_sequence(input, width, batch_first), hx.new_empty(hx.shape), cx.new_empty(cx.shape),
-            *_saved(input, hx, num_layers, width, 5 * hidden, batch_first, unroll)]
+            *_saved(input, hx, num_layers, width, 5 * hidden, batch_first, unroll), *spare]
 
 
 def _lstm_backward_shapes(grad_output, grad_hy, grad_cy, input, hx, cx, params, saved,
-                          has_biases, num_layers, bidirectional, batch_first, unroll=False):
+                          has_biases, num_layers, bidirectional, batch_first, unroll=False,
+                          workspace=0):
     return [_sequence(input, input.shape[-1], batch_first), hx.new_empty(hx.shape),
             cx.new_empty(cx.shape), *[p.new_empty(p.shape) for p in params]]
 

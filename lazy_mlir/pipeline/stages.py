@@ -65,7 +65,6 @@ def lower(gm: fx.GraphModule, config: PipelineConfig,
           target: str | None = None) -> tuple[Stage, ...]:
     """fx -> (decomposed, mixed-precision) fx -> torch [-> torch-backend -> linalg].
     ``target`` (a target name, if known) selects target-dependent rewrites."""
-    from ..dialects.torch_import import import_fx
     from ..passes.float_eq import float_eq_as_not_ne
     from ..passes.normalize_dims import normalize_dims
     from .fx_graph import decompose
@@ -82,6 +81,10 @@ def lower(gm: fx.GraphModule, config: PipelineConfig,
         from ..passes.variance_f32 import DECOMPOSITIONS as f32_statistics
         extra = {**extra, **f32_statistics}
         made_by.append("variance_f32")
+    if config.rnn_as_calls(target):  # LSTM layers as oneDNN calls (passes/host_rnn.py)
+        from ..passes.host_rnn import decompositions as host_rnn
+        extra = {**extra, **host_rnn()}
+        made_by.append("host_rnn")
     if config.decompositions or extra:
         gm = decompose(gm, extra, base=config.decompositions)
         if config.decompositions:
@@ -108,10 +111,20 @@ def lower(gm: fx.GraphModule, config: PipelineConfig,
         made_by.append("int64_range")
     fx_stage = Stage("fx", gm.print_readable(print_output=False),
                      Provenance(" + ".join(made_by), time.perf_counter() - t0))
-    torch_stage = _timed("torch", "torch-mlir FxImporter", lambda: str(import_fx(gm)))
+    torch_stage = _timed("torch", "torch-mlir FxImporter", lambda: str(_imported(gm, config,
+                                                                              target)))
     if config.input == "torch":
         return fx_stage, torch_stage
     return (fx_stage,) + lower_torch(torch_stage, config, target)
+
+
+def _imported(gm: fx.GraphModule, config: PipelineConfig, target: str | None):
+    from ..dialects.torch_import import import_fx
+    module = import_fx(gm)
+    if config.rnn_as_calls(target):
+        from ..passes.host_rnn import calls_instead
+        calls_instead(module)
+    return module
 
 
 def lower_torch(torch_stage: Stage, config: PipelineConfig, target: str | None = None,
@@ -132,9 +145,17 @@ def lower_torch(torch_stage: Stage, config: PipelineConfig, target: str | None =
             return torch_stage, _noted(replace(backend, text=text), "view_dtype_as_bitcast")
     linalg_passes = pipelines.linalg(config)
     edits = _linalg_edits(config, target)
+    pipeline = pipelines.as_pipeline(linalg_passes)
+    from ..passes import host_rnn
+    if host_rnn.CALL_MARK in backend.text:  # (its contract check refuses the calls)
+        pipeline = host_rnn.unverified(pipeline)
     linalg = _timed("linalg", "torch-mlir " + ",".join(linalg_passes), run_pipeline,
-                    backend.text, pipelines.as_pipeline(linalg_passes), "linalg",
-                    _chained(edits) if edits else None)
+                    backend.text, pipeline, "linalg", _chained(edits) if edits else None)
+    if host_rnn.CALL_MARK in backend.text:
+        why = host_rnn.check_lowered(linalg.text)
+        if why:
+            raise PipelineError(f"lazy-mlir: the linalg pipeline failed: {why}", None)
+        linalg = _noted(linalg, f"host_rnn ({linalg.text.count(host_rnn.CALL_MARK)} calls)")
     for what, mark, _, unit in edits:
         rewritten = linalg.text.count(mark)
         if rewritten:

@@ -47,7 +47,7 @@ import torch
 from .. import metrics
 from ..targets import (LLVMPIPE_FEATURES, VULKAN_I64_DEMOTION, Target, configure_cpu_threads,
                        driver_devices)
-from . import host_blas, spinning_threads, waiting
+from . import host_blas, host_rnn, spinning_threads, waiting
 from .host_memory import keep_freed_memory
 
 log = logging.getLogger("lazy_mlir")
@@ -180,6 +180,7 @@ class Session:
             "LAZY_MLIR_ZERO_COPY", "1").strip().lower() not in ("0", "false", "off", "no")
         self._import_readback = True   # until the device refuses an import
         self._blas = None
+        self._rnn = None  # (the ``host_rnn`` import module, made once)
         self.batch_waits = target.driver == "local-task"  # (``waiting``: measured there)
         _by_device.setdefault(id(self.device), self)
         # IREE demotes float64 to float32 (arguments included) unless told not to.
@@ -196,6 +197,10 @@ class Session:
         ctx = rt.SystemContext(config=self.config)
         if self.host_memory and host_blas.imports_blas(vmfb):  # before the module
             ctx.add_vm_module(self._blas_module())
+        if self.host_memory and host_rnn.imports_rnn(vmfb):
+            if self._rnn is None:
+                self._rnn = host_rnn.create_module(self.device)
+            ctx.add_vm_module(self._rnn)
         ctx.add_vm_module(rt.VmModule.copy_buffer(ctx.instance, vmfb))
         return LoadedModule(self, ctx.modules.module["main"], clobbered, passthrough)
 

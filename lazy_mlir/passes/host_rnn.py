@@ -1,0 +1,181 @@
+"""LSTM layers as calls into PyTorch's oneDNN LSTM kernels (the in-process cpu
+session only): eager's own kernels, run from the IREE module.
+
+``ops/rnn.py`` lowers ``lazy_mlir::lstm`` / ``lstm_backward`` to ``scan``
+loops: on the suite's medium LSTM (hidden 512, 4 layers, 128 steps) IREE
+runs those as 1,024 inner and 64 outer host-driven iterations a step, each
+copying its loop carries into new buffers (~2 GB a step), and the step took
+2.5x eager's time, where eager runs one oneDNN RNN primitive per layer
+(``aten::mkldnn_rnn_layer`` forward, ``mkldnn_rnn_layer_backward``: ~90% of
+eager's step). Inductor calls the same kernel (an extern kernel).
+
+Where ``PipelineConfig.rnn_as_calls(target)`` holds, ``decompositions()``
+replaces the two ops' IMPORT decompositions: each layer and direction
+becomes one ``lazy_mlir::host_lstm_layer`` (``ops/rnn_host.py``) forward and
+one ``host_lstm_layer_backward``, which torch-mlir imports as
+``torch.operator``s; ``calls_instead`` turns those into calls of external
+functions ``@lazy_mlir_rnn.*`` on dynamically shaped tensors, which
+iree-compile makes imports of the module and ``runtime/host_rnn.py``
+implements. Only nodes recorded with room for oneDNN's workspace
+(``workspace`` > 0, ``lazy/rnn.py``: looped, no projections, cpu) are taken;
+the others keep their loops.
+
+torch-mlir's linalg backend contract has no external calls on tensors
+(``torch-verify-linalg-on-tensors-backend-contract`` refuses a
+``func.call``), so a module with them runs the linalg pipeline without that
+last check (``unverified``), and ``check_lowered`` makes sure no torch op
+or type was left.
+"""
+from __future__ import annotations
+
+import re
+
+import torch
+
+from ..dialects import linalg_edit as E
+from ..ops import rnn as R
+from ..ops import rnn_host  # noqa: F401  (defines torch.ops.lazy_mlir.host_lstm_layer*)
+
+MODULE = "lazy_mlir_rnn"
+"""The name of the import module (``runtime/host_rnn.py`` registers it)."""
+
+CALL_MARK = f"call @{MODULE}."
+"""How a call reads in the printed module."""
+
+_OPERATORS = {"torch.lazy_mlir.host_lstm_layer": "lstm_layer",
+              "torch.lazy_mlir.host_lstm_layer_backward": "lstm_layer_backward"}
+ops = torch.ops.lazy_mlir
+
+
+def _biases(b_ih, b_hh, w_ih):
+    if b_ih is None:  # (no biases: zeros, whose gradients are dropped)
+        zero = w_ih.new_zeros(w_ih.shape[0])
+        return zero, zero
+    return b_ih, b_hh
+
+
+def host_lstm(input, hx, cx, params, has_biases, num_layers, bidirectional, batch_first,
+              unroll=False, workspace=0):
+    """``lazy_mlir::lstm`` as one host call per layer and direction; its packs
+    (what the loop backward reads) are NaN, its workspaces oneDNN's."""
+    if unroll or not workspace:
+        return NotImplemented
+    x = R._to_time_major(input, batch_first)
+    groups = R._groups(params, has_biases, False)
+    dirs = R._directions(bidirectional)
+    steps, batch, hidden = x.shape[0], x.shape[1], cx.shape[-1]
+    hy, cy, layers, packs, saved = [], [], [], [], []
+    for layer in range(num_layers):
+        outs = []
+        for d, reverse in enumerate(dirs):
+            k = layer * len(dirs) + d
+            w_ih, w_hh, b_ih, b_hh, _ = groups[k]
+            y, h, c, ws = ops.host_lstm_layer(x, hx[k], cx[k], w_ih, w_hh,
+                                              *_biases(b_ih, b_hh, w_ih), workspace, reverse)
+            outs.append(y), hy.append(h), cy.append(c), saved.append(ws)
+            packs.append(x.new_full((steps, batch, 5 * hidden), float("nan")))
+        x = torch.cat(outs, -1) if len(outs) > 1 else outs[0]
+        layers.append(x)
+    return [R._to_time_major(x, batch_first), torch.stack(hy), torch.stack(cy),
+            torch.stack(layers), *packs, *saved]
+
+
+def host_lstm_backward(grad_output, grad_hy, grad_cy, input, hx, cx, params, saved, has_biases,
+                       num_layers, bidirectional, batch_first, unroll=False, workspace=0):
+    """``lazy_mlir::lstm_backward`` as one host call per layer and direction."""
+    if unroll or not workspace:
+        return NotImplemented
+    x = R._to_time_major(input, batch_first)
+    groups = R._groups(params, has_biases, False)
+    dirs = len(R._directions(bidirectional))
+    works = saved[len(saved) - num_layers * dirs:]
+    grad_hy = torch.zeros_like(hx) if grad_hy is None else grad_hy
+    grad_cy = torch.zeros_like(cx) if grad_cy is None else grad_cy
+
+    def direction(k, dout, inputs, hs, packs, reverse):
+        w_ih, w_hh, b_ih, b_hh, _ = groups[k]
+        dout = hs.new_zeros(hs.shape) if dout is None else dout
+        got = ops.host_lstm_layer_backward(inputs, hx[k], cx[k], w_ih, w_hh,
+                                           *_biases(b_ih, b_hh, w_ih), hs, works[k], dout,
+                                           grad_hy[k], grad_cy[k], reverse)
+        return (*got, None)
+
+    dx, per_direction = R._backward_through_layers(
+        grad_output, x, saved[:len(saved) - num_layers * dirs], num_layers, dirs, batch_first,
+        False, direction)
+    dparams = []
+    for _, _, dw_ih, dw_hh, db, _ in per_direction:
+        dparams += [dw_ih, dw_hh] + ([db, db.clone()] if has_biases else [])
+    return [dx, torch.stack([g[0] for g in per_direction]),
+            torch.stack([g[1] for g in per_direction]), *dparams]
+
+
+def decompositions() -> dict:
+    """The IMPORT decompositions that win over ``ops/rnn.py``'s where the
+    host calls are on (``NotImplemented``, hence the loops, for nodes
+    without a workspace)."""
+    return {ops.lstm.default: host_lstm, ops.lstm_backward.default: host_lstm_backward}
+
+
+# ------------------------------------------------------------ torch dialect
+def _dynamic(type_) -> str:
+    """``!torch.vtensor<[3,4],f32>`` -> ``!torch.vtensor<[?,?],f32>``."""
+    return re.sub(r"\[([0-9,]*)\]", lambda m: "[" + ",".join(
+        "?" for d in m.group(1).split(",") if d) + "]", str(type_), count=1)
+
+
+def _cast(value, type_text: str):
+    from torch_mlir import ir
+    return ir.Operation.create("torch.tensor_static_info_cast", operands=[value],
+                               results=[ir.Type.parse(type_text)]).result
+
+
+def calls_instead(module) -> int:
+    """Replace every ``host_lstm_layer*`` ``torch.operator`` of the imported
+    torch-dialect ``module`` by a call of ``@lazy_mlir_rnn.<fn>[_reverse]``
+    (tensors cast to dynamic shapes and back, the workspace length an
+    integer operand), in place; returns how many."""
+    from torch_mlir import ir
+    from torch_mlir.dialects import func as func_d
+    sites = [op for op in E.ops_named(module, "torch.operator")
+             if ir.StringAttr(op.attributes["name"]).value in _OPERATORS]
+    declarations = {}
+    with module.context, ir.Location.unknown():
+        for op in sites:
+            kind = _OPERATORS[ir.StringAttr(op.attributes["name"]).value]
+            *args, reverse = op.operands
+            reverse = ir.BoolAttr(E.producer(reverse).attributes["value"]).value
+            name = f"{MODULE}.{kind}{'_reverse' if reverse else ''}"
+            with ir.InsertionPoint(op), op.location:
+                operands = [_cast(a, _dynamic(a.type)) if "vtensor" in str(a.type) else a
+                            for a in args]
+                results = [_dynamic(r.type) for r in op.results]
+                call = func_d.CallOp([ir.Type.parse(t) for t in results],
+                                     ir.FlatSymbolRefAttr.get(name), operands)
+                for old, new in zip(op.results, call.results):
+                    old.replace_all_uses_with(_cast(new, str(old.type)))
+            declarations[name] = (f"func.func private @{name}("
+                                  f"{', '.join(str(o.type) for o in operands)}) -> "
+                                  f"({', '.join(results)})")
+            op.erase()
+        if declarations:
+            E.add_functions(module, "\n".join(declarations.values()))
+    return len(sites)
+
+
+def unverified(pipeline: str) -> str:
+    """``pipeline`` (a ``builtin.module(...)`` string) expanded, without
+    torch-mlir's linalg backend-contract check, which refuses external calls."""
+    from torch_mlir.passmanager import PassManager
+
+    from ..dialects.torch_import import new_context
+    with new_context():
+        text = str(PassManager.parse(pipeline))
+    return text.replace(",torch-verify-linalg-on-tensors-backend-contract", "")
+
+
+def check_lowered(text: str) -> str | None:
+    """Why the linalg module ``text`` still holds torch ops or types, or None
+    (what the skipped backend-contract check would have said)."""
+    left = sorted(set(re.findall(r"\b(torch(?:_c)?\.[a-z_.]+)", text)))
+    return f"torch ops or types left after lowering: {', '.join(left[:5])}" if left else None

@@ -1,0 +1,110 @@
+"""LSTM layers of cpu modules run by PyTorch's oneDNN LSTM kernels
+(passes/host_rnn.py, runtime/host_rnn.py): a looped LSTM language model
+trains as eager does, with the calls and without them (``LAZY_MLIR_RNN=0``),
+multi-layer and bidirectional, every gradient as eager's, no op run eagerly."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+import lazy_mlir as lm
+from lazy_mlir import metrics
+from lazy_mlir.ops import rnn as rnn_ops
+
+from e2e_helpers import Counters
+
+STEPS, BATCH, VOCAB, HIDDEN = 70, 3, 11, 8   # over ops.rnn.UNROLL_STEPS: loops
+
+
+class _LM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, HIDDEN)
+        self.lstm = nn.LSTM(HIDDEN, HIDDEN, 2, batch_first=True, bidirectional=True)
+        self.plain = nn.LSTM(2 * HIDDEN, HIDDEN, 1, bias=False)  # time-major, no biases
+        self.head = nn.Linear(HIDDEN, VOCAB)
+
+    def forward(self, ids):
+        out, (h, c) = self.lstm(self.embed(ids))
+        out, _ = self.plain(out.transpose(0, 1))
+        return self.head(out.transpose(0, 1)), (h * c).sum()
+
+
+def _train(device: str, steps: int = 3):
+    torch.manual_seed(0)
+    model = _LM().to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    g = torch.Generator().manual_seed(1)
+    losses, grads = [], []
+    for _ in range(steps):
+        ids = torch.randint(0, VOCAB, (BATCH, STEPS), generator=g)
+        opt.zero_grad()
+        logits, extra = model(ids.to(device))
+        loss = nn.functional.cross_entropy(logits.reshape(-1, VOCAB),
+                                           ids.roll(1, 1).reshape(-1).to(device)) + 0.01 * extra
+        loss.backward()
+        grads = [p.grad.detach().clone() for p in model.parameters()]
+        opt.step()
+        if device == "lazy":
+            lm.mark_step()
+        losses.append(loss.item())
+    return losses, [g.cpu() for g in grads]
+
+
+@pytest.mark.parametrize("rnn", ["1", "0"], ids=["calls", "loops"])
+def test_lstm_lm_trains_like_eager_with_and_without_calls(monkeypatch, rnn):
+    assert not rnn_ops.unrolled(STEPS, 1, 1)  # (the premise: looped, so eligible)
+    monkeypatch.setenv("LAZY_MLIR_RNN", rnn)
+    c = Counters()
+    lazy_losses, lazy_grads = _train("lazy")
+    eager_losses, eager_grads = _train("cpu")
+    torch.testing.assert_close(torch.tensor(lazy_losses), torch.tensor(eager_losses),
+                               rtol=1e-5, atol=1e-6)
+    for got, want in zip(lazy_grads, eager_grads):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    eager_ops = [n for n in metrics.counter_names() if n.startswith("aten::") and c.delta(n)]
+    assert not eager_ops, eager_ops
+    calls = c.delta("HostRnnCall")
+    if rnn == "1":  # per step: 2 layers x 2 directions + 1, forward and backward
+        assert calls == 3 * 2 * 5
+    else:
+        assert calls == 0
+
+
+def test_inference_and_unrolled_lstms_keep_their_graphs(monkeypatch):
+    """No gradient: the forward node alone, no workspace, no call; a short
+    (unrolled) recurrence: no call either."""
+    monkeypatch.setenv("LAZY_MLIR_RNN", "1")
+    torch.manual_seed(0)
+    eager = nn.LSTM(4, 5, 1)
+    model = nn.LSTM(4, 5, 1)
+    model.load_state_dict(eager.state_dict())
+    model = model.to("lazy")
+    c = Counters()
+    for steps in (3, 80):  # unrolled, looped
+        x = torch.randn(steps, 2, 4)
+        with torch.no_grad():
+            want = eager(x)[0]
+            got = model(x.to("lazy"))[0].cpu()
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert c.delta("HostRnnCall") == 0
+
+
+def test_an_exported_training_step_never_imports_the_rnn_module(tmp_path, monkeypatch):
+    """Export compiles with the config as given, host calls forced off: the
+    LSTM's node is recorded with room for a workspace (cpu target) and
+    lowered to loops all the same."""
+    from lazy_mlir.config import PipelineConfig
+    from lazy_mlir.runtime.host_rnn import imports_rnn, session_config
+    from lazy_mlir.targets import get_target
+    assert session_config(get_target("cpu"), PipelineConfig()).host_rnn
+    monkeypatch.setenv("LAZY_MLIR_RNN", "1")
+    torch.manual_seed(0)
+    model = nn.LSTM(4, 5, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(70, 2, 4), torch.randn(70, 2, 5)
+    path = lm.export_train_step(model, lambda out, y: ((out[0] - y) ** 2).mean(), opt, (x, y),
+                                path=tmp_path / "step", config=PipelineConfig(host_rnn=True))
+    vmfb = b"".join(p.read_bytes() for p in path.rglob("*.vmfb"))
+    assert vmfb and not imports_rnn(vmfb)
