@@ -32,7 +32,7 @@ import re
 
 import torch
 
-from ..dialects import linalg_edit as E
+from ..dialects import torch_calls as T
 from ..ops import rnn as R
 from ..ops import rnn_host  # noqa: F401  (defines torch.ops.lazy_mlir.host_lstm_layer*)
 
@@ -118,16 +118,9 @@ def decompositions() -> dict:
 
 
 # ------------------------------------------------------------ torch dialect
-def _dynamic(type_) -> str:
-    """``!torch.vtensor<[3,4],f32>`` -> ``!torch.vtensor<[?,?],f32>``."""
-    return re.sub(r"\[([0-9,]*)\]", lambda m: "[" + ",".join(
-        "?" for d in m.group(1).split(",") if d) + "]", str(type_), count=1)
-
-
-def _cast(value, type_text: str):
-    from torch_mlir import ir
-    return ir.Operation.create("torch.tensor_static_info_cast", operands=[value],
-                               results=[ir.Type.parse(type_text)]).result
+def _callee(operator: str, reverse: bool) -> str | None:
+    kind = _OPERATORS.get(operator)
+    return None if kind is None else f"{MODULE}.{kind}{'_reverse' if reverse else ''}"
 
 
 def calls_instead(module) -> int:
@@ -135,43 +128,13 @@ def calls_instead(module) -> int:
     torch-dialect ``module`` by a call of ``@lazy_mlir_rnn.<fn>[_reverse]``
     (tensors cast to dynamic shapes and back, the workspace length an
     integer operand), in place; returns how many."""
-    from torch_mlir import ir
-    from torch_mlir.dialects import func as func_d
-    sites = [op for op in E.ops_named(module, "torch.operator")
-             if ir.StringAttr(op.attributes["name"]).value in _OPERATORS]
-    declarations = {}
-    with module.context, ir.Location.unknown():
-        for op in sites:
-            kind = _OPERATORS[ir.StringAttr(op.attributes["name"]).value]
-            *args, reverse = op.operands
-            reverse = ir.BoolAttr(E.producer(reverse).attributes["value"]).value
-            name = f"{MODULE}.{kind}{'_reverse' if reverse else ''}"
-            with ir.InsertionPoint(op), op.location:
-                operands = [_cast(a, _dynamic(a.type)) if "vtensor" in str(a.type) else a
-                            for a in args]
-                results = [_dynamic(r.type) for r in op.results]
-                call = func_d.CallOp([ir.Type.parse(t) for t in results],
-                                     ir.FlatSymbolRefAttr.get(name), operands)
-                for old, new in zip(op.results, call.results):
-                    old.replace_all_uses_with(_cast(new, str(old.type)))
-            declarations[name] = (f"func.func private @{name}("
-                                  f"{', '.join(str(o.type) for o in operands)}) -> "
-                                  f"({', '.join(results)})")
-            op.erase()
-        if declarations:
-            E.add_functions(module, "\n".join(declarations.values()))
-    return len(sites)
+    return T.operators_as_calls(module, _callee)
 
 
 def unverified(pipeline: str) -> str:
     """``pipeline`` (a ``builtin.module(...)`` string) expanded, without
     torch-mlir's linalg backend-contract check, which refuses external calls."""
-    from torch_mlir.passmanager import PassManager
-
-    from ..dialects.torch_import import new_context
-    with new_context():
-        text = str(PassManager.parse(pipeline))
-    return text.replace(",torch-verify-linalg-on-tensors-backend-contract", "")
+    return T.pipeline_without(pipeline, "torch-verify-linalg-on-tensors-backend-contract")
 
 
 def check_lowered(text: str) -> str | None:
