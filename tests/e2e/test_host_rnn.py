@@ -108,3 +108,29 @@ def test_an_exported_training_step_never_imports_the_rnn_module(tmp_path, monkey
                                 path=tmp_path / "step", config=PipelineConfig(host_rnn=True))
     vmfb = b"".join(p.read_bytes() for p in path.rglob("*.vmfb"))
     assert vmfb and not imports_rnn(vmfb)
+
+
+def test_a_sync_between_forward_and_backward_passes_the_workspace_between_graphs(monkeypatch):
+    """``mark_step()`` before ``backward()``: the forward's graph outputs
+    oneDNN's workspace (a live saved tensor), the backward's graph reads it;
+    gradients as eager's, one call each."""
+    monkeypatch.setenv("LAZY_MLIR_RNN", "1")
+    torch.manual_seed(0)
+    eager = nn.LSTM(4, 5, 1)
+    model = nn.LSTM(4, 5, 1)
+    model.load_state_dict(eager.state_dict())
+    model = model.to("lazy")
+    x = torch.randn(70, 2, 4)
+    c = Counters()
+    grads = []
+    for m, dev in ((eager, "cpu"), (model, "lazy")):
+        loss = m(x.to(dev))[0].tanh().sum()
+        if dev == "lazy":
+            lm.mark_step()  # (the forward runs alone)
+        loss.backward()
+        if dev == "lazy":
+            lm.mark_step()
+        grads.append([p.grad.cpu() for p in m.parameters()])
+    for got, want in zip(grads[1], grads[0]):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    assert c.delta("HostRnnCall") == 2
