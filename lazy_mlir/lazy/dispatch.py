@@ -29,7 +29,7 @@ from . import tensor as _tensor
 from .gc_hold import held as _gc_held, hold as _gc_hold
 from .capture import (LAZY_TYPE, _EXACT_CONSTS, _PLANS_MAX, _guarded, _make_scalar, _node,
                       _placeholders, _plan_key, _run_plan, _store_plan, _to_value, assign,
-                      data_value, emit, op_info, value_of, ViewPlan)
+                      data_value, emit, op_info, unflatten_outputs, value_of, ViewPlan)
 from .kinds import RANDOM as _RANDOM, SPECIAL_OPS, functional_of as _functional_of
 from .kinds import written_args as _written_args
 from .resize import SPECIAL as RESIZE
@@ -177,8 +177,8 @@ def _view(func, args, kwargs):
     specs = vp.specs
     if vp.out_tree is None:
         return LazyTensor(specs[0], storage, steps + ((func, rest, kw, 0, vp),))
-    return tree_unflatten([LazyTensor(spec, storage, steps + ((func, rest, kw, i, vp),))
-                           for i, spec in enumerate(specs)], vp.out_tree)
+    return unflatten_outputs([LazyTensor(spec, storage, steps + ((func, rest, kw, i, vp),))
+                              for i, spec in enumerate(specs)], vp.out_tree, vp.container)
 
 
 def _view_key(func, spec, args, kwargs):
@@ -366,6 +366,8 @@ def _copy_(func, args, kwargs):
     if not isinstance(dst, LazyTensor):  # into host memory (C++ callers: DDP's checks)
         dst.copy_(to_host(src))
         return dst
+    if 0 in dst.shape and tuple(src.shape) == tuple(dst.shape) and _dry_run[0] is None:
+        return dst  # nothing to write (``torch.tensor([], device="lazy")``'s copy)
     if isinstance(src, LazyTensor):
         out = src
         if src.dtype != dst.dtype:

@@ -105,3 +105,23 @@ def test_an_in_place_op_on_its_plan_makes_no_tensor_for_its_result(monkeypatch):
     lhalf.add_(torch.full((3,), 0.5).to("lazy"))  # float32 result, cast to float16
     half.add_(torch.full((3,), 0.5))
     assert lhalf.dtype == torch.float16 and torch.equal(lhalf.cpu(), half)
+
+
+def test_a_planned_op_returns_its_tuple_or_list_without_a_pytree_walk(monkeypatch):
+    from lazy_mlir.lazy import capture
+    x, w, b = torch.randn(4, 8), torch.randn(8), torch.randn(8)
+    lx, lw, lb = x.to("lazy"), w.to("lazy"), b.to("lazy")
+    aten = torch.ops.aten
+    aten.native_layer_norm.default(lx, [8], lw, lb, 1e-5)  # (the plans made)
+    lx.split(3, dim=1)
+
+    def walk(*args):
+        raise AssertionError("tree_unflatten on a planned op")
+    monkeypatch.setattr(capture, "tree_unflatten", walk)
+    out = aten.native_layer_norm.default(lx, [8], lw, lb, 1e-5)
+    parts = lx.split(3, dim=1)
+    assert type(out) is tuple and len(out) == 3 and type(parts) is tuple
+    want = aten.native_layer_norm.default(x, [8], w, b, 1e-5)
+    for got, ref in zip(out, want):
+        torch.testing.assert_close(got.cpu(), ref)
+    assert [p.cpu().tolist() for p in parts] == [p.tolist() for p in x.split(3, dim=1)]
