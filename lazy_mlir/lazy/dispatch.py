@@ -39,7 +39,7 @@ from .state import record_plans as _plans, trace_seconds, view_plans as _view_pl
 from .supported import UNSUPPORTED_DTYPES, dtypes_supported
 from .sync import current_target, to_host
 from ..targets import narrows_int64
-from .tensor import LazyTensor, wrap_value
+from .tensor import LazyTensor, new_view, wrap_value
 from .views import functional_view_op
 
 aten = torch.ops.aten
@@ -159,7 +159,7 @@ def _view(func, args, kwargs):
     base = args[0]
     info = op_info(func)
     if info.identity:
-        return LazyTensor(base.spec, base._storage, base._view)
+        return new_view(base.spec, base._storage, base._view)
     key = _view_key(func, base.spec, args, kwargs)
     vp = _view_plans.get(key) if key is not None else None
     if vp is None:
@@ -176,8 +176,8 @@ def _view(func, args, kwargs):
     storage, steps = base._storage, base._view
     specs = vp.specs
     if vp.out_tree is None:
-        return LazyTensor(specs[0], storage, steps + ((func, rest, kw, 0, vp),))
-    return unflatten_outputs([LazyTensor(spec, storage, steps + ((func, rest, kw, i, vp),))
+        return new_view(specs[0], storage, steps + ((func, rest, kw, 0, vp),))
+    return unflatten_outputs([new_view(spec, storage, steps + ((func, rest, kw, i, vp),))
                               for i, spec in enumerate(specs)], vp.out_tree, vp.container)
 
 
