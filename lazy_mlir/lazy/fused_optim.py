@@ -37,7 +37,7 @@ from ..config import current_config
 from ..graph.ir import Value
 from ..ops import optim as _optim_ops
 from ..ops import support as _support
-from .capture import _make_scalar, assign, assign_each, data_value, value_of
+from .capture import _make_scalar, assign, assign_each, data_value, schema_facts, value_of
 from .foreach import add_lazy_device, run_eagerly
 from .tensor import LazyTensor, wrap_value
 
@@ -54,8 +54,8 @@ OPS = frozenset((*ADAM, *ADAMW, *SGD))
 
 
 def _bind(func, args, kwargs) -> dict:
-    names = [a.name for a in func._schema.arguments]
-    bound = {a.name: a.default_value for a in func._schema.arguments if a.has_default_value()}
+    names, defaults, _ = schema_facts(func)
+    bound = dict(defaults)
     bound.update(zip(names, args))
     bound.update(kwargs)
     return bound

@@ -125,3 +125,30 @@ def test_a_planned_op_returns_its_tuple_or_list_without_a_pytree_walk(monkeypatc
     for got, ref in zip(out, want):
         torch.testing.assert_close(got.cpu(), ref)
     assert [p.cpu().tolist() for p in parts] == [p.tolist() for p in x.split(3, dim=1)]
+
+
+def test_batch_norm_and_fused_adamw_read_their_schemas_once(monkeypatch):
+    """``func._schema.arguments`` builds new Python objects on every read
+    (~3 us): what a repeated call needs of it is kept on the op."""
+    torch.manual_seed(0)
+    bn = torch.nn.BatchNorm1d(3)
+    x = torch.randn(4, 3, 5)
+    lazy_bn = torch.nn.BatchNorm1d(3).to("lazy")
+    opt = torch.optim.AdamW(lazy_bn.parameters(), lr=0.1, fused=True)
+    lazy_bn(x.to("lazy")).sum().backward()  # (what is kept, kept)
+    opt.step()
+
+    class Unread:
+        def __getattr__(self, name):
+            raise AssertionError(f"_schema.{name} read again")
+    aten = torch.ops.aten
+    for op in (aten.native_batch_norm.default, aten._native_batch_norm_legit.default,
+               aten._native_batch_norm_legit_functional.default, aten._fused_adamw_.default):
+        monkeypatch.setattr(op, "_schema", Unread())
+    lazy_bn(x.to("lazy"))
+    opt.step()
+    monkeypatch.undo()
+    bn(x)
+    bn(x)
+    torch.testing.assert_close(lazy_bn.running_mean.cpu(), bn.running_mean)
+    torch.testing.assert_close(lazy_bn.running_var.cpu(), bn.running_var)
