@@ -54,7 +54,7 @@ def _selects(node, n: int, lo: int, ignore) -> bool:
     op = node.op
     if op is _PAD:
         value = node.flat[-1] if len(node.tree[1]) == 3 else 0  # (by position or name)
-        return type(value) in (int, float) and value == int(value) and (
+        return type(value) in (int, float) and float(value).is_integer() and (
             value == ignore or lo <= value < n)
     return op in _SELECTS or op in _ADDS
 
