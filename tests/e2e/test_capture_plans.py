@@ -152,3 +152,24 @@ def test_batch_norm_and_fused_adamw_read_their_schemas_once(monkeypatch):
     bn(x)
     torch.testing.assert_close(lazy_bn.running_mean.cpu(), bn.running_mean)
     torch.testing.assert_close(lazy_bn.running_var.cpu(), bn.running_var)
+
+
+def test_a_repeated_step_compares_no_spec_by_value(monkeypatch):
+    """Specs are one object per value (``TensorSpec.of``): the fused AdamW
+    node's outputs, read as next step's inputs, match its record plan's key
+    by identity, not by the dataclass's ``__eq__`` (~0.6 us a tensor)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 3)).to("lazy")
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1, fused=True)
+    x = torch.randn(2, 4).to("lazy")
+    compared = []
+    real = ir.TensorSpec.__eq__
+    for step in range(3):
+        if step == 2:
+            monkeypatch.setattr(ir.TensorSpec, "__eq__",
+                                lambda a, b: compared.append(a) or real(a, b))
+        opt.zero_grad(set_to_none=True)
+        model(x).square().mean().backward()
+        opt.step()
+        lm.mark_step()
+    assert compared == []
