@@ -20,7 +20,7 @@ from .. import metrics
 from ..graph.ir import DeviceData, TensorSpec, Value, make_node, node_key
 from .kinds import kind as _kind
 from .state import dry_run as _dry_run, emit_plans as _emit_plans
-from .state import scalar_tensors as _scalar_data
+from .state import empty_values as _empty_values, scalar_tensors as _scalar_data
 from .tensor import LazyTensor, live_storages, wrap_value
 from .views import IDENTITY, scatter
 
@@ -33,6 +33,22 @@ def data_value(host: torch.Tensor) -> Value:
     """Device data from a host tensor (the caller gives up the tensor)."""
     shapes.require_strided(host)
     return Value.of_data(DeviceData(TensorSpec.of(host.contiguous()), host=host.contiguous()))
+
+
+def empty_value(shape: tuple, dtype: torch.dtype) -> Value:
+    """The value of a new tensor with no elements (a 0 in ``shape``): device
+    data, one per (shape, dtype), shared. Nothing computes or writes device
+    data (a write rebinds the tensor's storage), so sharing it is safe, and
+    a graph that reads it takes the same input every step, uploaded once:
+    ``transformers``' KV cache makes 4 ``torch.tensor([])`` a GPT-2 forward
+    and concatenates onto them."""
+    key = (shape, dtype)
+    v = _empty_values.get(key)
+    if v is None:
+        if len(_empty_values) >= 1024:
+            _empty_values.clear()
+        v = _empty_values[key] = data_value(torch.empty(shape, dtype=dtype))
+    return v
 
 
 def value_of(t: LazyTensor) -> Value:
@@ -74,7 +90,8 @@ class ViewPlan:
     repeated step's views then cost a wrapper tensor each, and their reads a
     node each, with no shape inference or key built again."""
 
-    __slots__ = ("base", "specs", "out_tree", "rest", "tree", "counter", "node_plan")
+    __slots__ = ("base", "specs", "out_tree", "rest", "tree", "counter", "node_plan",
+                 "container")
 
     def __init__(self, base, specs, out_tree, rest, tree, counter):
         self.base = base
@@ -84,6 +101,7 @@ class ViewPlan:
         self.tree = tree
         self.counter = counter
         self.node_plan = None
+        self.container = flat_container(out_tree)
 
 
 def assign(t: LazyTensor, new: Value) -> None:
@@ -214,8 +232,29 @@ def op_info(func) -> OpInfo:
         return info
 
 
+def flat_container(tree):
+    """``tuple`` or ``list`` when the pytree ``tree`` is one of those holding
+    leaves only (``native_layer_norm``'s three tensors, ``split``'s list),
+    else None: such outputs are rebuilt without ``tree_unflatten``'s walk."""
+    if tree is None or (tree.type is not tuple and tree.type is not list):
+        return None
+    n = tree.num_children
+    if tree.num_leaves != n or not all(tree.child(i).is_leaf() for i in range(n)):
+        return None
+    return tree.type
+
+
+def unflatten_outputs(result: list, tree, container):
+    """``tree_unflatten(result, tree)``, ``container`` being ``flat_container(tree)``."""
+    if container is tuple:
+        return tuple(result)
+    if container is list:
+        return result
+    return tree_unflatten(result, tree)
+
+
 class _Plan:
-    __slots__ = ("out_flat", "out_tree", "specs", "key", "single", "guard")
+    __slots__ = ("out_flat", "out_tree", "specs", "key", "single", "guard", "container")
 
     def __init__(self, func, flat, tree, out_flat, out_tree):
         self.out_flat = out_flat
@@ -223,6 +262,7 @@ class _Plan:
         self.specs = [o if type(o) is TensorSpec else None for o in out_flat]
         self.key = node_key(func, _const_repr(flat, tree), self.specs)
         self.single = len(out_flat) == 1 and out_tree is None
+        self.container = flat_container(out_tree)
         self.guard = None  # an index-taking op's index positions and ranges (bounds.py)
 
 
@@ -271,7 +311,7 @@ def _run_plan(plan: _Plan, info: OpInfo, func, vals, tree, bare=False):
         return outs
     it = iter(outs)
     result = [wrap_value(next(it)) if type(o) is TensorSpec else o for o in plan.out_flat]
-    return tree_unflatten(result, plan.out_tree)
+    return unflatten_outputs(result, plan.out_tree, plan.container)
 
 
 def _guarded(func, vals: list, tree, plan=None) -> list:
@@ -299,6 +339,25 @@ def _to_value(a, host_ok=False):
     if isinstance(a, torch.device) and a.type == LAZY_TYPE:
         return torch.device("cpu")
     return a
+
+
+def schema_facts(func) -> tuple:
+    """(argument names, {name: default} of the arguments that have one, the
+    number of returns) of ``func``, kept on the op: ``func._schema.arguments``
+    builds new Python objects on every read (~3 us; batch norm and the fused
+    optimizers bind their arguments by name on every call)."""
+    try:
+        return func._lazy_mlir_schema
+    except AttributeError:
+        schema = func._schema
+        facts = (tuple(a.name for a in schema.arguments),
+                 {a.name: a.default_value for a in schema.arguments if a.has_default_value()},
+                 len(schema.returns))
+        try:
+            func._lazy_mlir_schema = facts
+        except (AttributeError, TypeError):
+            pass
+        return facts
 
 
 # Ops that take CPU index tensors with device tensors, as CUDA does.

@@ -10,8 +10,10 @@ import warnings
 
 import torch
 
-from .capture import data_value, emit
+from .capture import data_value, emit, empty_value
 from .capturable import allow_lazy
+from .shapes import const_key
+from .state import factory_values as _factory_values
 from .foreach import prefer_foreach
 from .fused_optim import prefer_fused
 from .dispatch import _copy_
@@ -31,6 +33,8 @@ def lazy_device(index: int = 0) -> torch.device:
 
 def _new(shape, dtype) -> LazyTensor:
     dtype = dtype or torch.get_default_dtype()
+    if 0 in shape:  # nothing to compute: shared empty data (capture.empty_value)
+        return wrap_value(empty_value(tuple(shape), dtype))
     return wrap_value(emit(aten.zeros.default, (list(shape),), {"dtype": dtype})[0])
 
 
@@ -55,12 +59,50 @@ def _copy_from_and_resize(self, dst):
 
 
 def _host_factory(op):
-    """Factories computed on the host and uploaded (arange, eye, ...)."""
+    """Factories computed on the host and uploaded (arange, eye, ...). The
+    deterministic ones keep their value per constant arguments: a step's
+    ``arange`` (GPT-2's positions) is then the same device data every step,
+    uploaded once, not computed, uploaded and made a new input each step.
+    Sharing it is safe: nothing writes device data (a write rebinds the
+    tensor's storage)."""
+    shared = op not in _RANDOM_FACTORIES
+
     def kernel(*args, **kwargs):
-        kwargs["device"] = torch.device("cpu")
-        host = op(*args, **kwargs)
-        return wrap_value(data_value(host))
+        kwargs["device"] = _CPU
+        key = _factory_key(op, args, kwargs) if shared else None
+        if key is not None:
+            value = _factory_values.get(key)
+            if value is not None:
+                return wrap_value(value)
+        value = data_value(op(*args, **kwargs))
+        if key is not None and _numel(value.spec.shape) <= _SHARED_NUMEL:
+            if len(_factory_values) >= 256:
+                _factory_values.clear()
+            _factory_values[key] = value
+        return wrap_value(value)
     return kernel
+
+
+_CPU = torch.device("cpu")
+_RANDOM_FACTORIES = {aten.randperm.default, aten.randperm.generator}
+_SHARED_NUMEL = 4096  # (bounds what the table holds: a larger one lives as long as its tensors)
+
+
+def _factory_key(op, args, kwargs):
+    """(op, the arguments keyed as ``shapes.const_key`` does), or None for
+    an argument it cannot key."""
+    try:
+        return (op, tuple(const_key(a) for a in args),
+                tuple((k, const_key(v)) for k, v in kwargs.items()))
+    except TypeError:
+        return None
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
 
 
 HOST_FACTORIES = ["arange", "arange.start", "arange.start_step", "eye", "eye.m", "linspace",

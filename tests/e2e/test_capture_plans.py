@@ -105,3 +105,71 @@ def test_an_in_place_op_on_its_plan_makes_no_tensor_for_its_result(monkeypatch):
     lhalf.add_(torch.full((3,), 0.5).to("lazy"))  # float32 result, cast to float16
     half.add_(torch.full((3,), 0.5))
     assert lhalf.dtype == torch.float16 and torch.equal(lhalf.cpu(), half)
+
+
+def test_a_planned_op_returns_its_tuple_or_list_without_a_pytree_walk(monkeypatch):
+    from lazy_mlir.lazy import capture
+    x, w, b = torch.randn(4, 8), torch.randn(8), torch.randn(8)
+    lx, lw, lb = x.to("lazy"), w.to("lazy"), b.to("lazy")
+    aten = torch.ops.aten
+    aten.native_layer_norm.default(lx, [8], lw, lb, 1e-5)  # (the plans made)
+    lx.split(3, dim=1)
+
+    def walk(*args):
+        raise AssertionError("tree_unflatten on a planned op")
+    monkeypatch.setattr(capture, "tree_unflatten", walk)
+    out = aten.native_layer_norm.default(lx, [8], lw, lb, 1e-5)
+    parts = lx.split(3, dim=1)
+    assert type(out) is tuple and len(out) == 3 and type(parts) is tuple
+    want = aten.native_layer_norm.default(x, [8], w, b, 1e-5)
+    for got, ref in zip(out, want):
+        torch.testing.assert_close(got.cpu(), ref)
+    assert [p.cpu().tolist() for p in parts] == [p.tolist() for p in x.split(3, dim=1)]
+
+
+def test_batch_norm_and_fused_adamw_read_their_schemas_once(monkeypatch):
+    """``func._schema.arguments`` builds new Python objects on every read
+    (~3 us): what a repeated call needs of it is kept on the op."""
+    torch.manual_seed(0)
+    bn = torch.nn.BatchNorm1d(3)
+    x = torch.randn(4, 3, 5)
+    lazy_bn = torch.nn.BatchNorm1d(3).to("lazy")
+    opt = torch.optim.AdamW(lazy_bn.parameters(), lr=0.1, fused=True)
+    lazy_bn(x.to("lazy")).sum().backward()  # (what is kept, kept)
+    opt.step()
+
+    class Unread:
+        def __getattr__(self, name):
+            raise AssertionError(f"_schema.{name} read again")
+    aten = torch.ops.aten
+    for op in (aten.native_batch_norm.default, aten._native_batch_norm_legit.default,
+               aten._native_batch_norm_legit_functional.default, aten._fused_adamw_.default):
+        monkeypatch.setattr(op, "_schema", Unread())
+    lazy_bn(x.to("lazy"))
+    opt.step()
+    monkeypatch.undo()
+    bn(x)
+    bn(x)
+    torch.testing.assert_close(lazy_bn.running_mean.cpu(), bn.running_mean)
+    torch.testing.assert_close(lazy_bn.running_var.cpu(), bn.running_var)
+
+
+def test_a_repeated_step_compares_no_spec_by_value(monkeypatch):
+    """Specs are one object per value (``TensorSpec.of``): the fused AdamW
+    node's outputs, read as next step's inputs, match its record plan's key
+    by identity, not by the dataclass's ``__eq__`` (~0.6 us a tensor)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 3)).to("lazy")
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1, fused=True)
+    x = torch.randn(2, 4).to("lazy")
+    compared = []
+    real = ir.TensorSpec.__eq__
+    for step in range(3):
+        if step == 2:
+            monkeypatch.setattr(ir.TensorSpec, "__eq__",
+                                lambda a, b: compared.append(a) or real(a, b))
+        opt.zero_grad(set_to_none=True)
+        model(x).square().mean().backward()
+        opt.step()
+        lm.mark_step()
+    assert compared == []

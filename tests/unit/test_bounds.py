@@ -201,3 +201,38 @@ def test_an_index_guarded_again_reads_the_first_clamp_and_adds_no_flag():
     (_, again, *_), _ = bounds.guard(
         aten.nll_loss_forward.default, (logits, target, None, 1, -100), {}, emit)
     assert again is not fwd and len(bounds._pending) == 3
+
+
+def test_positions_plus_zero_and_padded_labels_are_checked_through_the_data(monkeypatch):
+    """transformers' GPT-2: positions ``arange(n) + 0``, and causal-LM labels
+    shifted as ``pad(labels, value=-100)[..., 1:]``: the data is checked,
+    once, and no guard is recorded."""
+    w = device_value(5, 4, dtype=torch.float32)
+    logits = device_value(3, 5, dtype=torch.float32)
+    positions, labels = torch.arange(4), torch.tensor([[1, 2, 4]])
+    pos_data, label_data = host_value(positions), host_value(labels)
+    reads = []
+    real = torch.aminmax
+    monkeypatch.setattr(torch, "aminmax", lambda h: reads.append(h) or real(h))
+
+    def shifted(value):
+        p = emit(aten.constant_pad_nd.default, (label_data, [0, 1], value), {})[0]
+        s = emit(aten.slice.Tensor, (p, 1, 1, 9223372036854775807), {})[0]
+        c = emit(aten.clone.default, (s,), {"memory_format": torch.contiguous_format})[0]
+        return emit(aten.view.default, (c, [-1]), {})[0]
+    for _ in range(2):  # two steps
+        i = emit(aten.add.Tensor, (pos_data, 0), {})[0]
+        i = emit(aten.unsqueeze.default, (i, 0), {})[0]
+        assert bounds.guard(aten.embedding.default, (w, i), {}, emit) == ((w, i), {})
+        args = (logits, shifted(-100.0), None, 1, -100)
+        assert bounds.guard(aten.nll_loss_forward.default, args, {}, emit) == (args, {})
+    assert len(reads) == 2 and reads[0] is positions and reads[1] is labels
+    assert not bounds._pending
+    # A pad value neither ignored nor in range: the index itself decides, as eager.
+    with pytest.raises(IndexError, match="Target 7 is out of bounds"):
+        bounds.guard(aten.nll_loss_forward.default, (logits, shifted(7.0), None, 1, -100), {},
+                     emit)
+    # x + 2 selects nothing: computed, so clamped and flagged.
+    i = emit(aten.add.Tensor, (pos_data, 2), {})[0]
+    bounds.guard(aten.embedding.default, (w, i), {}, emit)
+    assert len(bounds._pending) == 1

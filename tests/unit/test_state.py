@@ -8,8 +8,8 @@ import torch
 import lazy_mlir as lm
 from lazy_mlir.graph import argtree, debug
 from lazy_mlir.graph.ir import DeviceData, TensorSpec, Value
-from lazy_mlir.lazy import bounds, capture, coverage, decompose, dispatch, host_index, random, \
-    shapes, state, supported, sync
+from lazy_mlir.lazy import bounds, capture, coverage, decompose, device, dispatch, host_index, \
+    random, shapes, state, supported, sync
 from lazy_mlir.lazy.capture import emit, value_of
 from lazy_mlir.lazy.tensor import live_storages
 from lazy_mlir.ops import support
@@ -26,6 +26,8 @@ def test_modules_use_the_tables_of_state():
     assert dispatch._view_plans is state.view_plans
     assert shapes._memo is state.shape_memo
     assert capture._scalar_data is state.scalar_tensors
+    assert capture._empty_values is state.empty_values
+    assert device._factory_values is state.factory_values
     assert dispatch._inplace_checked is state.inplace_checked
     assert dispatch.trace_seconds is state.trace_seconds is sync.trace_seconds
     assert capture._dry_run is dispatch._dry_run is sync._dry_run is coverage._active \
@@ -46,6 +48,8 @@ def _fill_every_table():
     idx = Value.of_data(DeviceData(TensorSpec.of(torch.empty(3, dtype=torch.int64))))
     bounds.guard(aten.index_select.default, (value_of(x), 0, idx), {}, emit)  # a pending check
     picked = x[torch.tensor([0, 1])]  # a CPU index that passed its check (kept while alive)
+    torch.tensor([], device="lazy")  # a shared empty value
+    torch.arange(3, device="lazy")  # a shared factory value
     flat, tree = argtree.flatten((value_of(x), value_of(x), value_of(x)), {})
     decompose.plan(aten.addmm.default, flat, tree)
     decompose.import_decomposition_reads_values(aten.addmm.default, flat, tree)
@@ -66,8 +70,8 @@ def test_reset_empties_every_table():
     denied = dict(support.DENIED)
     y, _picked = _fill_every_table()
     tables = [state.shape_memo, state.record_plans, state.emit_plans, state.view_plans,
-              state.scalar_tensors, state.inplace_checked,
-              state.index_checks, state.host_checks_passed, state.decompose_plans,
+              state.scalar_tensors, state.empty_values, state.factory_values,
+              state.inplace_checked, state.index_checks, state.host_checks_passed, state.decompose_plans,
               state.import_checks, state.fallback_warned, state.seed_logs,
               support.DENIED_SIGNATURES, debug._state["seen"]]
     assert all(tables) and len(memory_cache) and list(live_storages)
