@@ -14,6 +14,10 @@ from dataclasses import dataclass
 from .ir import DeviceData, Node, Value
 
 
+# A spec's signature as the bytes keys take (TensorSpecs hash once, by value).
+_SIG: dict = {}
+
+
 @dataclass
 class Graph:
     nodes: list[Node]
@@ -37,12 +41,16 @@ class Graph:
             h.update(b"lead" + d.spec.signature().encode())
 
         def ref(v: Value) -> bytes:
-            if v.data is not None:
-                i = inputs.get(id(v.data))
+            d = v.data
+            if d is not None:
+                i = inputs.get(id(d))
                 if i is None:
-                    i = inputs[id(v.data)] = len(input_data)
-                    input_data.append(v.data)
-                return b"i%d%s;" % (i, v.spec.signature().encode())
+                    i = inputs[id(d)] = len(input_data)
+                    input_data.append(d)
+                sig = _SIG.get(v.spec)
+                if sig is None:
+                    sig = _SIG[v.spec] = v.spec.signature().encode()
+                return b"i%d%s;" % (i, sig)
             return b"n%d.%d;" % (order[v.node], v.index)
 
         parts: list = []  # every node's key and input references, hashed at once
@@ -77,10 +85,18 @@ class Graph:
                     add(node.key)
                     for v in node.flat:
                         if type(v) is Value:
-                            if v.data is None:
+                            d = v.data
+                            if d is None:
                                 add(b"n%d.%d;" % (order[v.node], v.index))
-                            else:
-                                add(ref(v))
+                                continue
+                            i = inputs.get(id(d))  # (``ref``, inline: ~2 per node)
+                            if i is None:
+                                i = inputs[id(d)] = len(input_data)
+                                input_data.append(d)
+                            sig = _SIG.get(v.spec)
+                            if sig is None:
+                                sig = _SIG[v.spec] = v.spec.signature().encode()
+                            add(b"i%d%s;" % (i, sig))
                     order[node] = len(nodes)
                     nodes.append(node)
 
@@ -90,8 +106,7 @@ class Graph:
             if more:
                 walk(more)
                 roots = list(roots) + more
+        parts.append(b"|out:")
+        parts.extend([ref(root) for root in roots])
         h.update(b"".join(parts))
-        h.update(b"|out:")
-        for root in roots:
-            h.update(ref(root))
         return Graph(nodes, input_data, roots, h.hexdigest())
