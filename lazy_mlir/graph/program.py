@@ -14,10 +14,6 @@ from dataclasses import dataclass
 from .ir import DeviceData, Node, Value
 
 
-# A spec's signature as the bytes keys take (TensorSpecs hash once, by value).
-_SIG: dict = {}
-
-
 @dataclass
 class Graph:
     nodes: list[Node]
@@ -47,10 +43,7 @@ class Graph:
                 if i is None:
                     i = inputs[id(d)] = len(input_data)
                     input_data.append(d)
-                sig = _SIG.get(v.spec)
-                if sig is None:
-                    sig = _SIG[v.spec] = v.spec.signature().encode()
-                return b"i%d%s;" % (i, sig)
+                return b"i%d%s;" % (i, v.spec.signature().encode())
             return b"n%d.%d;" % (order[v.node], v.index)
 
         parts: list = []  # every node's key and input references, hashed at once
@@ -93,10 +86,7 @@ class Graph:
                             if i is None:
                                 i = inputs[id(d)] = len(input_data)
                                 input_data.append(d)
-                            sig = _SIG.get(v.spec)
-                            if sig is None:
-                                sig = _SIG[v.spec] = v.spec.signature().encode()
-                            add(b"i%d%s;" % (i, sig))
+                            add(b"i%d%s;" % (i, v.spec.signature().encode()))
                     order[node] = len(nodes)
                     nodes.append(node)
 
