@@ -37,11 +37,12 @@ class Graph:
             h.update(b"lead" + d.spec.signature().encode())
 
         def ref(v: Value) -> bytes:
-            if v.data is not None:
-                i = inputs.get(id(v.data))
+            d = v.data
+            if d is not None:
+                i = inputs.get(id(d))
                 if i is None:
-                    i = inputs[id(v.data)] = len(input_data)
-                    input_data.append(v.data)
+                    i = inputs[id(d)] = len(input_data)
+                    input_data.append(d)
                 return b"i%d%s;" % (i, v.spec.signature().encode())
             return b"n%d.%d;" % (order[v.node], v.index)
 
@@ -77,10 +78,15 @@ class Graph:
                     add(node.key)
                     for v in node.flat:
                         if type(v) is Value:
-                            if v.data is None:
+                            d = v.data
+                            if d is None:
                                 add(b"n%d.%d;" % (order[v.node], v.index))
-                            else:
-                                add(ref(v))
+                                continue
+                            i = inputs.get(id(d))  # (``ref``, inline: ~2 per node)
+                            if i is None:
+                                i = inputs[id(d)] = len(input_data)
+                                input_data.append(d)
+                            add(b"i%d%s;" % (i, v.spec.signature().encode()))
                     order[node] = len(nodes)
                     nodes.append(node)
 
@@ -90,8 +96,7 @@ class Graph:
             if more:
                 walk(more)
                 roots = list(roots) + more
+        parts.append(b"|out:")
+        parts.extend([ref(root) for root in roots])
         h.update(b"".join(parts))
-        h.update(b"|out:")
-        for root in roots:
-            h.update(ref(root))
         return Graph(nodes, input_data, roots, h.hexdigest())

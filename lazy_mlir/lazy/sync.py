@@ -55,12 +55,8 @@ def execute(values: list[Value], everything: bool = False) -> None:
 def _execute(values: list[Value], everything: bool) -> None:
     if _dry_run[0] is not None:  # lm.check_coverage compiles nothing
         return
-    seen = set()
-    roots = []
-    for v in values:
-        if v.pending and id(v) not in seen:
-            seen.add(id(v))
-            roots.append(v)
+    # Pending, each once, in order (Values hash by identity).
+    roots = [v for v in dict.fromkeys(values) if v.data is None]
     if not roots and not (everything and bounds.pending()):
         return
     started = time.perf_counter()
@@ -125,8 +121,14 @@ def _run(entry, inputs: list[DeviceData], outputs: list[DeviceData], target,
             d.host = o.contiguous()
     else:
         args = []
+        waited = None
         for d in inputs:
-            d.wait()
+            f = d.future
+            if f is not None:  # (``d.wait()``: most inputs share the previous step's job)
+                if f is not waited:
+                    f.result()
+                    waited = f
+                d.future = None
             if d.device is None:
                 d.device = session.to_device(d.host)
             args.append(d.device)
@@ -187,7 +189,7 @@ def mark_step() -> None:
     storages = list(live_storages)
     execute([s.value for s in storages], everything=True)
     for s in storages:
-        if not s.value.pending:
+        if s.value.data is not None:
             live_storages.discard(s)
 
 

@@ -47,7 +47,7 @@ import torch
 from .. import metrics
 from ..targets import (LLVMPIPE_FEATURES, VULKAN_I64_DEMOTION, Target, configure_cpu_threads,
                        driver_devices)
-from . import host_blas, host_rnn, spinning_threads, waiting
+from . import host_blas, host_rnn, invoke, spinning_threads, waiting
 from .host_memory import keep_freed_memory
 
 log = logging.getLogger("lazy_mlir")
@@ -181,6 +181,7 @@ class Session:
         self._import_readback = True   # until the device refuses an import
         self._blas = None
         self._rnn = None  # (the ``host_rnn`` import module, made once)
+        self._empties: dict = {}  # (shape, dtype) -> its device array (``to_device``)
         self.batch_waits = target.driver == "local-task"  # (``waiting``: measured there)
         _by_device.setdefault(id(self.device), self)
         # IREE demotes float64 to float32 (arguments included) unless told not to.
@@ -215,6 +216,11 @@ class Session:
     def to_device(self, host: torch.Tensor):
         """A device array holding ``host`` (which must not change afterwards:
         on the cpu target the array may be ``host``'s own memory)."""
+        if not host.numel():
+            return self._empty(host)
+        return self._upload(host)
+
+    def _upload(self, host: torch.Tensor):
         host = host.detach().contiguous()
         if self.demotes_f64 and host.dtype in _DEMOTED:
             host = host.to(_DEMOTED[host.dtype])
@@ -232,6 +238,16 @@ class Session:
                 metrics.counter_inc("ZeroCopyToDevice", arr.nbytes)
                 return out
         return self.rt.asdevicearray(self.device, arr)
+
+    def _empty(self, host: torch.Tensor):
+        """One device array per empty shape and dtype, made once: a step of
+        ``transformers``' GPT-2 uploads four ``torch.tensor([])`` (its
+        ``DynamicCache``), and nothing is ever written into an empty array."""
+        key = (tuple(host.shape), host.dtype)
+        out = self._empties.get(key)
+        if out is None:
+            out = self._empties[key] = self._upload(host)
+        return out
 
     def _import(self, arr: np.ndarray):
         """A device array over ``arr``'s memory (kept alive by the buffer),
@@ -413,9 +429,13 @@ class LoadedModule:
     that is the argument's last use. So the first call runs on copies of all
     arguments (made on the device) and notes which arguments came back as
     results; those, and ``clobbered`` (found in the IR), are copied before
-    every later call. Imported host memory (zero-copy) is thus never written,
-    and results keep the host memory of the call's imported arguments alive
-    (a result may be a view of one).
+    every later call. Imported host memory (zero-copy) is thus never written.
+
+    A result that lies in an argument's memory (a view IREE returns of it)
+    keeps that argument's imported host memory alive; which results do is
+    also found at the first call (``invoke.views_of_arguments``). Other
+    results hold nothing of the call's arguments: a step's outputs, fed to
+    the next step, do not chain every step's uploads together.
 
     A result that is an argument returned unchanged (``passthrough``) is that
     argument itself: IREE may hand back one buffer for it and for another
@@ -426,37 +446,62 @@ class LoadedModule:
                  passthrough: tuple[tuple[int, int], ...] = ()):
         self.session = session
         self.fn = fn
+        self.call = invoke.invoker(fn)  # list of arrays -> tuple of result arrays
         self.clobbered = clobbered
         self.passthrough = passthrough
         self.aliased: frozenset[int] | None = None  # known after the first call
+        self._copied: tuple[int, ...] = ()  # aliased and clobbered arguments
+        # (result, arguments it lies in) pairs, known after the first call;
+        # None: unknown (addresses unreadable), every result keeps every argument's.
+        self.views: tuple | None = ()
         self.seconds: float | None = None  # the last run's wall time (set by lazy.sync)
 
     def __call__(self, *args):
         session = self.session
-        args = [a if session.owns(a) else session.adopt(a) for a in args]
-        if self.aliased is None:
+        device = session.device
+        args = list(args)
+        for i, a in enumerate(args):
+            if getattr(a, "_device", None) is not device:  # (``owns``, inline)
+                args[i] = session.adopt(a)
+        first = self.aliased is None
+        if first:
             run = [session.copy_on_device(a) for a in args]
         else:
-            run = list(args)
-            for i in self.aliased.union(self.clobbered):
+            run = args.copy()
+            for i in self._copied:
                 run[i] = session.copy_on_device(args[i])
-        out = waiting.call_batched(session.batch_waits, self.fn, *run)
-        outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
-        if self.aliased is None:
-            buffers = [a._buffer_view.get_buffer() for a in run]
-            results = [o._buffer_view.get_buffer() for o in outs]
-            self.aliased = frozenset(i for i, b in enumerate(buffers)
-                                     if any(r == b for r in results))
-        keep = tuple(a._lazy_mlir_host for a in run if hasattr(a, "_lazy_mlir_host"))
-        if keep:
-            for o in outs:
-                o._lazy_mlir_host = keep
+        outs = waiting.call_batched(session.batch_waits, self.call, run)
+        if first:
+            self._learn(run, outs)
+        views = self.views
+        if views is None:
+            keep = tuple(a._lazy_mlir_host for a in run if hasattr(a, "_lazy_mlir_host"))
+            if keep:
+                for o in outs:
+                    o._lazy_mlir_host = keep
+        elif views:
+            for result, of in views:
+                keep = tuple(run[i]._lazy_mlir_host for i in of
+                             if hasattr(run[i], "_lazy_mlir_host"))
+                if keep:
+                    outs[result]._lazy_mlir_host = keep
         if self.passthrough:  # after the above: an argument keeps its own host memory
             outs = list(outs)
             for result, arg in self.passthrough:
                 outs[result] = args[arg]
             outs = tuple(outs)
         return outs
+
+    def _learn(self, run: list, outs: tuple) -> None:
+        """After the first call (on copies of every argument): which
+        arguments came back as results, which results lie in an argument."""
+        buffers = [a._buffer_view.get_buffer() for a in run]
+        results = [o._buffer_view.get_buffer() for o in outs]
+        self.aliased = frozenset(i for i, b in enumerate(buffers)
+                                 if any(r == b for r in results))
+        self._copied = tuple(sorted(self.aliased.union(self.clobbered)))
+        self.views = (invoke.views_of_arguments(self.session, run, outs)
+                      if self.session.host_memory else ())
 
 
 def _quiet_shutdown() -> None:

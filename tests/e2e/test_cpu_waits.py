@@ -38,13 +38,13 @@ def test_a_run_waits_under_sched_batch_and_restores_the_policy(monkeypatch):
     real_call = LoadedModule.__call__
 
     def call(self, *args):
-        fn = self.fn
+        fn = self.call
         if not getattr(fn, "_spy", False):
-            def spy(*a):
+            def spy(run):
                 seen.append(os.sched_getscheduler(0))
-                return fn(*a)
+                return fn(run)
             spy._spy = True
-            self.fn = spy
+            self.call = spy
         return real_call(self, *args)
 
     monkeypatch.setattr(LoadedModule, "__call__", call)
