@@ -21,6 +21,7 @@ The modules, bottom to top (each imports only modules listed before it):
 - ``dispatch``    routing ``__torch_dispatch__``: ``dispatch``, ``record``, op handlers
 - ``backward``    ``loss.backward()`` as one node (PyTorch's compiled autograd)
 - ``rnn``         ``nn.LSTM``/``nn.GRU`` as one node each way (AutogradLazy kernels)
+- ``attention``   ``F.scaled_dot_product_attention`` as one node each way (AutogradLazy)
 - ``device``, ``coverage``, ``render``: the ``lazy`` device's kernels, the
   dry run of ``lm.check_coverage``, pictures of graphs
 

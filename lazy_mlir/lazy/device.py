@@ -18,7 +18,7 @@ from .foreach import prefer_foreach
 from .fused_optim import prefer_fused
 from .dispatch import _copy_
 from .module_ties import keep_ties
-from . import rnn
+from . import attention, rnn
 from .sync import to_host
 from .tensor import LazyTensor, wrap_value
 
@@ -127,6 +127,7 @@ def register() -> None:
             op = getattr(getattr(aten, base), overload or "default")
             _lib.impl(name, _host_factory(op), "Lazy")
         rnn.register(_lib)  # nn.LSTM / nn.GRU as one node each way (AutogradLazy)
+        attention.register(_lib)  # scaled_dot_product_attention, one node each way
     allow_lazy()  # Adam(..., capturable=True) on lazy parameters
     prefer_foreach()  # torch.optim's default update as foreach ops (one node each)
     prefer_fused()  # ... and Adam/AdamW/SGD's as their fused op (one node for all)

@@ -45,7 +45,7 @@ SCOPES = (CAPTURE, IMPORT, TARGET)
 # The domain modules that register CAPTURE and IMPORT decompositions: the plain
 # list the tables are built from (as torch-mlir's fx_decomp_util lists ops).
 DOMAINS = (
-    "bessel", "bessel_jy", "distance", "elementwise", "embedding_bag", "foreach", "index",
+    "attention", "bessel", "bessel_jy", "distance", "elementwise", "embedding_bag", "foreach", "index",
     "linalg_cholesky", "linalg_det", "linalg_lu", "linalg_qr", "lowering", "nn",
     "optim", "precise", "random_fills", "reductions", "rnn", "sort_scan", "special", "special_gamma",
     "subgraph",

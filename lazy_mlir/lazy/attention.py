@@ -1,0 +1,115 @@
+"""``F.scaled_dot_product_attention`` on lazy tensors: one node forward, one backward.
+
+``aten::scaled_dot_product_attention`` is CompositeImplicitAutograd: left
+alone, the lazy device (no fused kernel) gets PyTorch's math decomposition,
+a causal mask built as a tensor, ``_safe_softmax`` and each op's backward. A
+kernel for the ``AutogradLazy`` key takes precedence over the composite
+for lazy tensors (as ``lazy/rnn.py`` does for ``nn.LSTM``); it runs an
+autograd function whose forward records ``lazy_mlir::attention`` and whose
+backward records ``lazy_mlir::attention_backward`` (``ops/attention.py``:
+what they compute and how they become aten ops before import).
+
+PyTorch's path is kept, decided per call (counted ``attention_unfused::<why>``):
+dropout (``dropout_p > 0``: eager draws its mask from the generator inside
+the composite), ``enable_gqa``, tensors that are not all lazy or not all
+float32, query/key/value of different ranks or batch shapes, a mask that
+requires grad, a config without decompositions, the ops denied by a failed
+compile, or ``LAZY_MLIR_FUSED_ATTENTION=0``. Each fused call counts
+``lazy::attention``.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from .. import metrics
+from ..config import current_config
+from ..ops import attention as _attention_ops  # noqa: F401  (defines torch.ops.lazy_mlir.attention)
+from ..ops import support as _support
+from .tensor import LazyTensor
+
+aten = torch.ops.aten
+ops = torch.ops.lazy_mlir
+_COMPOSITE = torch._C.DispatchKey.CompositeImplicitAutograd
+
+
+def enabled() -> bool:
+    """``LAZY_MLIR_FUSED_ATTENTION`` is not 0/false/off/no (default on)."""
+    return os.environ.get("LAZY_MLIR_FUSED_ATTENTION", "1").strip().lower() not in (
+        "0", "false", "off", "no")
+
+
+def unfused_reason(query, key, value, attn_mask, dropout_p, is_causal,
+                   enable_gqa) -> str | None:
+    """Why this call takes PyTorch's decomposition, or None."""
+    if not enabled():
+        return "switched off"
+    if is_causal and attn_mask is not None:
+        return "mask and causal"  # (PyTorch's path raises its own error)
+    tensors = [t for t in (query, key, value, attn_mask) if t is not None]
+    if not all(isinstance(t, LazyTensor) for t in tensors):
+        return "not all lazy"
+    if dropout_p > 0:
+        return "dropout"
+    if enable_gqa:
+        return "gqa"
+    if any(t.dtype != torch.float32 for t in (query, key, value)):
+        return "not float32"
+    if attn_mask is not None and (attn_mask.requires_grad or attn_mask.dtype not in (
+            torch.bool, torch.float32)):
+        return "mask"
+    if not (query.dim() == key.dim() == value.dim() >= 2
+            and query.shape[:-2] == key.shape[:-2] == value.shape[:-2]
+            and key.shape[-2] == value.shape[-2] and query.shape[-1] == key.shape[-1]):
+        return "shapes"
+    if not current_config().decompositions:
+        return "decompositions off"
+    if not (_support.op_is_supported(ops.attention.default)
+            and _support.op_is_supported(ops.attention_backward.default)):
+        return "denied"
+    return None
+
+
+class _Attention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, query, key, value, attn_mask, is_causal, scale):
+        out, probs = ops.attention.default(query, key, value, attn_mask, is_causal, scale)
+        ctx.scale = scale
+        ctx.save_for_backward(query, key, value, out, probs)
+        ctx.set_materialize_grads(False)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out):
+        if grad_out is None:
+            return (None,) * 6
+        query, key, value, out, probs = ctx.saved_tensors
+        grads = ops.attention_backward.default(grad_out, query, key, value, out, probs,
+                                               ctx.scale)
+        need = ctx.needs_input_grad[:3]
+        return (*[g if n else None for g, n in zip(grads, need)], None, None, None)
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                 is_causal=False, scale=None, enable_gqa=False):
+    """The ``AutogradLazy`` kernel of ``aten::scaled_dot_product_attention``."""
+    why = unfused_reason(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
+    if why is not None:
+        metrics.counter_inc(f"attention_unfused::{why}")
+        return aten.scaled_dot_product_attention.default._op_dk(
+            _COMPOSITE, query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
+            enable_gqa=enable_gqa)
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    tensors = (query, key, value)
+    if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
+        return ops.attention.default(query, key, value, attn_mask, is_causal, scale)[0]
+    return _Attention.apply(query, key, value, attn_mask, is_causal, scale)
+
+
+def register(lib: torch.library.Library) -> None:
+    """Install the kernel on ``lib`` (an ``aten`` IMPL library)."""
+    lib.impl("scaled_dot_product_attention", scaled_dot_product_attention, "AutogradLazy")
