@@ -31,7 +31,7 @@ import collections
 import concurrent.futures
 import threading
 
-from . import waiting
+from . import one_team, waiting
 
 _lock = threading.Lock()
 _ready = threading.Condition(_lock)  # a job was queued, or the running one finished
@@ -102,6 +102,7 @@ def _take(job: Job) -> bool:
 
 def _loop() -> None:
     waiting.enter()  # (for good: the run thread stays a batch thread)
+    one_team.compute_on_one_thread()  # (no second OpenMP team: one_team.py)
     while True:
         with _lock:
             while _running[0] or not _queue:

@@ -160,3 +160,19 @@ def test_a_finished_job_is_read_without_its_lock():
         bad.result(timeout=10)
     with pytest.raises(ValueError, match="boom in a job"):
         worker.raise_pending_error()
+
+
+def test_the_run_thread_opens_no_second_openmp_team():
+    """The run thread computes PyTorch's kernels on one OpenMP thread
+    (``one_team``): a second team would throttle the main thread's at every
+    barrier. The main thread keeps its thread count."""
+    import torch
+    main_threads = torch.get_num_threads()
+    fut = worker.submit(lambda: (threading.current_thread().name, torch.get_num_threads()))
+    deadline = time.monotonic() + 10
+    while not fut.done() and time.monotonic() < deadline:  # (not result(): it would run it here)
+        time.sleep(0.01)
+    name, threads = fut.result()
+    assert name == "lazy-mlir"
+    assert threads == 1
+    assert torch.get_num_threads() == main_threads
