@@ -28,11 +28,11 @@ def default_thresholds():
         gc.disable()
 
 
-def _training():
-    """A 12-layer MLP with AdamW on the lazy device: ~150 recorded ops a
-    step, over the 700 tracked objects of a young collection."""
+def _training(depth: int = 12):
+    """A ``depth``-layer MLP with AdamW on the lazy device: ~150 recorded ops
+    a step at 12, over the 700 tracked objects of a young collection."""
     torch.manual_seed(0)
-    layers = [torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh()) for _ in range(12)]
+    layers = [torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh()) for _ in range(depth)]
     model = torch.nn.Sequential(*layers).to("lazy")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, capturable=True)
     x, y = torch.randn(4, 8).to("lazy"), torch.tensor([0, 1, 2, 3]).to("lazy")
@@ -83,9 +83,12 @@ def test_step_nodes_are_not_promoted_and_thresholds_come_back(default_thresholds
 def test_without_the_hold_the_step_nodes_are_promoted(default_thresholds, monkeypatch):
     """The check above can fail: with the collector not held (as before),
     the young passes during capture promote the step's nodes (the backward
-    recorded op by op: as one node, the step is too small to trigger them)."""
+    recorded op by op: as one node, the step is too small to trigger them).
+    24 layers: how many young passes a step triggers depends on the objects
+    each recorded op allocates, which capture keeps making fewer (12 layers
+    promoted 96 nodes once tensors became cheaper to make)."""
     monkeypatch.setenv("LAZY_MLIR_BACKWARD", "ops")
-    capture = _training()
+    capture = _training(depth=24)
     gc_hold.release()
     gc_hold.held[0] = False  # "looked at, left alone" for this step
     promoted, during = _promoted_in_a_step(capture)
