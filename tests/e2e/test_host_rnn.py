@@ -72,15 +72,20 @@ def test_lstm_lm_trains_like_eager_with_and_without_calls(monkeypatch, rnn):
         assert calls == 0
 
 
-def test_inference_and_unrolled_lstms_keep_their_graphs(monkeypatch):
-    """No gradient: the forward node alone, no workspace, no call; a short
-    (unrolled) recurrence: no call either."""
-    monkeypatch.setenv("LAZY_MLIR_RNN", "1")
+def _small_lstm_pair():
+    """A 1-layer LSTM(4 -> 5) on the CPU and the same weights on the lazy device."""
     torch.manual_seed(0)
     eager = nn.LSTM(4, 5, 1)
     model = nn.LSTM(4, 5, 1)
     model.load_state_dict(eager.state_dict())
-    model = model.to("lazy")
+    return eager, model.to("lazy")
+
+
+def test_inference_and_unrolled_lstms_keep_their_graphs(monkeypatch):
+    """No gradient: the forward node alone, no workspace, no call; a short
+    (unrolled) recurrence: no call either."""
+    monkeypatch.setenv("LAZY_MLIR_RNN", "1")
+    eager, model = _small_lstm_pair()
     c = Counters()
     for steps in (3, 80):  # unrolled, looped
         x = torch.randn(steps, 2, 4)
@@ -115,11 +120,7 @@ def test_a_sync_between_forward_and_backward_passes_the_workspace_between_graphs
     oneDNN's workspace (a live saved tensor), the backward's graph reads it;
     gradients as eager's, one call each."""
     monkeypatch.setenv("LAZY_MLIR_RNN", "1")
-    torch.manual_seed(0)
-    eager = nn.LSTM(4, 5, 1)
-    model = nn.LSTM(4, 5, 1)
-    model.load_state_dict(eager.state_dict())
-    model = model.to("lazy")
+    eager, model = _small_lstm_pair()
     x = torch.randn(70, 2, 4)
     c = Counters()
     grads = []
