@@ -50,9 +50,15 @@ def session_config(target, config: PipelineConfig) -> PipelineConfig:
     Only in-process sessions ask (mark_step, ``compile_train_step``); export and
     ``lm.jit`` compile with the config as given, so their modules never import
     PyTorch."""
-    if target.name != "cpu" or target.driver not in ("local-task", "local-sync"):
+    if not in_process_cpu(target):
         return config
     return _with_host_blas(config, enabled())
+
+
+def in_process_cpu(target) -> bool:
+    """``target`` runs on the cpu driver in this process (host memory): the
+    only sessions a module may call PyTorch from (``host_rnn`` asks too)."""
+    return target.name == "cpu" and target.driver in ("local-task", "local-sync")
 
 
 @functools.lru_cache(maxsize=16)

@@ -19,6 +19,7 @@ import functools
 
 from .. import metrics
 from ..config import PipelineConfig
+from .host_blas import in_process_cpu
 
 MODULE = "lazy_mlir_rnn"
 """``passes.host_rnn.MODULE`` (not imported from there: the MLIR bindings)."""
@@ -32,7 +33,7 @@ def session_config(target, config: PipelineConfig) -> PipelineConfig:
     or PyTorch has no oneDNN. Only in-process sessions ask (mark_step,
     ``compile_train_step``); export and ``lm.jit`` compile with the config as
     given, so their modules never import PyTorch."""
-    if target.name != "cpu" or target.driver not in ("local-task", "local-sync"):
+    if not in_process_cpu(target):
         return config
     from ..ops.rnn_host import enabled
     return _with_host_rnn(config, enabled())
