@@ -56,15 +56,8 @@ def _copy_optimizer(optimizer, by_id: dict):
     return new
 
 
-def capture_train_step(model, loss_fn, optimizer, example_batch: tuple, config, target,
-                       batch_names=None) -> tuple[Captured, list[str]]:
-    """The step as a ``Captured`` (lowered for ``target`` as mark_step lowers
-    for it) and the names of its state, in order."""
-    from ..lazy import bounds
-    from ..lazy.capture import emit, value_of
-    from ..graph.program import Graph
-    from ..lazy.sync import execute, host_of
-    from ..pipeline.compile import lower_graph
+def _refuse_bad_arguments(model, optimizer, example_batch: tuple, config) -> dict:
+    """Check what ``export_train_step`` was given; the parameters' names by id."""
     if not isinstance(model, torch.nn.Module):
         raise ExportError("lazy-mlir: export_train_step takes an nn.Module")
     if not isinstance(optimizer, torch.optim.Optimizer):
@@ -85,13 +78,17 @@ def capture_train_step(model, loss_fn, optimizer, example_batch: tuple, config, 
     if config.input == "torch":
         raise ExportError("lazy-mlir: export compiles linalg; set the pipeline config's "
                           "input to 'linalg'")
-    t0 = time.perf_counter()
+    return names
+
+
+def _lazy_copies(model, optimizer, names: dict):
+    """Lazy copies of the model and optimizer, and the step's state in order:
+    parameters, buffers, then optimizer state per parameter (as ``(p, key)``
+    in ``opt_keys``)."""
     lazy_model = copy.deepcopy(model).to("lazy")
     lazy_params = dict(lazy_model.named_parameters())
     by_id = {id(p): lazy_params[names[id(p)]] for p in model.parameters()}
     opt = _copy_optimizer(optimizer, by_id)
-
-    # The state, in order: parameters, buffers, optimizer state per parameter.
     state: list[tuple[str, torch.Tensor]] = list(lazy_params.items())
     state += [(n, b) for n, b in lazy_model.named_buffers()]
     lazy_names = {id(p): n for n, p in lazy_params.items()}
@@ -105,13 +102,13 @@ def capture_train_step(model, loss_fn, optimizer, example_batch: tuple, config, 
                         v = opt.state[p][k] = v.to("lazy")
                     opt_keys.append((p, k))
                     state.append((f"optimizer.{lazy_names[id(p)]}.{k}", v))
-    inputs = [t.detach().cpu().to("lazy") for t in example_batch]
-    leading = []
-    for _, t in state:
-        execute([value_of(t)])
-    for t in [t for _, t in state] + inputs:
-        leading.append(value_of(t).data)
+    return lazy_model, opt, state, opt_keys
 
+
+def _record_step(lazy_model, loss_fn, opt, optimizer, inputs):
+    """Record forward, loss, backward and the update; the loss. Refuses a step
+    that reads the host or changes the optimizer's non-tensor state."""
+    from ..lazy import bounds
     before_state = _state_snapshot(opt)
     before = host_reads()
     opt.zero_grad(set_to_none=True)
@@ -140,10 +137,30 @@ def capture_train_step(model, loss_fn, optimizer, example_batch: tuple, config, 
                 "then")
         raise ExportError(f"lazy-mlir: {type(optimizer).__name__} changes non-tensor state "
                           "during a step; the exported step would not repeat it")
+    return loss
 
-    # Outputs: the new state (same order), then the loss.
-    news = [value_of(t) for t in lazy_params.values()]
-    news += [value_of(b) for _, b in lazy_model.named_buffers()]
+
+def capture_train_step(model, loss_fn, optimizer, example_batch: tuple, config, target,
+                       batch_names=None) -> tuple[Captured, list[str]]:
+    """The step as a ``Captured`` (lowered for ``target`` as mark_step lowers
+    for it) and the names of its state, in order."""
+    from ..lazy.capture import emit, value_of
+    from ..graph.program import Graph
+    from ..lazy.sync import execute, host_of
+    from ..pipeline.compile import lower_graph
+    names = _refuse_bad_arguments(model, optimizer, example_batch, config)
+    t0 = time.perf_counter()
+    lazy_model, opt, state, opt_keys = _lazy_copies(model, optimizer, names)
+    inputs = [t.detach().cpu().to("lazy") for t in example_batch]
+    for _, t in state:
+        execute([value_of(t)])
+    leading = [value_of(t).data for t in [t for _, t in state] + inputs]
+    loss = _record_step(lazy_model, loss_fn, opt, optimizer, inputs)
+
+    # Outputs: the new state (same order, read again: a module may rebind a
+    # buffer in its forward), then the loss.
+    news = [value_of(t) for t in lazy_model.parameters()]
+    news += [value_of(b) for b in lazy_model.buffers()]
     news += [value_of(opt.state[p][k]) for p, k in opt_keys]
     news.append(value_of(loss.reshape(())))
     roots = [v if v.pending else emit(torch.ops.aten.clone.default, (v,), {})[0]
@@ -163,11 +180,10 @@ def capture_train_step(model, loss_fn, optimizer, example_batch: tuple, config, 
         args.append((f"const.{i}", host_of(d).detach().clone()))
     outputs = [TensorInfo(n, v.spec.dtype, v.spec.shape)
                for n, v in zip([n for n, _ in state] + ["loss"], graph.outputs)]
-    text = stages[-1].text
-    captured = Captured(text, args, outputs, "tuple", graph.key, "lazy",
+    captured = Captured(stages[-1].text, args, outputs, "tuple", graph.key, "lazy",
                         {"capture+lower": time.perf_counter() - t0})
     state_names = [n for n, _ in state]
-    del lazy_model, lazy_params, by_id, opt, state, inputs, loss, news, roots, graph
+    del lazy_model, opt, state, inputs, loss, news, roots, graph
     gc.collect()  # drop the lazy copies now, so no later mark_step computes them
     return captured, state_names
 

@@ -101,7 +101,6 @@ def write_artifact(captured: Captured, path, target, config, *, params: str, kin
     from ..dialects.runner import PipelineError
     from ..pipeline.compile import compile_module
     from ..pipeline.stages import Provenance, Stage
-    from ..runtime.disk_cache import make_key, package_versions
     if params not in PARAMS_MODES:
         raise ExportError(f"lazy-mlir: params must be one of {', '.join(PARAMS_MODES)}, "
                           f"not {params!r}")
@@ -142,42 +141,11 @@ def write_artifact(captured: Captured, path, target, config, *, params: str, kin
             if kept:
                 write_archive(archive, kept)
         shutil.copyfile(artifact.__file__, tmp / artifact.RUNNER)
-        # The import path was temporary; say what it held instead.
-        flags = [f"--iree-parameter-import={artifact.SCOPE}=<archive of the bound parameters>"
-                 if f.startswith("--iree-parameter-import=") else f for f in compiled.flags]
-        digest = hashlib.sha256()
-        if params == "embed":  # the module holds the weights: they are part of its identity
-            for _, t in bound:
-                digest.update(to_numpy(t).tobytes())
-        manifest = {
-            "format": artifact.FORMAT,
-            "format_version": artifact.FORMAT_VERSION,
-            "kind": kind,
-            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(
-                timespec="seconds"),
-            "entry": _entry_json(captured, entry_name, list(state), compiled.clobbered),
-            "params": {
-                "mode": params,
-                "file": artifact.PARAMS if entries else None,
-                "scope": artifact.SCOPE,
-                "bound": [k for k, _ in bound],
-                "entries": entries,
-            },
-            "target": {"name": target.name, "backend": target.backend,
-                       "driver": target.driver, "flags": list(target.flags),
-                       "device": target.device},
-            "flags": flags,
-            "pipeline": {"route": captured.route, "config": config.key},
-            "versions": dict(package_versions()),
-            "graph_key": captured.graph_key,
-            "cache_key": make_key(captured.graph_key, target.cache_key,
-                                  f"{config.key}|export|{kind}|{params}|{digest.hexdigest()}"),
-            "seconds": {**{k: round(v, 3) for k, v in captured.seconds.items()},
-                        "compile": round(compile_seconds, 3)},
-            **(extra or {}),
-            "files": {name: _sha256(tmp / name) for name in
-                      (artifact.MODULE, artifact.PARAMS, artifact.RUNNER) if (tmp / name).exists()},
-        }
+        manifest = _manifest(captured, compiled, target, config, tmp, params=params, kind=kind,
+                             entry=_entry_json(captured, entry_name, list(state),
+                                               compiled.clobbered),
+                             entries=entries, bound=bound,
+                             compile_seconds=compile_seconds, extra=extra)
         artifact._write_json(str(tmp / artifact.MANIFEST), manifest)
         for f in [tmp, *tmp.iterdir()]:
             artifact._usual_mode(str(f))
@@ -186,6 +154,48 @@ def write_artifact(captured: Captured, path, target, config, *, params: str, kin
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return path
+
+
+def _manifest(captured: Captured, compiled, target, config, tmp: Path, *, params: str,
+              kind: str, entry: dict, entries: list, bound: list, compile_seconds: float,
+              extra: dict | None) -> dict:
+    """The artifact's manifest.json, for the files already written in ``tmp``."""
+    from ..runtime.disk_cache import make_key, package_versions
+    # The import path was temporary; say what it held instead.
+    flags = [f"--iree-parameter-import={artifact.SCOPE}=<archive of the bound parameters>"
+             if f.startswith("--iree-parameter-import=") else f for f in compiled.flags]
+    digest = hashlib.sha256()
+    if params == "embed":  # the module holds the weights: they are part of its identity
+        for _, t in bound:
+            digest.update(to_numpy(t).tobytes())
+    return {
+        "format": artifact.FORMAT,
+        "format_version": artifact.FORMAT_VERSION,
+        "kind": kind,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "entry": entry,
+        "params": {
+            "mode": params,
+            "file": artifact.PARAMS if entries else None,
+            "scope": artifact.SCOPE,
+            "bound": [k for k, _ in bound],
+            "entries": entries,
+        },
+        "target": {"name": target.name, "backend": target.backend,
+                   "driver": target.driver, "flags": list(target.flags),
+                   "device": target.device},
+        "flags": flags,
+        "pipeline": {"route": captured.route, "config": config.key},
+        "versions": dict(package_versions()),
+        "graph_key": captured.graph_key,
+        "cache_key": make_key(captured.graph_key, target.cache_key,
+                              f"{config.key}|export|{kind}|{params}|{digest.hexdigest()}"),
+        "seconds": {**{k: round(v, 3) for k, v in captured.seconds.items()},
+                    "compile": round(compile_seconds, 3)},
+        **(extra or {}),
+        "files": {name: _sha256(tmp / name) for name in
+                  (artifact.MODULE, artifact.PARAMS, artifact.RUNNER) if (tmp / name).exists()},
+    }
 
 
 def _entry_json(captured: Captured, name: str, state: list[str],
