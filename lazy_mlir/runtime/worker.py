@@ -10,7 +10,9 @@ A thread that waits for a job nobody has started yet, while no job runs,
 runs it itself (``Job.result``): in the common ``mark_step(); loss.item()``
 the step then costs no hand-off to the worker and back, two thread wake-ups
 that take milliseconds on a loaded machine. Jobs still run one at a time and
-in launch order either way.
+in launch order either way. A thread that waits for a job the run thread
+runs serves that job's host calls meanwhile (``one_team``: the run thread
+computes on one OpenMP thread, the waiting thread with the user's).
 
 ``submit(..., inline=True)`` runs a job in the caller's thread at once when
 nothing is queued or running: for a graph that runs in well under a

@@ -145,3 +145,22 @@ def test_a_real_modules_torch_mm_is_served():
     got = _started_on_the_run_thread(run).result(timeout=60)
     np.testing.assert_allclose(got, (a @ b).numpy(), rtol=1e-4, atol=1e-4)
     assert metrics.counter_value("HostCallServed") == served + 1
+
+
+def test_host_calls_from_the_run_thread_start_no_openmp_threads():
+    """One team: after the main thread's own parallel work, the run thread's
+    host calls (served or made on its one thread) start no thread (a second
+    OpenMP team would start its workers)."""
+    import os
+    if not os.path.isdir("/proc/self/task"):
+        pytest.skip("needs /proc to list threads")
+    a = torch.randn(512, 512)
+    torch.mm(a, a)  # the main thread's team exists
+    ran = _started_on_the_run_thread(lambda: None)  # the run thread exists
+    assert _when(ran.done)
+    before = set(os.listdir("/proc/self/task"))
+    fut = _started_on_the_run_thread(one_team.call, lambda: torch.mm(a, a))
+    assert _when(fut.done)
+    fut.result()
+    _started_on_the_run_thread(_host_call_once_served, lambda: torch.mm(a, a)).result(timeout=20)
+    assert set(os.listdir("/proc/self/task")) - before == set()
