@@ -26,7 +26,12 @@ that is waiting for a job (``serve_until``: the main thread in
 own team (the process's one) while the run thread waits; with nobody
 waiting, the run thread runs it itself on its one thread. The job itself
 (IREE's dispatches) stays on the run thread. A call on any other thread
-(the main thread running a job it took itself) runs in place.
+(the main thread running a job it took itself) runs in place. A hand-off
+costs ~5.5 us of CPU (an empty call, measured); GPT-2 medium's step makes
+75 calls, all served in the steps the run thread ran. The price: on a
+machine loaded past its cores a team of two loses to one thread (each
+barrier waits for a preempted thread: the run thread's steps went from
+~0.75 to ~1.3 s of CPU at load 9), as eager PyTorch's own steps do.
 """
 from __future__ import annotations
 
