@@ -13,11 +13,12 @@ memory), the result is a buffer of the device's allocator written in place by
 ``import_host_allocation``, read garbage once the tensor was freed: the import
 does not keep it alive.
 
-Threads: the call runs on the thread that invoked the module (lazy-mlir's
-run thread) while IREE's workers wait; torch uses its own intra-op threads
-(``torch.get_num_threads()``). It takes the GIL to run, so while the main
-thread records the next step the call may wait for it (Python hands the GIL
-over after ``sys.getswitchinterval()``, 5 ms).
+Threads: the call runs on the thread that invoked the module while IREE's
+workers wait, with torch's intra-op threads (``torch.get_num_threads()``);
+when that is lazy-mlir's run thread (one OpenMP thread), on the thread that
+waits for the job if one does (``one_team.on_team``). It takes the GIL to
+run, so while the main thread records the next step the call may wait for
+it (Python hands the GIL over after ``sys.getswitchinterval()``, 5 ms).
 
 ``LAZY_MLIR_BLAS=0`` turns the rewrite off (``session_config``); calls are
 counted as the ``HostBlasCall`` metric.
@@ -29,6 +30,7 @@ import os
 
 from .. import metrics
 from ..config import PipelineConfig
+from .one_team import on_team
 
 MODULE = "lazy_mlir_blas"
 """``passes.host_blas.MODULE``, not imported from there: that module imports
@@ -117,6 +119,6 @@ def create_module(device):
     """A fresh ``lazy_mlir_blas`` VM module for ``device``'s contexts."""
     import iree.runtime as rt
     iface = rt.PyModuleInterface(MODULE, lambda iface: _Calls(iface, device))
-    iface.export("matmul", "0rrii_r", _Calls.matmul)
-    iface.export("batch_matmul", "0rrii_r", _Calls.batch_matmul)
+    iface.export("matmul", "0rrii_r", on_team(_Calls.matmul))
+    iface.export("batch_matmul", "0rrii_r", on_team(_Calls.batch_matmul))
     return iface.create()

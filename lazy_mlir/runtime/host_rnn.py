@@ -20,6 +20,7 @@ import functools
 from .. import metrics
 from ..config import PipelineConfig
 from .host_blas import in_process_cpu
+from .one_team import on_team
 
 MODULE = "lazy_mlir_rnn"
 """``passes.host_rnn.MODULE`` (not imported from there: the MLIR bindings)."""
@@ -118,7 +119,7 @@ def create_module(device):
     import iree.runtime as rt
     iface = rt.PyModuleInterface(MODULE, lambda iface: _Calls(iface, device))
     for suffix, reverse in (("", False), ("_reverse", True)):
-        iface.export("lstm_layer" + suffix, "0rrrrrrrI_rrrr", _forward(reverse))
+        iface.export("lstm_layer" + suffix, "0rrrrrrrI_rrrr", on_team(_forward(reverse)))
         iface.export("lstm_layer_backward" + suffix, "0" + "r" * 12 + "_" + "r" * 6,
-                     _backward(reverse))
+                     on_team(_backward(reverse)))
     return iface.create()

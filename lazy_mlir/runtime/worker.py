@@ -10,7 +10,9 @@ A thread that waits for a job nobody has started yet, while no job runs,
 runs it itself (``Job.result``): in the common ``mark_step(); loss.item()``
 the step then costs no hand-off to the worker and back, two thread wake-ups
 that take milliseconds on a loaded machine. Jobs still run one at a time and
-in launch order either way.
+in launch order either way. A thread that waits for a job the run thread
+runs serves that job's host calls meanwhile (``one_team``: the run thread
+computes on one OpenMP thread, the waiting thread with the user's).
 
 ``submit(..., inline=True)`` runs a job in the caller's thread at once when
 nothing is queued or running: for a graph that runs in well under a
@@ -30,6 +32,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import threading
+import time
 
 from . import one_team, waiting
 
@@ -81,13 +84,29 @@ class Job(concurrent.futures.Future):
             _running[0] = False
             if _queue or _exiting[0]:  # only then has the worker anything to do
                 _ready.notify_all()
+        one_team.job_ended()  # a waiting thread may take the next job, or return
 
     def result(self, timeout=None):
+        """The job's value; a thread that waits for it runs it when it is
+        next and nothing runs, and meanwhile serves the running job's host
+        calls (``one_team``)."""
         if self.ok:
             return self.value
-        if not self.done() and _take(self):
-            self.run()
-        return super().result(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.done():
+            if _take(self):
+                self.run()
+                break
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                break
+            one_team.serve_until(lambda: self.done() or _takeable(self), left)
+        return super().result(0 if deadline is not None else None)
+
+
+def _takeable(job: Job) -> bool:
+    """(Read without the lock: a hint, ``_take`` decides.)"""
+    return not _running[0] and bool(_queue) and _queue[0] is job
 
 
 def _take(job: Job) -> bool:
@@ -165,7 +184,7 @@ def wait_all() -> None:
             if job is not None and _take(job):
                 job.run()
             else:
-                concurrent.futures.wait([last], timeout=0.05)
+                one_team.serve_until(lambda: last.done() or (bool(_queue) and not _running[0]), 0.05)
     raise_pending_error()
 
 
