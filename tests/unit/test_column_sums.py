@@ -83,6 +83,12 @@ def test_two_stage_sums_match_torch():
     n, text = _rewritten(module(BATCH_SEQ, KEEPDIM))
     assert n == 2
     flags = ["--iree-hal-target-backends=llvm-cpu", *CPU.flags]
+    stream = ic.compile_str(text, extra_args=flags + ["--compile-to=stream"]).decode()
+    dispatches = {line.split("::@")[1].split()[0] for line in stream.splitlines()
+                  if "stream.cmd.dispatch @" in line}
+    # IREE inlined the stages: partial sums of 8 rows, then the 256 / 8 = 32 partials
+    assert any("reduction_32x48x8_" in d for d in dispatches), dispatches
+    assert any("reduction_48x32_" in d for d in dispatches), dispatches
     vmfb = ic.compile_str(text, extra_args=flags)
     main = rt.load_vm_flatbuffer(vmfb, driver="local-sync").main
     g = torch.Generator().manual_seed(0)
