@@ -177,6 +177,8 @@ def _linalg_edits(config: PipelineConfig, target: str | None) -> list[tuple]:
     if target == "cpu":
         from ..passes.loop_matmuls import HINT, untile_loop_matmuls
         edits.append(("loop_matmuls", HINT, untile_loop_matmuls, "matmuls kept tiled"))
+        from ..passes.column_sums import CALL_PREFIX as SUMS, column_sums_in_two_stages
+        edits.append(("column_sums", SUMS, column_sums_in_two_stages, "column sums"))
     return edits
 
 
