@@ -50,7 +50,8 @@ _CONFIG = "bool has_biases, int num_layers, bool bidirectional, bool batch_first
 _LIB = torch.library.Library("lazy_mlir", "FRAGMENT")  # (other modules may add ops)
 # ``workspace``: the float32 length of one layer and direction's oneDNN
 # workspace (``ops/rnn_host.py``), one more saved output per layer and
-# direction after the packs; 0: none.
+# direction after the packs; 0: none. With one, the backward's ``saved`` ends
+# with the forward's ``hy`` and ``cy`` (which the loops do not read).
 _LSTM_CONFIG = _CONFIG + ", int workspace=0"
 _LIB.define(f"lstm(Tensor input, Tensor hx, Tensor cx, Tensor[] params, {_LSTM_CONFIG}) -> "
             "Tensor[]")

@@ -12,16 +12,22 @@ The forward saves oneDNN's workspace for the backward, as eager's autograd
 does. The lazy forward node's outputs are fixed when it is recorded, so the
 workspace is one more output per layer and direction there: ``lazy/rnn.py``
 asks ``workspace_floats`` for its size (a probe run of the kernel, once per
-shape) and records it in the node's ``workspace`` argument. Laid out as
-float32: ``[oneDNN's workspace bytes | hy | cy | tag]``; ``tag`` is
-``HOST_TAG`` when the host forward wrote it (the scan lowering leaves zeros,
-and the host backward refuses those: a forward and a backward lowered
-differently never mix silently).
+shape) and records it in the node's ``workspace`` argument. It is oneDNN's
+workspace itself, its bytes seen as float32 (no copy: ``runtime/host_rnn.py``
+hands that very memory to IREE), padded into a copy only where the node's
+length (the largest over its layers) exceeds this layer's. The backward
+also takes the forward's ``hy`` and ``cy`` (``lazy/rnn.py`` saves them).
+
+Which memory holds a host forward's workspace is tracked while it lives
+(``_LIVE``): the scan lowering writes zeros there, and the host backward
+refuses any other memory, so a forward and a backward lowered differently
+never mix silently.
 """
 from __future__ import annotations
 
 import functools
 import os
+import weakref
 
 import torch
 
@@ -30,13 +36,17 @@ _LIB.define("host_lstm_layer(Tensor x, Tensor h0, Tensor c0, Tensor w_ih, Tensor
             "Tensor b_ih, Tensor b_hh, int workspace, bool reverse) -> "
             "(Tensor, Tensor, Tensor, Tensor)")
 _LIB.define("host_lstm_layer_backward(Tensor x, Tensor h0, Tensor c0, Tensor w_ih, "
-            "Tensor w_hh, Tensor b_ih, Tensor b_hh, Tensor y, Tensor workspace, Tensor dy, "
+            "Tensor w_hh, Tensor b_ih, Tensor b_hh, Tensor y, Tensor hy, Tensor cy, "
+            "Tensor workspace, Tensor dy, "
             "Tensor dhy, Tensor dcy, bool reverse) -> (Tensor, Tensor, Tensor, Tensor, "
             "Tensor, Tensor)")
 
 aten = torch.ops.aten
 LSTM_MODE = 2  # oneDNN's (ATen's ``rnn_mode``) LSTM
-HOST_TAG = 1.0
+
+_LIVE: dict[int, tuple[int, object]] = {}
+"""Address -> (bytes, token) of each workspace a host forward returned that is
+still alive (an entry leaves when its tensor is finalized)."""
 
 
 def enabled() -> bool:
@@ -61,39 +71,60 @@ def _workspace_bytes(steps: int, batch: int, inputs: int, hidden: int) -> int:
 
 def workspace_floats(steps: int, batch: int, inputs: int, hidden: int) -> int:
     """The float32 length of one layer and direction's saved workspace."""
-    return -(-_workspace_bytes(steps, batch, inputs, hidden) // 4) + 2 * batch * hidden + 1
+    return -(-_workspace_bytes(steps, batch, inputs, hidden) // 4)
 
 
-def lstm_layer(x, h0, c0, w_ih, w_hh, b_ih, b_hh, workspace: int, reverse: bool, out=None):
-    """``(y, hy, cy, saved)``: one layer and direction, time-major ``x``;
-    ``saved`` written into ``out`` when given (``workspace`` float32s: the
-    host call's result buffer, not filled beyond what is read)."""
+def _forget(address: int, token) -> None:
+    if _LIVE.get(address, (0, None))[1] is token:
+        del _LIVE[address]
+
+
+def _as_saved(ws: torch.Tensor, floats: int) -> torch.Tensor:
+    """oneDNN's workspace (uint8) as ``floats`` float32s: its own memory when
+    the lengths agree, else a zero-padded copy."""
+    if ws.numel() == 4 * floats and ws.is_contiguous() and ws.data_ptr() % 4 == 0:
+        return ws.view(torch.float32)
+    saved = ws.new_zeros(4 * floats)
+    saved[:ws.numel()] = ws
+    return saved.view(torch.float32)
+
+
+def track(saved: torch.Tensor, owner) -> None:
+    """Note ``saved`` (a host forward's workspace) in ``_LIVE`` until ``owner``
+    (what keeps its memory alive) is finalized."""
+    token = object()
+    _LIVE[saved.data_ptr()] = (saved.nbytes, token)
+    weakref.finalize(owner, _forget, saved.data_ptr(), token)
+
+
+def run_layer(x, h0, c0, w_ih, w_hh, b_ih, b_hh, workspace: int, reverse: bool):
+    """``lstm_layer`` without noting its workspace in ``_LIVE`` (the caller
+    does, with what keeps it alive)."""
     hidden = h0.shape[-1]
     with torch.enable_grad():
         y, hy, cy, ws = aten.mkldnn_rnn_layer(
             x.contiguous(), w_ih, w_hh, b_ih, b_hh, h0, c0, reverse, [], LSTM_MODE, hidden, 1,
             True, False, False, True)
-    saved = x.new_empty(workspace) if out is None else out
-    raw = saved.view(torch.uint8)
-    raw[:ws.numel()] = ws
-    tail = saved[-(2 * hy.numel() + 1):]
-    tail[:hy.numel()] = hy.reshape(-1)
-    tail[hy.numel():-1] = cy.reshape(-1)
-    tail[-1] = HOST_TAG
-    return y, hy, cy, saved
+    return y, hy, cy, _as_saved(ws, workspace)
 
 
-def lstm_layer_backward(x, h0, c0, w_ih, w_hh, b_ih, b_hh, y, saved, dy, dhy, dcy,
+def lstm_layer(x, h0, c0, w_ih, w_hh, b_ih, b_hh, workspace: int, reverse: bool):
+    """``(y, hy, cy, saved)``: one layer and direction, time-major ``x``;
+    ``saved``: ``workspace`` float32s over oneDNN's workspace."""
+    out = run_layer(x, h0, c0, w_ih, w_hh, b_ih, b_hh, workspace, reverse)
+    track(out[3], out[3])
+    return out
+
+
+def lstm_layer_backward(x, h0, c0, w_ih, w_hh, b_ih, b_hh, y, hy, cy, saved, dy, dhy, dcy,
                         reverse: bool):
-    """``(dx, dh0, dc0, dw_ih, dw_hh, db)`` from ``lstm_layer``'s ``saved``."""
-    if float(saved[-1]) != HOST_TAG:
+    """``(dx, dh0, dc0, dw_ih, dw_hh, db)`` from ``lstm_layer``'s outputs."""
+    if _LIVE.get(saved.data_ptr(), (None,))[0] != saved.nbytes:
         raise RuntimeError(
-            "lazy-mlir: an LSTM backward lowered as a host call got a forward that was not "
-            "(its workspace is empty): the forward and the backward were compiled with "
-            "different settings (LAZY_MLIR_RNN, or the target changed between them)")
-    hidden, states = h0.shape[-1], h0.numel()
-    tail = saved[-(2 * states + 1):]
-    hy, cy = tail[:states].view(h0.shape), tail[states:-1].view(c0.shape)
+            "lazy-mlir: an LSTM backward lowered as a host call got a workspace no host "
+            "forward wrote: the forward and the backward were compiled with different "
+            "settings (LAZY_MLIR_RNN, or the target changed between them)")
+    hidden = h0.shape[-1]
     ws = saved.view(torch.uint8)[:_workspace_bytes(x.shape[0], x.shape[1], x.shape[2],
                                                    hidden)]
     dx, dw_ih, dw_hh, db, _, dh0, dc0 = aten.mkldnn_rnn_layer_backward(
@@ -108,8 +139,8 @@ def _layer_shapes(x, h0, c0, w_ih, w_hh, b_ih, b_hh, workspace, reverse):
             c0.new_empty(c0.shape), x.new_empty((workspace,)))
 
 
-def _layer_backward_shapes(x, h0, c0, w_ih, w_hh, b_ih, b_hh, y, saved, dy, dhy, dcy,
-                           reverse):
+def _layer_backward_shapes(x, h0, c0, w_ih, w_hh, b_ih, b_hh, y, hy, cy, saved, dy, dhy,
+                           dcy, reverse):
     return (x.new_empty(x.shape), h0.new_empty(h0.shape), c0.new_empty(c0.shape),
             w_ih.new_empty(w_ih.shape), w_hh.new_empty(w_hh.shape),
             w_ih.new_empty((w_ih.shape[0],)))

@@ -88,6 +88,7 @@ def host_lstm_backward(grad_output, grad_hy, grad_cy, input, hx, cx, params, sav
     x = R._to_time_major(input, batch_first)
     groups = R._groups(params, has_biases, False)
     dirs = len(R._directions(bidirectional))
+    *saved, hy, cy = saved  # (``lazy/rnn.py`` saves the final states after the workspaces)
     works = saved[len(saved) - num_layers * dirs:]
     grad_hy = torch.zeros_like(hx) if grad_hy is None else grad_hy
     grad_cy = torch.zeros_like(cx) if grad_cy is None else grad_cy
@@ -96,8 +97,8 @@ def host_lstm_backward(grad_output, grad_hy, grad_cy, input, hx, cx, params, sav
         w_ih, w_hh, b_ih, b_hh, _ = groups[k]
         dout = hs.new_zeros(hs.shape) if dout is None else dout
         got = ops.host_lstm_layer_backward(inputs, hx[k], cx[k], w_ih, w_hh,
-                                           *_biases(b_ih, b_hh, w_ih), hs, works[k], dout,
-                                           grad_hy[k], grad_cy[k], reverse)
+                                           *_biases(b_ih, b_hh, w_ih), hs, hy[k], cy[k],
+                                           works[k], dout, grad_hy[k], grad_cy[k], reverse)
         return (*got, None)
 
     dx, per_direction = R._backward_through_layers(

@@ -49,7 +49,7 @@ def imports_rnn(vmfb: bytes) -> bool:
 
 
 class _Calls:
-    """The module's state in one VM context: the device that allocates results."""
+    """The module's state in one VM context: the device that imports results."""
 
     def __init__(self, iface, device):
         import numpy as np
@@ -58,47 +58,45 @@ class _Calls:
 
         from ..ops import rnn_host
         self.rt, self.np, self.torch, self.kernels = rt, np, torch, rnn_host
-        self.allocator = device.allocator
-        self.memory = rt.MemoryType.DEVICE_LOCAL | rt.MemoryType.HOST_VISIBLE
-        self.usage = rt.BufferUsage.DEFAULT
-        self.f32 = int(rt.HalElementType.FLOAT_32)
+        self.device = device
         self.dtype = np.dtype(np.float32)
 
     def _tensor(self, ref):
         view = ref.deref(self.rt.HalBufferView)
         return self.torch.from_numpy(view.map().asarray(tuple(view.shape), self.dtype))
 
-    def _buffer(self, shape):
-        """(a result buffer of the device's allocator, a tensor over its memory)."""
-        buf = self.allocator.allocate_buffer(self.memory, self.usage,
-                                             4 * int(self.np.prod(shape)))
-        return buf, self.torch.from_numpy(buf.map().asarray(tuple(shape), self.dtype))
-
-    def _results(self, tensors, written=()):
-        """Result views of ``tensors``, copied into new buffers but for the
-        ``written`` (buffer, tensor) pairs, which are returned as they are."""
-        written = {id(t): buf for buf, t in written}
+    def _results(self, tensors, operands, workspace=None):
+        """Result views over the kernel's own outputs, not copies: IREE imports
+        each one's memory through DLPack (a numpy view's capsule, released when
+        IREE drops the buffer, which keeps the tensor alive till then). An
+        output sharing memory with an operand is copied first, as IREE takes
+        results for its own. ``workspace``: the output to note in
+        ``rnn_host._LIVE`` for as long as IREE holds it."""
+        spans = [(t.data_ptr(), t.data_ptr() + t.nbytes) for t in operands]
         refs = []
         for t in tensors:
-            buf = written.get(id(t))
-            if buf is None:
-                buf, out = self._buffer(t.shape)
-                out.copy_(t)
-            refs.append(self.rt.HalBufferView(buf, list(t.shape), self.f32).ref)
+            t = t.contiguous()
+            low, high = t.data_ptr(), t.data_ptr() + t.nbytes
+            if any(low < end and start < high for start, end in spans):
+                t = t.clone()
+            array = t.numpy()
+            if t is workspace:
+                self.kernels.track(t, array)
+            refs.append(self.device.from_dlpack_capsule(array.__dlpack__()).ref)
         metrics.counter_inc("HostRnnCall")
         return tuple(refs)
 
     def forward(self, reverse, refs, workspace):
-        buf, saved = self._buffer((int(workspace),))  # oneDNN's workspace: copied once
+        operands = [self._tensor(r) for r in refs]
         with self.torch.no_grad():
-            out = self.kernels.lstm_layer(*[self._tensor(r) for r in refs], int(workspace),
-                                          reverse, out=saved)
-        return self._results(out, [(buf, saved)])
+            out = self.kernels.run_layer(*operands, int(workspace), reverse)
+        return self._results(out, operands, workspace=out[3])
 
     def backward(self, reverse, refs):
+        operands = [self._tensor(r) for r in refs]
         with self.torch.no_grad():
-            out = self.kernels.lstm_layer_backward(*[self._tensor(r) for r in refs], reverse)
-        return self._results(out)
+            out = self.kernels.lstm_layer_backward(*operands, reverse)
+        return self._results(out, operands)
 
 
 def _forward(reverse: bool):
@@ -119,6 +117,6 @@ def create_module(device):
     iface = rt.PyModuleInterface(MODULE, lambda iface: _Calls(iface, device))
     for suffix, reverse in (("", False), ("_reverse", True)):
         iface.export("lstm_layer" + suffix, "0rrrrrrrI_rrrr", _forward(reverse))
-        iface.export("lstm_layer_backward" + suffix, "0" + "r" * 12 + "_" + "r" * 6,
+        iface.export("lstm_layer_backward" + suffix, "0" + "r" * 14 + "_" + "r" * 6,
                      _backward(reverse))
     return iface.create()

@@ -11,6 +11,7 @@ import torch.nn as nn
 import lazy_mlir as lm
 from lazy_mlir import metrics
 from lazy_mlir.ops import rnn as rnn_ops
+from lazy_mlir.ops import rnn_host
 
 from e2e_helpers import Counters
 
@@ -135,3 +136,52 @@ def test_a_sync_between_forward_and_backward_passes_the_workspace_between_graphs
     for got, want in zip(grads[1], grads[0]):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     assert c.delta("HostRnnCall") == 2
+    del loss
+    assert not rnn_host._LIVE  # (the forward graph's workspace output went with the graph)
+
+
+def test_workspaces_live_as_long_as_iree_holds_them(monkeypatch):
+    """oneDNN's workspaces go to IREE as they are (DLPack, no copy) and are
+    freed when IREE drops them: none outlives a step, whether the backward
+    ran in the step's graph, in a later graph, or never (a forward with grad
+    whose graph is dropped); process memory stays flat over steps."""
+    import gc
+    monkeypatch.setenv("LAZY_MLIR_RNN", "1")
+    _, model = _small_lstm_pair()
+    x = torch.randn(70, 2, 4).to("lazy")
+
+    def step():
+        model.zero_grad()
+        model(x)[0].tanh().sum().backward()
+        lm.mark_step()
+
+    for _ in range(3):
+        step()
+        assert not rnn_host._LIVE
+    loss = model(x)[0].sum()
+    lm.mark_step()  # (the forward alone: its graph outputs the workspace)
+    assert len(rnn_host._LIVE) == 1
+    del loss
+    gc.collect()
+    assert not rnn_host._LIVE
+    # memory: a medium layer's workspace (~4 MB here) a step would show
+    big = nn.LSTM(64, 256, 1).to("lazy")
+    xb = torch.randn(70, 16, 64).to("lazy")
+
+    def big_step():
+        big.zero_grad()
+        big(xb)[0].sum().backward()
+        lm.mark_step()
+        assert not rnn_host._LIVE
+
+    for _ in range(3):
+        big_step()
+    before = _rss_mib()
+    for _ in range(20):
+        big_step()
+    assert _rss_mib() - before < 20, (before, _rss_mib())
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096 / 2 ** 20

@@ -47,7 +47,8 @@ def test_the_decompositions_compute_eagers_values_and_gradients(layers, bidirect
         for g, w in zip(got[:3], (out, hy, cy)):
             torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
         assert torch.isnan(got[4]).all()  # the loop backward's packs: NaN, never read here
-        grads = host_rnn.host_lstm_backward(d_out, d_hy, d_cy, x, h0, c0, params, got[3:],
+        saved = [*got[3:], got[1], got[2]]  # (as lazy/rnn.py saves them)
+        grads = host_rnn.host_lstm_backward(d_out, d_hy, d_cy, x, h0, c0, params, saved,
                                             *config)
     for g, w in zip(grads, want):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
@@ -58,10 +59,28 @@ def test_a_backward_refuses_a_workspace_the_host_forward_did_not_write():
     args = [torch.randn(T, B, I), torch.zeros(B, H), torch.zeros(B, H), torch.randn(4 * H, I),
             torch.randn(4 * H, H), torch.zeros(4 * H), torch.zeros(4 * H)]
     y, hy, cy, saved = rnn_host.lstm_layer(*args, width, False)
-    assert saved[-1] == rnn_host.HOST_TAG
+    rest = (torch.ones_like(y), torch.zeros_like(hy), torch.zeros_like(cy), False)
+    rnn_host.lstm_layer_backward(*args, y, hy, cy, saved, *rest)  # (accepted)
     with pytest.raises(RuntimeError, match="compiled with different settings"):
-        rnn_host.lstm_layer_backward(*args, y, torch.zeros(width), torch.ones_like(y),
-                                     torch.zeros_like(hy), torch.zeros_like(cy), False)
+        rnn_host.lstm_layer_backward(*args, y, hy, cy, torch.zeros(width), *rest)
+    with pytest.raises(RuntimeError, match="compiled with different settings"):
+        rnn_host.lstm_layer_backward(*args, y, hy, cy, saved.clone(), *rest)
+
+
+def test_the_workspace_is_onednns_own_memory_and_forgotten_when_freed():
+    width = rnn_host.workspace_floats(T, B, I, H)
+    args = [torch.randn(T, B, I), torch.zeros(B, H), torch.zeros(B, H), torch.randn(4 * H, I),
+            torch.randn(4 * H, H), torch.zeros(4 * H), torch.zeros(4 * H)]
+    saved = rnn_host.lstm_layer(*args, width, False)[3]
+    assert saved.shape == (width,) and saved.dtype == torch.float32
+    address = saved.data_ptr()
+    assert rnn_host._LIVE[address][0] == saved.nbytes
+    del saved
+    assert address not in rnn_host._LIVE
+    # a node's length is the largest of its layers': a smaller layer's is padded (a copy)
+    padded = rnn_host.lstm_layer(*args, width + 3, False)[3]
+    assert padded.shape == (width + 3,) and (padded[width:] == 0).all()
+    assert rnn_host._LIVE[padded.data_ptr()][0] == padded.nbytes
 
 
 def test_only_the_in_process_cpu_session_turns_it_on(monkeypatch):
@@ -85,8 +104,8 @@ def _one_layer(x, h0, c0, w_ih, w_hh, b_ih, b_hh, dy, width):
     """Forward then backward of one reversed layer, as the lowering writes them."""
     ops = torch.ops.lazy_mlir
     y, hy, cy, saved = ops.host_lstm_layer(x, h0, c0, w_ih, w_hh, b_ih, b_hh, width, True)
-    grads = ops.host_lstm_layer_backward(x, h0, c0, w_ih, w_hh, b_ih, b_hh, y, saved, dy,
-                                         torch.zeros_like(hy), torch.zeros_like(cy), True)
+    grads = ops.host_lstm_layer_backward(x, h0, c0, w_ih, w_hh, b_ih, b_hh, y, hy, cy, saved,
+                                         dy, torch.zeros_like(hy), torch.zeros_like(cy), True)
     return (y, hy, cy, *grads)
 
 
