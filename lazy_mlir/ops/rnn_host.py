@@ -18,16 +18,20 @@ hands that very memory to IREE), padded into a copy only where the node's
 length (the largest over its layers) exceeds this layer's. The backward
 also takes the forward's ``hy`` and ``cy`` (``lazy/rnn.py`` saves them).
 
-Which memory holds a host forward's workspace is tracked while it lives
-(``_LIVE``): the scan lowering writes zeros there, and the host backward
-refuses any other memory, so a forward and a backward lowered differently
-never mix silently.
+``ops/rnn.host_lstm`` / ``host_lstm_backward`` are the whole node in this
+form, one kernel call per layer and direction: the IMPORT decompositions of
+``passes/host_rnn.py`` and, wherever the node has a workspace and
+``enabled()`` holds, its CPU kernels too (a graph run
+eagerly while its module compiles then saves what a compiled one does, so
+a forward and a backward in different graphs match whichever of the two
+ran compiled). The forward's packs (what the loop backward reads) are NaN;
+the backward refuses a forward whose packs are not (one element read): a
+forward and a backward lowered differently never mix silently.
 """
 from __future__ import annotations
 
 import functools
 import os
-import weakref
 
 import torch
 
@@ -37,16 +41,12 @@ _LIB.define("host_lstm_layer(Tensor x, Tensor h0, Tensor c0, Tensor w_ih, Tensor
             "(Tensor, Tensor, Tensor, Tensor)")
 _LIB.define("host_lstm_layer_backward(Tensor x, Tensor h0, Tensor c0, Tensor w_ih, "
             "Tensor w_hh, Tensor b_ih, Tensor b_hh, Tensor y, Tensor hy, Tensor cy, "
-            "Tensor workspace, Tensor dy, "
+            "Tensor workspace, Tensor pack, Tensor dy, "
             "Tensor dhy, Tensor dcy, bool reverse) -> (Tensor, Tensor, Tensor, Tensor, "
             "Tensor, Tensor)")
 
 aten = torch.ops.aten
 LSTM_MODE = 2  # oneDNN's (ATen's ``rnn_mode``) LSTM
-
-_LIVE: dict[int, tuple[int, object]] = {}
-"""Address -> (bytes, token) of each workspace a host forward returned that is
-still alive (an entry leaves when its tensor is finalized)."""
 
 
 def enabled() -> bool:
@@ -74,11 +74,6 @@ def workspace_floats(steps: int, batch: int, inputs: int, hidden: int) -> int:
     return -(-_workspace_bytes(steps, batch, inputs, hidden) // 4)
 
 
-def _forget(address: int, token) -> None:
-    if _LIVE.get(address, (0, None))[1] is token:
-        del _LIVE[address]
-
-
 def _as_saved(ws: torch.Tensor, floats: int) -> torch.Tensor:
     """oneDNN's workspace (uint8) as ``floats`` float32s: its own memory when
     the lengths agree, else a zero-padded copy."""
@@ -89,17 +84,9 @@ def _as_saved(ws: torch.Tensor, floats: int) -> torch.Tensor:
     return saved.view(torch.float32)
 
 
-def track(saved: torch.Tensor, owner) -> None:
-    """Note ``saved`` (a host forward's workspace) in ``_LIVE`` until ``owner``
-    (what keeps its memory alive) is finalized."""
-    token = object()
-    _LIVE[saved.data_ptr()] = (saved.nbytes, token)
-    weakref.finalize(owner, _forget, saved.data_ptr(), token)
-
-
-def run_layer(x, h0, c0, w_ih, w_hh, b_ih, b_hh, workspace: int, reverse: bool):
-    """``lstm_layer`` without noting its workspace in ``_LIVE`` (the caller
-    does, with what keeps it alive)."""
+def lstm_layer(x, h0, c0, w_ih, w_hh, b_ih, b_hh, workspace: int, reverse: bool):
+    """``(y, hy, cy, saved)``: one layer and direction, time-major ``x``;
+    ``saved``: ``workspace`` float32s over oneDNN's workspace."""
     hidden = h0.shape[-1]
     with torch.enable_grad():
         y, hy, cy, ws = aten.mkldnn_rnn_layer(
@@ -108,22 +95,15 @@ def run_layer(x, h0, c0, w_ih, w_hh, b_ih, b_hh, workspace: int, reverse: bool):
     return y, hy, cy, _as_saved(ws, workspace)
 
 
-def lstm_layer(x, h0, c0, w_ih, w_hh, b_ih, b_hh, workspace: int, reverse: bool):
-    """``(y, hy, cy, saved)``: one layer and direction, time-major ``x``;
-    ``saved``: ``workspace`` float32s over oneDNN's workspace."""
-    out = run_layer(x, h0, c0, w_ih, w_hh, b_ih, b_hh, workspace, reverse)
-    track(out[3], out[3])
-    return out
-
-
-def lstm_layer_backward(x, h0, c0, w_ih, w_hh, b_ih, b_hh, y, hy, cy, saved, dy, dhy, dcy,
-                        reverse: bool):
-    """``(dx, dh0, dc0, dw_ih, dw_hh, db)`` from ``lstm_layer``'s outputs."""
-    if _LIVE.get(saved.data_ptr(), (None,))[0] != saved.nbytes:
+def lstm_layer_backward(x, h0, c0, w_ih, w_hh, b_ih, b_hh, y, hy, cy, saved, pack, dy, dhy,
+                        dcy, reverse: bool):
+    """``(dx, dh0, dc0, dw_ih, dw_hh, db)`` from ``lstm_layer``'s outputs;
+    ``pack``: an element of the forward node's pack for this direction."""
+    if not torch.isnan(pack).all():
         raise RuntimeError(
-            "lazy-mlir: an LSTM backward lowered as a host call got a workspace no host "
-            "forward wrote: the forward and the backward were compiled with different "
-            "settings (LAZY_MLIR_RNN, or the target changed between them)")
+            "lazy-mlir: an LSTM backward lowered as a host call got a forward that was not "
+            "(its packs are not NaN): the forward and the backward were compiled with "
+            "different settings (LAZY_MLIR_RNN, or the target changed between them)")
     hidden = h0.shape[-1]
     ws = saved.view(torch.uint8)[:_workspace_bytes(x.shape[0], x.shape[1], x.shape[2],
                                                    hidden)]
@@ -139,8 +119,8 @@ def _layer_shapes(x, h0, c0, w_ih, w_hh, b_ih, b_hh, workspace, reverse):
             c0.new_empty(c0.shape), x.new_empty((workspace,)))
 
 
-def _layer_backward_shapes(x, h0, c0, w_ih, w_hh, b_ih, b_hh, y, hy, cy, saved, dy, dhy,
-                           dcy, reverse):
+def _layer_backward_shapes(x, h0, c0, w_ih, w_hh, b_ih, b_hh, y, hy, cy, saved, pack, dy,
+                           dhy, dcy, reverse):
     return (x.new_empty(x.shape), h0.new_empty(h0.shape), c0.new_empty(c0.shape),
             w_ih.new_empty(w_ih.shape), w_hh.new_empty(w_hh.shape),
             w_ih.new_empty((w_ih.shape[0],)))

@@ -11,7 +11,7 @@ import torch.nn as nn
 import lazy_mlir as lm
 from lazy_mlir import metrics
 from lazy_mlir.ops import rnn as rnn_ops
-from lazy_mlir.ops import rnn_host
+from lazy_mlir.runtime import host_rnn as runtime_rnn
 
 from e2e_helpers import Counters
 
@@ -137,7 +137,43 @@ def test_a_sync_between_forward_and_backward_passes_the_workspace_between_graphs
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     assert c.delta("HostRnnCall") == 2
     del loss
-    assert not rnn_host._LIVE  # (the forward graph's workspace output went with the graph)
+    assert not runtime_rnn.live_workspaces()  # (the forward graph's output went with it)
+
+
+@pytest.mark.parametrize("compiled", ["forward", "backward"])
+def test_a_graph_run_eagerly_while_compiling_matches_a_compiled_one(monkeypatch, compiled):
+    """A sync between forward and backward, one of the two graphs compiled and
+    the other run eagerly while its module compiles (the default background
+    compiles): the node's CPU kernels save what the host calls do, so the
+    two graphs agree (before: NaN gradients, or a refused workspace)."""
+    from lazy_mlir.runtime import compile_pool
+    monkeypatch.setenv("LAZY_MLIR_RNN", "1")
+    monkeypatch.setenv("LAZY_MLIR_CACHE", "0")  # (a miss, whatever ran before)
+    monkeypatch.setenv("LAZY_MLIR_COMPILE_WORKERS", "1")  # (background compiles need one)
+    compile_pool.reset()
+    try:
+        _one_graph_eager(monkeypatch, compiled)
+    finally:
+        monkeypatch.undo()
+        compile_pool.reset()
+
+
+def _one_graph_eager(monkeypatch, compiled):
+    eager, model = _small_lstm_pair()
+    x = torch.randn(72 if compiled == "forward" else 73, 3, 4)  # (shapes no other test uses)
+    want = torch.autograd.grad(eager(x)[0].tanh().sum(), list(eager.parameters()))
+    c = Counters()
+    mode = {"forward": "wait", "backward": "background"}
+    monkeypatch.setenv("LAZY_MLIR_COMPILE", mode[compiled])
+    loss = model(x.to("lazy"))[0].tanh().sum()
+    lm.mark_step()
+    monkeypatch.setenv("LAZY_MLIR_COMPILE", mode["forward" if compiled == "backward" else
+                                                  "backward"])
+    got = torch.autograd.grad(loss, list(model.parameters()))
+    lm.mark_step()
+    assert c.delta("EagerWhileCompiling") == 1
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.cpu(), w, rtol=1e-4, atol=1e-5)
 
 
 def test_workspaces_live_as_long_as_iree_holds_them(monkeypatch):
@@ -147,6 +183,13 @@ def test_workspaces_live_as_long_as_iree_holds_them(monkeypatch):
     whose graph is dropped); process memory stays flat over steps."""
     import gc
     monkeypatch.setenv("LAZY_MLIR_RNN", "1")
+    gc.collect()
+    lm.wait_device_ops()
+    start = runtime_rnn.live_workspaces()  # (earlier tests' graphs may still hold some)
+
+    def live():
+        return runtime_rnn.live_workspaces() - start
+
     _, model = _small_lstm_pair()
     x = torch.randn(70, 2, 4).to("lazy")
 
@@ -154,17 +197,19 @@ def test_workspaces_live_as_long_as_iree_holds_them(monkeypatch):
         model.zero_grad()
         model(x)[0].tanh().sum().backward()
         lm.mark_step()
+        lm.wait_device_ops()
 
     for _ in range(3):
         step()
-        assert not rnn_host._LIVE
+        assert not live()
     loss = model(x)[0].sum()
     lm.mark_step()  # (the forward alone: its graph outputs the workspace)
-    assert len(rnn_host._LIVE) == 1
+    lm.wait_device_ops()
+    assert live() == 1
     del loss
     gc.collect()
-    assert not rnn_host._LIVE
-    # memory: a medium layer's workspace (~4 MB here) a step would show
+    assert not live()
+    # memory: the workspace of this layer (18 MB) would show if one a step leaked
     big = nn.LSTM(64, 256, 1).to("lazy")
     xb = torch.randn(70, 16, 64).to("lazy")
 
@@ -172,7 +217,8 @@ def test_workspaces_live_as_long_as_iree_holds_them(monkeypatch):
         big.zero_grad()
         big(xb)[0].sum().backward()
         lm.mark_step()
-        assert not rnn_host._LIVE
+        lm.wait_device_ops()
+        assert not live()
 
     for _ in range(3):
         big_step()
