@@ -81,6 +81,8 @@ class _LSTM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, config, input, hx, cx, *params):
         out, hy, cy, *saved = ops.lstm.default(input, hx, cx, list(params), *config)
+        if config[-1]:  # (a workspace: the host backward also reads the final states)
+            saved += [hy, cy]
         ctx.config, ctx.n_params = config, len(params)
         ctx.save_for_backward(input, hx, cx, *params, *saved)
         ctx.set_materialize_grads(False)

@@ -43,6 +43,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from . import rnn_host
 from .loops import as_traced_loops, scan
 from .registry import IMPORT, register_decomposition
 
@@ -50,7 +51,8 @@ _CONFIG = "bool has_biases, int num_layers, bool bidirectional, bool batch_first
 _LIB = torch.library.Library("lazy_mlir", "FRAGMENT")  # (other modules may add ops)
 # ``workspace``: the float32 length of one layer and direction's oneDNN
 # workspace (``ops/rnn_host.py``), one more saved output per layer and
-# direction after the packs; 0: none.
+# direction after the packs; 0: none. With one, the backward's ``saved`` ends
+# with the forward's ``hy`` and ``cy`` (which the loops do not read).
 _LSTM_CONFIG = _CONFIG + ", int workspace=0"
 _LIB.define(f"lstm(Tensor input, Tensor hx, Tensor cx, Tensor[] params, {_LSTM_CONFIG}) -> "
             "Tensor[]")
@@ -315,6 +317,75 @@ def lstm_backward(grad_output, grad_hy, grad_cy, input, hx, cx, params, saved, h
             torch.stack([g[1] for g in per_direction]), *dparams]
 
 
+# ------------------------------------------- the LSTM as host kernel calls
+def _host_biases(b_ih, b_hh, w_ih):
+    if b_ih is None:  # (no biases: zeros, whose gradients are dropped)
+        zero = w_ih.new_zeros(w_ih.shape[0])
+        return zero, zero
+    return b_ih, b_hh
+
+
+def host_lstm(input, hx, cx, params, has_biases, num_layers, bidirectional, batch_first,
+              unroll=False, workspace=0):
+    """``lazy_mlir::lstm`` as one oneDNN kernel call per layer and direction
+    (``ops/rnn_host.py``); its packs are NaN, its workspaces oneDNN's.
+    ``NotImplemented`` for a node without a workspace (it keeps the loops)."""
+    if unroll or not workspace:
+        return NotImplemented
+    x = _to_time_major(input, batch_first)
+    groups = _groups(params, has_biases, False)
+    dirs = _directions(bidirectional)
+    steps, batch, hidden = x.shape[0], x.shape[1], cx.shape[-1]
+    hy, cy, layers, packs, saved = [], [], [], [], []
+    for layer in range(num_layers):
+        outs = []
+        for d, reverse in enumerate(dirs):
+            k = layer * len(dirs) + d
+            w_ih, w_hh, b_ih, b_hh, _ = groups[k]
+            y, h, c, ws = ops.host_lstm_layer(x, hx[k], cx[k], w_ih, w_hh,
+                                              *_host_biases(b_ih, b_hh, w_ih), workspace,
+                                              reverse)
+            outs.append(y), hy.append(h), cy.append(c), saved.append(ws)
+            packs.append(x.new_full((steps, batch, 5 * hidden), float("nan")))
+        x = torch.cat(outs, -1) if len(outs) > 1 else outs[0]
+        layers.append(x)
+    return [_to_time_major(x, batch_first), torch.stack(hy), torch.stack(cy),
+            torch.stack(layers), *packs, *saved]
+
+
+def host_lstm_backward(grad_output, grad_hy, grad_cy, input, hx, cx, params, saved,
+                       has_biases, num_layers, bidirectional, batch_first, unroll=False,
+                       workspace=0):
+    """``lazy_mlir::lstm_backward`` as one kernel call per layer and direction
+    (``NotImplemented`` without a workspace)."""
+    if unroll or not workspace:
+        return NotImplemented
+    x = _to_time_major(input, batch_first)
+    groups = _groups(params, has_biases, False)
+    dirs = len(_directions(bidirectional))
+    *saved, hy, cy = saved  # (``lazy/rnn.py`` saves the final states after the workspaces)
+    works = saved[len(saved) - num_layers * dirs:]
+    grad_hy = torch.zeros_like(hx) if grad_hy is None else grad_hy
+    grad_cy = torch.zeros_like(cx) if grad_cy is None else grad_cy
+
+    def direction(k, dout, inputs, hs, pack, reverse):
+        w_ih, w_hh, b_ih, b_hh, _ = groups[k]
+        dout = hs.new_zeros(hs.shape) if dout is None else dout
+        got = ops.host_lstm_layer_backward(
+            inputs, hx[k], cx[k], w_ih, w_hh, *_host_biases(b_ih, b_hh, w_ih), hs, hy[k],
+            cy[k], works[k], pack[:1, :1, :1], dout, grad_hy[k], grad_cy[k], reverse)
+        return (*got, None)
+
+    dx, per_direction = _backward_through_layers(
+        grad_output, x, saved[:len(saved) - num_layers * dirs], num_layers, dirs, batch_first,
+        False, direction)
+    dparams = []
+    for _, _, dw_ih, dw_hh, db, _ in per_direction:
+        dparams += [dw_ih, dw_hh] + ([db, db.clone()] if has_biases else [])
+    return [dx, torch.stack([g[0] for g in per_direction]),
+            torch.stack([g[1] for g in per_direction]), *dparams]
+
+
 # ----------------------------------------------------------------------- GRU
 def _gru_direction(x, h, w_ih, w_hh, b_ih, b_hh, reverse, unroll):
     """One direction of one layer: ``(hs, h, packs)``; a pack is one step's
@@ -462,10 +533,21 @@ def _gru_backward_shapes(grad_output, grad_hy, input, hx, params, saved, has_bia
             *[p.new_empty(p.shape) for p in params]]
 
 
+def _cpu_kernel(loops, host):
+    """The node's CPU kernel: where it has a workspace and host calls are on,
+    ``host`` (as the compiled graph runs it: a graph run eagerly while its
+    module compiles saves what the compiled one would); else ``loops``."""
+    def kernel(*args, **kwargs):
+        out = host(*args, **kwargs) if rnn_host.enabled() else NotImplemented
+        return loops(*args, **kwargs) if out is NotImplemented else out
+    return kernel
+
+
 for _name, _fn, _shapes in (("lstm", lstm, _lstm_shapes),
                             ("lstm_backward", lstm_backward, _lstm_backward_shapes),
                             ("gru", gru, _gru_shapes),
                             ("gru_backward", gru_backward, _gru_backward_shapes)):
-    _LIB.impl(_name, _fn, "CompositeExplicitAutograd")
+    _host = {"lstm": host_lstm, "lstm_backward": host_lstm_backward}.get(_name)
+    _LIB.impl(_name, _fn if _host is None else _cpu_kernel(_fn, _host), "CompositeExplicitAutograd")
     torch.library.register_fake(f"lazy_mlir::{_name}", _shapes, lib=_LIB)
     register_decomposition(getattr(ops, _name).default, scope=IMPORT)(as_traced_loops(_fn))

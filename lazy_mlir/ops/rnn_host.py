@@ -12,11 +12,21 @@ The forward saves oneDNN's workspace for the backward, as eager's autograd
 does. The lazy forward node's outputs are fixed when it is recorded, so the
 workspace is one more output per layer and direction there: ``lazy/rnn.py``
 asks ``workspace_floats`` for its size (a probe run of the kernel, once per
-shape) and records it in the node's ``workspace`` argument. Laid out as
-float32: ``[oneDNN's workspace bytes | hy | cy | tag]``; ``tag`` is
-``HOST_TAG`` when the host forward wrote it (the scan lowering leaves zeros,
-and the host backward refuses those: a forward and a backward lowered
-differently never mix silently).
+shape) and records it in the node's ``workspace`` argument. It is oneDNN's
+workspace itself, its bytes seen as float32 (no copy: ``runtime/host_rnn.py``
+hands that very memory to IREE), padded into a copy only where the node's
+length (the largest over its layers) exceeds this layer's. The backward
+also takes the forward's ``hy`` and ``cy`` (``lazy/rnn.py`` saves them).
+
+``ops/rnn.host_lstm`` / ``host_lstm_backward`` are the whole node in this
+form, one kernel call per layer and direction: the IMPORT decompositions of
+``passes/host_rnn.py`` and, wherever the node has a workspace and
+``enabled()`` holds, its CPU kernels too (a graph run
+eagerly while its module compiles then saves what a compiled one does, so
+a forward and a backward in different graphs match whichever of the two
+ran compiled). The forward's packs (what the loop backward reads) are NaN;
+the backward refuses a forward whose packs are not (one element read): a
+forward and a backward lowered differently never mix silently.
 """
 from __future__ import annotations
 
@@ -30,13 +40,13 @@ _LIB.define("host_lstm_layer(Tensor x, Tensor h0, Tensor c0, Tensor w_ih, Tensor
             "Tensor b_ih, Tensor b_hh, int workspace, bool reverse) -> "
             "(Tensor, Tensor, Tensor, Tensor)")
 _LIB.define("host_lstm_layer_backward(Tensor x, Tensor h0, Tensor c0, Tensor w_ih, "
-            "Tensor w_hh, Tensor b_ih, Tensor b_hh, Tensor y, Tensor workspace, Tensor dy, "
+            "Tensor w_hh, Tensor b_ih, Tensor b_hh, Tensor y, Tensor hy, Tensor cy, "
+            "Tensor workspace, Tensor pack, Tensor dy, "
             "Tensor dhy, Tensor dcy, bool reverse) -> (Tensor, Tensor, Tensor, Tensor, "
             "Tensor, Tensor)")
 
 aten = torch.ops.aten
 LSTM_MODE = 2  # oneDNN's (ATen's ``rnn_mode``) LSTM
-HOST_TAG = 1.0
 
 
 def enabled() -> bool:
@@ -61,39 +71,40 @@ def _workspace_bytes(steps: int, batch: int, inputs: int, hidden: int) -> int:
 
 def workspace_floats(steps: int, batch: int, inputs: int, hidden: int) -> int:
     """The float32 length of one layer and direction's saved workspace."""
-    return -(-_workspace_bytes(steps, batch, inputs, hidden) // 4) + 2 * batch * hidden + 1
+    return -(-_workspace_bytes(steps, batch, inputs, hidden) // 4)
 
 
-def lstm_layer(x, h0, c0, w_ih, w_hh, b_ih, b_hh, workspace: int, reverse: bool, out=None):
+def _as_saved(ws: torch.Tensor, floats: int) -> torch.Tensor:
+    """oneDNN's workspace (uint8) as ``floats`` float32s: its own memory when
+    the lengths agree, else a zero-padded copy."""
+    if ws.numel() == 4 * floats and ws.is_contiguous() and ws.data_ptr() % 4 == 0:
+        return ws.view(torch.float32)
+    saved = ws.new_zeros(4 * floats)
+    saved[:ws.numel()] = ws
+    return saved.view(torch.float32)
+
+
+def lstm_layer(x, h0, c0, w_ih, w_hh, b_ih, b_hh, workspace: int, reverse: bool):
     """``(y, hy, cy, saved)``: one layer and direction, time-major ``x``;
-    ``saved`` written into ``out`` when given (``workspace`` float32s: the
-    host call's result buffer, not filled beyond what is read)."""
+    ``saved``: ``workspace`` float32s over oneDNN's workspace."""
     hidden = h0.shape[-1]
     with torch.enable_grad():
         y, hy, cy, ws = aten.mkldnn_rnn_layer(
             x.contiguous(), w_ih, w_hh, b_ih, b_hh, h0, c0, reverse, [], LSTM_MODE, hidden, 1,
             True, False, False, True)
-    saved = x.new_empty(workspace) if out is None else out
-    raw = saved.view(torch.uint8)
-    raw[:ws.numel()] = ws
-    tail = saved[-(2 * hy.numel() + 1):]
-    tail[:hy.numel()] = hy.reshape(-1)
-    tail[hy.numel():-1] = cy.reshape(-1)
-    tail[-1] = HOST_TAG
-    return y, hy, cy, saved
+    return y, hy, cy, _as_saved(ws, workspace)
 
 
-def lstm_layer_backward(x, h0, c0, w_ih, w_hh, b_ih, b_hh, y, saved, dy, dhy, dcy,
-                        reverse: bool):
-    """``(dx, dh0, dc0, dw_ih, dw_hh, db)`` from ``lstm_layer``'s ``saved``."""
-    if float(saved[-1]) != HOST_TAG:
+def lstm_layer_backward(x, h0, c0, w_ih, w_hh, b_ih, b_hh, y, hy, cy, saved, pack, dy, dhy,
+                        dcy, reverse: bool):
+    """``(dx, dh0, dc0, dw_ih, dw_hh, db)`` from ``lstm_layer``'s outputs;
+    ``pack``: an element of the forward node's pack for this direction."""
+    if not torch.isnan(pack).all():
         raise RuntimeError(
             "lazy-mlir: an LSTM backward lowered as a host call got a forward that was not "
-            "(its workspace is empty): the forward and the backward were compiled with "
+            "(its packs are not NaN): the forward and the backward were compiled with "
             "different settings (LAZY_MLIR_RNN, or the target changed between them)")
-    hidden, states = h0.shape[-1], h0.numel()
-    tail = saved[-(2 * states + 1):]
-    hy, cy = tail[:states].view(h0.shape), tail[states:-1].view(c0.shape)
+    hidden = h0.shape[-1]
     ws = saved.view(torch.uint8)[:_workspace_bytes(x.shape[0], x.shape[1], x.shape[2],
                                                    hidden)]
     dx, dw_ih, dw_hh, db, _, dh0, dc0 = aten.mkldnn_rnn_layer_backward(
@@ -108,8 +119,8 @@ def _layer_shapes(x, h0, c0, w_ih, w_hh, b_ih, b_hh, workspace, reverse):
             c0.new_empty(c0.shape), x.new_empty((workspace,)))
 
 
-def _layer_backward_shapes(x, h0, c0, w_ih, w_hh, b_ih, b_hh, y, saved, dy, dhy, dcy,
-                           reverse):
+def _layer_backward_shapes(x, h0, c0, w_ih, w_hh, b_ih, b_hh, y, hy, cy, saved, pack, dy,
+                           dhy, dcy, reverse):
     return (x.new_empty(x.shape), h0.new_empty(h0.shape), c0.new_empty(c0.shape),
             w_ih.new_empty(w_ih.shape), w_hh.new_empty(w_hh.shape),
             w_ih.new_empty((w_ih.shape[0],)))

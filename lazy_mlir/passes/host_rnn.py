@@ -10,9 +10,9 @@ copying its loop carries into new buffers (~2 GB a step), and the step took
 eager's step). Inductor calls the same kernel (an extern kernel).
 
 Where ``PipelineConfig.rnn_as_calls(target)`` holds, ``decompositions()``
-replaces the two ops' IMPORT decompositions: each layer and direction
-becomes one ``lazy_mlir::host_lstm_layer`` (``ops/rnn_host.py``) forward and
-one ``host_lstm_layer_backward``, which torch-mlir imports as
+replaces the two ops' IMPORT decompositions by ``ops/rnn``'s host forms:
+each layer and direction becomes one ``lazy_mlir::host_lstm_layer`` forward
+and one ``host_lstm_layer_backward``, which torch-mlir imports as
 ``torch.operator``s; ``calls_instead`` turns those into calls of external
 functions ``@lazy_mlir_rnn.*`` on dynamically shaped tensors, which
 iree-compile makes imports of the module and ``runtime/host_rnn.py``
@@ -47,74 +47,11 @@ _OPERATORS = {"torch.lazy_mlir.host_lstm_layer": "lstm_layer",
 ops = torch.ops.lazy_mlir
 
 
-def _biases(b_ih, b_hh, w_ih):
-    if b_ih is None:  # (no biases: zeros, whose gradients are dropped)
-        zero = w_ih.new_zeros(w_ih.shape[0])
-        return zero, zero
-    return b_ih, b_hh
-
-
-def host_lstm(input, hx, cx, params, has_biases, num_layers, bidirectional, batch_first,
-              unroll=False, workspace=0):
-    """``lazy_mlir::lstm`` as one host call per layer and direction; its packs
-    (what the loop backward reads) are NaN, its workspaces oneDNN's."""
-    if unroll or not workspace:
-        return NotImplemented
-    x = R._to_time_major(input, batch_first)
-    groups = R._groups(params, has_biases, False)
-    dirs = R._directions(bidirectional)
-    steps, batch, hidden = x.shape[0], x.shape[1], cx.shape[-1]
-    hy, cy, layers, packs, saved = [], [], [], [], []
-    for layer in range(num_layers):
-        outs = []
-        for d, reverse in enumerate(dirs):
-            k = layer * len(dirs) + d
-            w_ih, w_hh, b_ih, b_hh, _ = groups[k]
-            y, h, c, ws = ops.host_lstm_layer(x, hx[k], cx[k], w_ih, w_hh,
-                                              *_biases(b_ih, b_hh, w_ih), workspace, reverse)
-            outs.append(y), hy.append(h), cy.append(c), saved.append(ws)
-            packs.append(x.new_full((steps, batch, 5 * hidden), float("nan")))
-        x = torch.cat(outs, -1) if len(outs) > 1 else outs[0]
-        layers.append(x)
-    return [R._to_time_major(x, batch_first), torch.stack(hy), torch.stack(cy),
-            torch.stack(layers), *packs, *saved]
-
-
-def host_lstm_backward(grad_output, grad_hy, grad_cy, input, hx, cx, params, saved, has_biases,
-                       num_layers, bidirectional, batch_first, unroll=False, workspace=0):
-    """``lazy_mlir::lstm_backward`` as one host call per layer and direction."""
-    if unroll or not workspace:
-        return NotImplemented
-    x = R._to_time_major(input, batch_first)
-    groups = R._groups(params, has_biases, False)
-    dirs = len(R._directions(bidirectional))
-    works = saved[len(saved) - num_layers * dirs:]
-    grad_hy = torch.zeros_like(hx) if grad_hy is None else grad_hy
-    grad_cy = torch.zeros_like(cx) if grad_cy is None else grad_cy
-
-    def direction(k, dout, inputs, hs, packs, reverse):
-        w_ih, w_hh, b_ih, b_hh, _ = groups[k]
-        dout = hs.new_zeros(hs.shape) if dout is None else dout
-        got = ops.host_lstm_layer_backward(inputs, hx[k], cx[k], w_ih, w_hh,
-                                           *_biases(b_ih, b_hh, w_ih), hs, works[k], dout,
-                                           grad_hy[k], grad_cy[k], reverse)
-        return (*got, None)
-
-    dx, per_direction = R._backward_through_layers(
-        grad_output, x, saved[:len(saved) - num_layers * dirs], num_layers, dirs, batch_first,
-        False, direction)
-    dparams = []
-    for _, _, dw_ih, dw_hh, db, _ in per_direction:
-        dparams += [dw_ih, dw_hh] + ([db, db.clone()] if has_biases else [])
-    return [dx, torch.stack([g[0] for g in per_direction]),
-            torch.stack([g[1] for g in per_direction]), *dparams]
-
-
 def decompositions() -> dict:
     """The IMPORT decompositions that win over ``ops/rnn.py``'s where the
     host calls are on (``NotImplemented``, hence the loops, for nodes
     without a workspace)."""
-    return {ops.lstm.default: host_lstm, ops.lstm_backward.default: host_lstm_backward}
+    return {ops.lstm.default: R.host_lstm, ops.lstm_backward.default: R.host_lstm_backward}
 
 
 # ------------------------------------------------------------ torch dialect

@@ -11,6 +11,7 @@ import torch.nn as nn
 import lazy_mlir as lm
 from lazy_mlir import metrics
 from lazy_mlir.ops import rnn as rnn_ops
+from lazy_mlir.runtime import host_rnn as runtime_rnn
 
 from e2e_helpers import Counters
 
@@ -135,3 +136,98 @@ def test_a_sync_between_forward_and_backward_passes_the_workspace_between_graphs
     for got, want in zip(grads[1], grads[0]):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     assert c.delta("HostRnnCall") == 2
+    del loss
+    assert not runtime_rnn.live_workspaces()  # (the forward graph's output went with it)
+
+
+@pytest.mark.parametrize("compiled", ["forward", "backward"])
+def test_a_graph_run_eagerly_while_compiling_matches_a_compiled_one(monkeypatch, compiled):
+    """A sync between forward and backward, one of the two graphs compiled and
+    the other run eagerly while its module compiles (the default background
+    compiles): the node's CPU kernels save what the host calls do, so the
+    two graphs agree (before: NaN gradients, or a refused workspace)."""
+    from lazy_mlir.runtime import compile_pool
+    monkeypatch.setenv("LAZY_MLIR_RNN", "1")
+    monkeypatch.setenv("LAZY_MLIR_CACHE", "0")  # (a miss, whatever ran before)
+    monkeypatch.setenv("LAZY_MLIR_COMPILE_WORKERS", "1")  # (background compiles need one)
+    compile_pool.reset()
+    try:
+        _one_graph_eager(monkeypatch, compiled)
+    finally:
+        monkeypatch.undo()
+        compile_pool.reset()
+
+
+def _one_graph_eager(monkeypatch, compiled):
+    eager, model = _small_lstm_pair()
+    x = torch.randn(72 if compiled == "forward" else 73, 3, 4)  # (shapes no other test uses)
+    want = torch.autograd.grad(eager(x)[0].tanh().sum(), list(eager.parameters()))
+    c = Counters()
+    mode = {"forward": "wait", "backward": "background"}
+    monkeypatch.setenv("LAZY_MLIR_COMPILE", mode[compiled])
+    loss = model(x.to("lazy"))[0].tanh().sum()
+    lm.mark_step()
+    monkeypatch.setenv("LAZY_MLIR_COMPILE", mode["forward" if compiled == "backward" else
+                                                  "backward"])
+    got = torch.autograd.grad(loss, list(model.parameters()))
+    lm.mark_step()
+    assert c.delta("EagerWhileCompiling") == 1
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.cpu(), w, rtol=1e-4, atol=1e-5)
+
+
+def test_workspaces_live_as_long_as_iree_holds_them(monkeypatch):
+    """oneDNN's workspaces go to IREE as they are (DLPack, no copy) and are
+    freed when IREE drops them: none outlives a step, whether the backward
+    ran in the step's graph, in a later graph, or never (a forward with grad
+    whose graph is dropped); process memory stays flat over steps."""
+    import gc
+    monkeypatch.setenv("LAZY_MLIR_RNN", "1")
+    gc.collect()
+    lm.wait_device_ops()
+    start = runtime_rnn.live_workspaces()  # (earlier tests' graphs may still hold some)
+
+    def live():
+        return runtime_rnn.live_workspaces() - start
+
+    _, model = _small_lstm_pair()
+    x = torch.randn(70, 2, 4).to("lazy")
+
+    def step():
+        model.zero_grad()
+        model(x)[0].tanh().sum().backward()
+        lm.mark_step()
+        lm.wait_device_ops()
+
+    for _ in range(3):
+        step()
+        assert not live()
+    loss = model(x)[0].sum()
+    lm.mark_step()  # (the forward alone: its graph outputs the workspace)
+    lm.wait_device_ops()
+    assert live() == 1
+    del loss
+    gc.collect()
+    assert not live()
+    # memory: the workspace of this layer (18 MB) would show if one a step leaked
+    big = nn.LSTM(64, 256, 1).to("lazy")
+    xb = torch.randn(70, 16, 64).to("lazy")
+
+    def big_step():
+        big.zero_grad()
+        big(xb)[0].sum().backward()
+        lm.mark_step()
+        lm.wait_device_ops()
+        assert not live()
+
+    for _ in range(3):
+        big_step()
+    before = _rss_mib()
+    for _ in range(20):
+        big_step()
+    assert _rss_mib() - before < 20, (before, _rss_mib())
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096 / 2 ** 20

@@ -11,6 +11,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from lazy_mlir.config import PipelineConfig
+from lazy_mlir.ops import rnn as rnn_ops
 from lazy_mlir.ops import rnn_host
 from lazy_mlir.passes import host_rnn
 from lazy_mlir.runtime import host_rnn as runtime_rnn
@@ -42,26 +43,65 @@ def test_the_decompositions_compute_eagers_values_and_gradients(layers, bidirect
     config = (bias, layers, bidirectional, batch_first, False, width)
     params = _params(lstm)
     with torch.no_grad():
-        got = host_rnn.host_lstm(x, h0, c0, params, *config)
+        got = rnn_ops.host_lstm(x, h0, c0, params, *config)
         assert len(got) == 4 + 2 * layers * dirs
         for g, w in zip(got[:3], (out, hy, cy)):
             torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
         assert torch.isnan(got[4]).all()  # the loop backward's packs: NaN, never read here
-        grads = host_rnn.host_lstm_backward(d_out, d_hy, d_cy, x, h0, c0, params, got[3:],
+        saved = [*got[3:], got[1], got[2]]  # (as lazy/rnn.py saves them)
+        grads = rnn_ops.host_lstm_backward(d_out, d_hy, d_cy, x, h0, c0, params, saved,
                                             *config)
     for g, w in zip(grads, want):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
 
 
-def test_a_backward_refuses_a_workspace_the_host_forward_did_not_write():
-    width = rnn_host.workspace_floats(T, B, I, H)
-    args = [torch.randn(T, B, I), torch.zeros(B, H), torch.zeros(B, H), torch.randn(4 * H, I),
+def _layer_args():
+    return [torch.randn(T, B, I), torch.zeros(B, H), torch.zeros(B, H), torch.randn(4 * H, I),
             torch.randn(4 * H, H), torch.zeros(4 * H), torch.zeros(4 * H)]
+
+
+def test_a_backward_refuses_a_forward_the_host_did_not_run():
+    """The host forward's packs are NaN, the loops' are numbers: a host
+    backward reads one element of its direction's pack."""
+    width = rnn_host.workspace_floats(T, B, I, H)
+    args = _layer_args()
     y, hy, cy, saved = rnn_host.lstm_layer(*args, width, False)
-    assert saved[-1] == rnn_host.HOST_TAG
+    rest = (torch.ones_like(y), torch.zeros_like(hy), torch.zeros_like(cy), False)
+    nan = torch.full((1, 1, 1), float("nan"))
+    rnn_host.lstm_layer_backward(*args, y, hy, cy, saved, nan, *rest)  # (accepted)
     with pytest.raises(RuntimeError, match="compiled with different settings"):
-        rnn_host.lstm_layer_backward(*args, y, torch.zeros(width), torch.ones_like(y),
-                                     torch.zeros_like(hy), torch.zeros_like(cy), False)
+        rnn_host.lstm_layer_backward(*args, y, hy, cy, saved, torch.zeros(1, 1, 1), *rest)
+
+
+def test_the_workspace_is_onednns_own_and_padded_only_when_shorter():
+    width = rnn_host.workspace_floats(T, B, I, H)
+    saved = rnn_host.lstm_layer(*_layer_args(), width, False)[3]
+    assert saved.shape == (width,) and saved.dtype == torch.float32
+    assert saved.untyped_storage().nbytes() == 4 * width  # (oneDNN's bytes, no bigger copy)
+    # a node's length is the largest of its layers': a smaller layer's is padded (a copy)
+    padded = rnn_host.lstm_layer(*_layer_args(), width + 3, False)[3]
+    assert padded.shape == (width + 3,) and (padded[width:] == 0).all()
+
+
+@pytest.mark.parametrize("rnn", ["1", "0"])
+def test_the_nodes_cpu_kernels_save_what_the_compiled_graph_does(monkeypatch, rnn):
+    """A graph run eagerly while its module compiles: with a workspace and host
+    calls on, the node's CPU kernels are the host form (NaN packs, oneDNN's
+    workspace), which a compiled host backward accepts; else the loops."""
+    monkeypatch.setenv("LAZY_MLIR_RNN", rnn)
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(I, H, 1)
+    x, h0, c0 = torch.randn(T, B, I), torch.randn(1, B, H), torch.randn(1, B, H)
+    width = rnn_host.workspace_floats(T, B, I, H)
+    config = (True, 1, False, False, False, width)
+    params = _params(lstm)
+    out, hy, cy, layers, pack, saved = torch.ops.lazy_mlir.lstm(x, h0, c0, params, *config)
+    torch.testing.assert_close(out, lstm(x, (h0, c0))[0].detach(), rtol=1e-5, atol=1e-6)
+    assert torch.isnan(pack).all() == (rnn == "1")
+    assert (saved == 0).all() == (rnn == "0")
+    grads = torch.ops.lazy_mlir.lstm_backward(torch.ones_like(out), None, None, x, h0, c0,
+                                              params, [layers, pack, saved, hy, cy], *config)
+    assert not any(torch.isnan(g).any() for g in grads)
 
 
 def test_only_the_in_process_cpu_session_turns_it_on(monkeypatch):
@@ -85,8 +125,10 @@ def _one_layer(x, h0, c0, w_ih, w_hh, b_ih, b_hh, dy, width):
     """Forward then backward of one reversed layer, as the lowering writes them."""
     ops = torch.ops.lazy_mlir
     y, hy, cy, saved = ops.host_lstm_layer(x, h0, c0, w_ih, w_hh, b_ih, b_hh, width, True)
-    grads = ops.host_lstm_layer_backward(x, h0, c0, w_ih, w_hh, b_ih, b_hh, y, saved, dy,
-                                         torch.zeros_like(hy), torch.zeros_like(cy), True)
+    nan = torch.full((1, 1, 1), float("nan"))  # (the host forward's pack)
+    grads = ops.host_lstm_layer_backward(x, h0, c0, w_ih, w_hh, b_ih, b_hh, y, hy, cy, saved,
+                                         nan, dy, torch.zeros_like(hy), torch.zeros_like(cy),
+                                         True)
     return (y, hy, cy, *grads)
 
 
