@@ -75,9 +75,9 @@ def unfused_reason(query, key, value, attn_mask, dropout_p, is_causal,
 
 class _Attention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, query, key, value, attn_mask, is_causal, scale):
-        out, probs = ops.attention.default(query, key, value, attn_mask, is_causal, scale)
-        ctx.scale = scale
+    def forward(ctx, query, key, value, attn_mask, is_causal, scale, lse):
+        out, probs = ops.attention.default(query, key, value, attn_mask, is_causal, scale, lse)
+        ctx.scale, ctx.is_causal = scale, is_causal
         ctx.save_for_backward(query, key, value, out, probs)
         ctx.set_materialize_grads(False)
         return out
@@ -86,12 +86,12 @@ class _Attention(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_out):
         if grad_out is None:
-            return (None,) * 6
+            return (None,) * 7
         query, key, value, out, probs = ctx.saved_tensors
         grads = ops.attention_backward.default(grad_out, query, key, value, out, probs,
-                                               ctx.scale)
+                                               ctx.scale, ctx.is_causal)
         need = ctx.needs_input_grad[:3]
-        return (*[g if n else None for g, n in zip(grads, need)], None, None, None)
+        return (*[g if n else None for g, n in zip(grads, need)], None, None, None, None)
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
@@ -104,10 +104,29 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             _COMPOSITE, query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
             enable_gqa=enable_gqa)
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    lse = _saves_lse(query, key, value, attn_mask)
     tensors = (query, key, value)
     if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
-        return ops.attention.default(query, key, value, attn_mask, is_causal, scale)[0]
-    return _Attention.apply(query, key, value, attn_mask, is_causal, scale)
+        return ops.attention.default(query, key, value, attn_mask, is_causal, scale, lse)[0]
+    return _Attention.apply(query, key, value, attn_mask, is_causal, scale, lse)
+
+
+def _saves_lse(query, key, value, attn_mask) -> bool:
+    """The node's ``lse`` argument: save the row log-sum-exps (not ``P``) where
+    the node may become a host call of PyTorch's CPU flash attention
+    (``ops/attention_host.py``): no mask, 4-d ``[B, H, L, D]`` operands of one
+    head width, recorded for the cpu target, ``LAZY_MLIR_HOST_ATTENTION`` not
+    off. Decided here because it shapes the node's outputs; whether the call
+    is made is decided when the graph is compiled
+    (``PipelineConfig.host_attention``)."""
+    if attn_mask is not None or query.dim() != 4 or not (
+            query.shape[-1] == key.shape[-1] == value.shape[-1]):
+        return False
+    from ..ops import attention_host
+    if not attention_host.enabled():
+        return False
+    from .sync import current_target
+    return current_target().name == "cpu"
 
 
 def register(lib: torch.library.Library) -> None:
