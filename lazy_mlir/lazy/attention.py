@@ -28,6 +28,7 @@ from torch.autograd.function import once_differentiable
 from .. import metrics
 from ..config import current_config
 from ..ops import attention as _attention_ops  # noqa: F401  (defines torch.ops.lazy_mlir.attention)
+from ..ops import attention_host as _attention_host
 from ..ops import support as _support
 from .tensor import LazyTensor
 
@@ -74,6 +75,15 @@ def unfused_reason(query, key, value, attn_mask, dropout_p, is_causal,
 
 
 class _Attention(torch.autograd.Function):
+    @staticmethod
+    def _compiled_autograd_key(ctx):
+        """Compiled autograd (``lazy/backward.py``) caches a backward by this key
+        and bakes the ctx's non-tensor attributes into it: without them here a
+        causal attention after a non-causal one of the same shapes (or another
+        scale) got the first one's backward. (Integers only.)"""
+        return (ctx._autograd_function_id, _attention_host.scale_bits(ctx.scale),
+                int(ctx.is_causal))
+
     @staticmethod
     def forward(ctx, query, key, value, attn_mask, is_causal, scale, lse):
         out, probs = ops.attention.default(query, key, value, attn_mask, is_causal, scale, lse)
@@ -122,8 +132,7 @@ def _saves_lse(query, key, value, attn_mask) -> bool:
     if attn_mask is not None or query.dim() != 4 or not (
             query.shape[-1] == key.shape[-1] == value.shape[-1]):
         return False
-    from ..ops import attention_host
-    if not attention_host.enabled():
+    if not _attention_host.enabled():
         return False
     from .sync import current_target
     return current_target().name == "cpu"

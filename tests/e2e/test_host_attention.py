@@ -26,21 +26,21 @@ def _weights(out):
     return torch.arange(out.numel(), dtype=out.dtype).reshape(out.shape).to(out.device).cos()
 
 
-def _run(qkv, causal, device, mask=None, sync_between=False):
+def _run(qkv, causal, device, mask=None, sync_between=False, scale=None):
     ts = [t.detach().to(device).requires_grad_() for t in qkv]
     out = F.scaled_dot_product_attention(*ts, attn_mask=mask if mask is None else mask.to(device),
-                                         is_causal=causal)
+                                         is_causal=causal, scale=scale)
     if sync_between:
         lm.mark_step()
     (out * _weights(out)).sum().backward()
     return [out, *[t.grad for t in ts]]
 
 
-def _as_eager(causal, mask=None, sync_between=False) -> Counters:
+def _as_eager(causal, mask=None, sync_between=False, scale=None) -> Counters:
     qkv = _qkv()
-    expected = _run(qkv, causal, "cpu", mask)
+    expected = _run(qkv, causal, "cpu", mask, scale=scale)
     c = Counters()
-    actual = _run(qkv, causal, "lazy", mask, sync_between)
+    actual = _run(qkv, causal, "lazy", mask, sync_between, scale)
     lm.mark_step()
     for a, e in zip(actual, expected):
         torch.testing.assert_close(a.cpu(), e, rtol=1e-5, atol=1e-5)
@@ -51,6 +51,13 @@ def _as_eager(causal, mask=None, sync_between=False) -> Counters:
 def test_one_call_each_way_as_eager(causal):
     c = _as_eager(causal)
     assert c.delta(CALLS) == 2 and c.delta("lazy::attention") == 1
+
+
+def test_calls_that_differ_only_in_causality_or_scale_each_get_their_backward():
+    """Compiled autograd's cache does not tell them apart; the one-node
+    backward's templates do (``lazy/backward.py``: the contexts' keys)."""
+    for causal, scale in ((False, None), (True, None), (False, 0.3), (True, 0.3)):
+        assert _as_eager(causal, scale=scale).delta(CALLS) == 2
 
 
 def test_switched_off_the_decomposition_runs_as_eager(monkeypatch):
