@@ -125,14 +125,14 @@ def _saves_lse(query, key, value, attn_mask) -> bool:
     """The node's ``lse`` argument: save the row log-sum-exps (not ``P``) where
     the node may become a host call of PyTorch's CPU flash attention
     (``ops/attention_host.py``): no mask, 4-d ``[B, H, L, D]`` operands of one
-    head width, recorded for the cpu target, ``LAZY_MLIR_HOST_ATTENTION`` not
-    off. Decided here because it shapes the node's outputs; whether the call
+    head width, large enough (``worth_a_call``), recorded for the cpu target,
+    ``LAZY_MLIR_HOST_ATTENTION`` not off. Decided here because it shapes the node's outputs; whether the call
     is made is decided when the graph is compiled
     (``PipelineConfig.host_attention``)."""
     if attn_mask is not None or query.dim() != 4 or not (
             query.shape[-1] == key.shape[-1] == value.shape[-1]):
         return False
-    if not _attention_host.enabled():
+    if not (_attention_host.worth_a_call(query, key) and _attention_host.enabled()):
         return False
     from .sync import current_target
     return current_target().name == "cpu"

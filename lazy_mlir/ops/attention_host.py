@@ -35,6 +35,18 @@ _LIB.define("host_attention_backward(Tensor grad_output, Tensor query, Tensor ke
 
 aten = torch.ops.aten
 
+MIN_MACS = 1 << 24
+"""Attention with fewer multiply-adds in ``q k^T`` stays IREE's: a host call
+is a sync point with Python around it (the tiny suite, 0.26 M, stays; the
+medium suite's 17-67 M are called). ``passes/host_blas.py``'s bound for
+matmuls, for the same reason."""
+
+
+def worth_a_call(query, key) -> bool:
+    """``query`` ``[B, H, L, D]`` against ``key`` ``[B, H, S, D]`` is large
+    enough for a host call (``MIN_MACS``)."""
+    return query.numel() * key.shape[-2] >= MIN_MACS
+
 
 def enabled() -> bool:
     """``LAZY_MLIR_HOST_ATTENTION`` is not 0/false/off/no (default on)."""

@@ -10,10 +10,18 @@ import torch
 import torch.nn.functional as F
 
 import lazy_mlir as lm
+from lazy_mlir.ops import attention_host
 from lazy_mlir.tools.real_models import real_model
 from e2e_helpers import Counters
 
 CALLS = "HostAttentionCall"
+
+
+@pytest.fixture(autouse=True)
+def _small_attention_is_called(monkeypatch, request):
+    """These shapes are below ``MIN_MACS``: called anyway, but where a test says not."""
+    if "keeps_small" not in request.node.name:
+        monkeypatch.setattr(attention_host, "MIN_MACS", 0)
 
 
 def _qkv(seed=0):
@@ -70,6 +78,11 @@ def test_a_mask_keeps_the_decomposition():
     mask = torch.rand(9, 9, generator=torch.Generator().manual_seed(2)) > 0.3
     mask[:, 0] = True
     c = _as_eager(False, mask)
+    assert c.delta(CALLS) == 0 and c.delta("lazy::attention") == 1
+
+
+def test_attention_below_min_macs_keeps_small_the_decomposition():
+    c = _as_eager(True)
     assert c.delta(CALLS) == 0 and c.delta("lazy::attention") == 1
 
 

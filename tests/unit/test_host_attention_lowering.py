@@ -59,6 +59,13 @@ def test_nodes_that_save_probabilities_keep_the_decomposition():
                                                   False) is NotImplemented
 
 
+def test_only_attention_worth_a_call_is_called():
+    q = torch.empty(8, 8, 128, 64)  # the medium suite's: 67 M multiply-adds in q k^T
+    assert attention_host.worth_a_call(q, q)
+    small = torch.empty(4, 2, 32, 32)  # the tiny suite's: 0.26 M
+    assert not attention_host.worth_a_call(small, small)
+
+
 def test_the_scale_travels_exactly_as_an_integer():
     for scale in (0.125, 0.1767766952966369, 1 / 3, 1e-30):
         assert attention_host.scale_of(attention_host.scale_bits(scale)) == scale
