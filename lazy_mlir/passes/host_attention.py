@@ -44,6 +44,15 @@ def _token_major(*tensors):
     return [t.transpose(1, 2) for t in tensors]
 
 
+def _heads_first(t):
+    """``[B, L, H, D]`` as the contiguous ``[B, H, L, D]`` the node's outputs
+    were recorded as (views after it were checked against those strides: a
+    transposed view fails to ``view`` as ``nn.MultiheadAttention`` does). In
+    the models' ``transpose(1, 2)`` + ``reshape`` after it, IREE folds the
+    copy and the two transposes away."""
+    return t.transpose(1, 2).contiguous()
+
+
 def host_attention(query, key, value, attn_mask, is_causal, scale, lse=False):
     """``lazy_mlir::attention`` as one host call (``NotImplemented``, hence the
     decomposition, for nodes that save ``P``)."""
@@ -51,7 +60,7 @@ def host_attention(query, key, value, attn_mask, is_causal, scale, lse=False):
         return NotImplemented
     out, row_lse = ops.host_attention(*_token_major(query, key, value), H.scale_bits(scale),
                                       is_causal)
-    return [out.transpose(1, 2), row_lse]
+    return [_heads_first(out), row_lse]
 
 
 def host_attention_backward(grad_output, query, key, value, output, probs, scale,
@@ -62,7 +71,7 @@ def host_attention_backward(grad_output, query, key, value, output, probs, scale
         return NotImplemented
     grads = ops.host_attention_backward(*_token_major(grad_output, query, key, value, output),
                                         probs, H.scale_bits(scale), is_causal)
-    return [g.transpose(1, 2) for g in grads]
+    return [_heads_first(g) for g in grads]
 
 
 def decompositions() -> dict:

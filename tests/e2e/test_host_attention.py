@@ -127,3 +127,22 @@ def test_gpt2_trains_like_eager_through_the_calls():
                                    msg=name)
     assert c.delta(CALLS) == 6
     assert not [n for n in lm.metrics.counter_names() if n.startswith("aten::") and c.delta(n)]
+
+
+def test_multihead_attention_layout_trains_like_eager():
+    """``nn.TransformerEncoder`` (the suite's LM, one layer): its q, k, v lie
+    as ``[L, B, H, D]`` and it ``view``s the output as recorded (contiguous
+    ``[B, H, L, D]``): the loss and every gradient as eager's, one call each way."""
+    rm = real_model("transformer", "tiny", layers=1)
+    eager, model = rm.make(), rm.make().to("lazy")
+    c = Counters()
+    expected = rm.loss(eager, rm.batch(0, "cpu"))
+    expected.backward()
+    actual = rm.loss(model, rm.batch(0, "lazy"))
+    actual.backward()
+    lm.mark_step()
+    assert actual.item() == pytest.approx(expected.item(), rel=1e-5)
+    for (name, pe), pl in zip(eager.named_parameters(), model.parameters()):
+        torch.testing.assert_close(pl.grad.cpu(), pe.grad, rtol=1e-4, atol=1e-5, msg=name)
+    assert c.delta(CALLS) == 2
+    assert not [n for n in lm.metrics.counter_names() if n.startswith("aten::") and c.delta(n)]
