@@ -58,6 +58,9 @@ class PipelineConfig:
     # host_blas: only the in-process cpu session turns it on
     # (runtime.host_rnn.session_config).
     host_rnn: bool = False
+    # Attention as calls into PyTorch's CPU flash attention
+    # (passes/host_attention.py); as host_blas (runtime.host_attention.session_config).
+    host_attention: bool = False
     iree_flags: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def __post_init__(self):
@@ -73,6 +76,9 @@ class PipelineConfig:
             raise ConfigError(f"host_blas must be true or false, not {self.host_blas!r}")
         if not isinstance(self.host_rnn, bool):
             raise ConfigError(f"host_rnn must be true or false, not {self.host_rnn!r}")
+        if not isinstance(self.host_attention, bool):
+            raise ConfigError(
+                f"host_attention must be true or false, not {self.host_attention!r}")
         if self.opt_level is not None and not 0 <= self.opt_level <= 3:
             raise ConfigError(f"opt_level must be 0..3, not {self.opt_level}")
 
@@ -105,6 +111,12 @@ class PipelineConfig:
         oneDNN LSTM (``passes/host_rnn.py``): cpu only, when ``host_rnn``."""
         return self.host_rnn and target == "cpu"
 
+    def attention_as_calls(self, target: str | None) -> bool:
+        """Whether attention nodes compiled for ``target`` become calls of
+        PyTorch's CPU flash attention (``passes/host_attention.py``): cpu only,
+        when ``host_attention``."""
+        return self.host_attention and target == "cpu"
+
     def flags_for(self, target: str) -> tuple[str, ...]:
         return dict(self.iree_flags).get(target, ())
 
@@ -117,6 +129,8 @@ class PipelineConfig:
             del fields["host_blas"]
         if not self.host_rnn:
             del fields["host_rnn"]
+        if not self.host_attention:
+            del fields["host_attention"]
         blob = json.dumps(fields, sort_keys=True, default=list)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

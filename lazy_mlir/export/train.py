@@ -216,7 +216,8 @@ def export_train_step(model, loss_fn, optimizer, example_batch, path=None, targe
                           f"not {params!r}")
     path = prepare_path(path)
     config = config or current_config()
-    config = config.replace(host_blas=False, host_rnn=False)  # an artifact runs without PyTorch
+    # An artifact runs without PyTorch.
+    config = config.replace(host_blas=False, host_rnn=False, host_attention=False)
     try:
         captured, state = capture_train_step(model, loss_fn, optimizer, example_batch, config,
                                              t, batch_names)

@@ -277,7 +277,8 @@ def export(module_or_fn, example_args, target="cpu", path=None, params: str = "e
                           f"not {params!r}")
     path = prepare_path(path)
     config = config or current_config()
-    config = config.replace(host_blas=False, host_rnn=False)  # an artifact runs without PyTorch
+    # An artifact runs without PyTorch.
+    config = config.replace(host_blas=False, host_rnn=False, host_attention=False)
     if isinstance(module_or_fn, torch.nn.Module) and module_or_fn.training:
         log.warning("lazy-mlir: exporting %s in training mode (dropout, batch statistics); "
                     "call .eval() first to export inference", type(module_or_fn).__name__)

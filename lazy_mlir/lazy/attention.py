@@ -28,6 +28,7 @@ from torch.autograd.function import once_differentiable
 from .. import metrics
 from ..config import current_config
 from ..ops import attention as _attention_ops  # noqa: F401  (defines torch.ops.lazy_mlir.attention)
+from ..ops import attention_host as _attention_host
 from ..ops import support as _support
 from .tensor import LazyTensor
 
@@ -75,9 +76,18 @@ def unfused_reason(query, key, value, attn_mask, dropout_p, is_causal,
 
 class _Attention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, query, key, value, attn_mask, is_causal, scale):
-        out, probs = ops.attention.default(query, key, value, attn_mask, is_causal, scale)
-        ctx.scale = scale
+    def _compiled_autograd_key(ctx):
+        """Compiled autograd (``lazy/backward.py``) caches a backward by this key
+        and bakes the ctx's non-tensor attributes into it: without them here a
+        causal attention after a non-causal one of the same shapes (or another
+        scale) got the first one's backward. (Integers only.)"""
+        return (ctx._autograd_function_id, _attention_host.scale_bits(ctx.scale),
+                int(ctx.is_causal))
+
+    @staticmethod
+    def forward(ctx, query, key, value, attn_mask, is_causal, scale, lse):
+        out, probs = ops.attention.default(query, key, value, attn_mask, is_causal, scale, lse)
+        ctx.scale, ctx.is_causal = scale, is_causal
         ctx.save_for_backward(query, key, value, out, probs)
         ctx.set_materialize_grads(False)
         return out
@@ -86,12 +96,12 @@ class _Attention(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_out):
         if grad_out is None:
-            return (None,) * 6
+            return (None,) * 7
         query, key, value, out, probs = ctx.saved_tensors
         grads = ops.attention_backward.default(grad_out, query, key, value, out, probs,
-                                               ctx.scale)
+                                               ctx.scale, ctx.is_causal)
         need = ctx.needs_input_grad[:3]
-        return (*[g if n else None for g, n in zip(grads, need)], None, None, None)
+        return (*[g if n else None for g, n in zip(grads, need)], None, None, None, None)
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
@@ -104,10 +114,28 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             _COMPOSITE, query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
             enable_gqa=enable_gqa)
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    lse = _saves_lse(query, key, value, attn_mask)
     tensors = (query, key, value)
     if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
-        return ops.attention.default(query, key, value, attn_mask, is_causal, scale)[0]
-    return _Attention.apply(query, key, value, attn_mask, is_causal, scale)
+        return ops.attention.default(query, key, value, attn_mask, is_causal, scale, lse)[0]
+    return _Attention.apply(query, key, value, attn_mask, is_causal, scale, lse)
+
+
+def _saves_lse(query, key, value, attn_mask) -> bool:
+    """The node's ``lse`` argument: save the row log-sum-exps (not ``P``) where
+    the node may become a host call of PyTorch's CPU flash attention
+    (``ops/attention_host.py``): no mask, 4-d ``[B, H, L, D]`` operands of one
+    head width, large enough (``worth_a_call``), recorded for the cpu target,
+    ``LAZY_MLIR_HOST_ATTENTION`` not off. Decided here because it shapes the node's outputs; whether the call
+    is made is decided when the graph is compiled
+    (``PipelineConfig.host_attention``)."""
+    if attn_mask is not None or query.dim() != 4 or not (
+            query.shape[-1] == key.shape[-1] == value.shape[-1]):
+        return False
+    if not (_attention_host.worth_a_call(query, key) and _attention_host.enabled()):
+        return False
+    from .sync import current_target
+    return current_target().name == "cpu"
 
 
 def register(lib: torch.library.Library) -> None:

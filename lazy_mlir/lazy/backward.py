@@ -130,7 +130,8 @@ class _OneNodeBackward:
                 self.core = _gradients_graph(gm)
             except NotImplementedError as e:
                 self.why_not = str(e)
-        self.templates: dict = {}  # (scalars, sizes) -> (template key, inputs, params) or False
+        self.templates: dict = {}  # (scalars, sizes, contexts) -> (template, inputs, params) or False
+        self.contexts = _function_contexts(gm)
         if self.why_not:
             log.info("lazy-mlir: backward runs op by op: %s", self.why_not)
 
@@ -146,7 +147,8 @@ class _OneNodeBackward:
         # (compiled autograd makes a graph dynamic in a size it saw change:
         # that size is then an argument, an empty [0, n] tensor)
         key = (tuple(scalars), tuple(z.shape[1] if isinstance(z, torch.Tensor) else z
-                                     for z in sizes))
+                                     for z in sizes),
+               tuple(hooks[i]._compiled_autograd_key() for i in self.contexts))
         entry = self.templates.get(key)
         if entry is None:
             entry = self.templates[key] = self._template(inputs, sizes, scalars, hooks,
@@ -232,6 +234,17 @@ def _foreign_function(gm: fx.GraphModule, hooks) -> str | None:
             if cls is None or not (cls.__module__ or "").startswith("lazy_mlir."):
                 return f"it calls the backward of {getattr(cls, '__qualname__', cls)}"
     return None
+
+
+def _function_contexts(gm: fx.GraphModule) -> list[int]:
+    """The ``hooks`` indices of the custom ``autograd.Function`` contexts whose
+    backward ``gm`` calls. A template bakes in their non-tensor attributes
+    (``lazy/attention.py``'s ``is_causal`` and ``scale``), which compiled
+    autograd's cache does not tell apart: their ``_compiled_autograd_key``
+    joins the template's key."""
+    return [node.args[0].args[1] for node in gm.graph.nodes
+            if node.op == "call_function" and node.target is _external.call_backward
+            and node.args[0].target is operator.getitem]
 
 
 def _refusal(gm: fx.GraphModule) -> str | None:

@@ -8,11 +8,15 @@ fully masked rows), the transposes and matmuls, and autograd records their
 backward op by op. ``lazy/attention.py`` routes the call to the ops here
 instead (under an autograd function):
 
-- ``lazy_mlir::attention(q, k, v, attn_mask, is_causal, scale)``: the output
-  and the attention probabilities ``P = softmax(q k^T * scale + mask)``, which
-  the backward reads (as eager's math path saves them);
-- ``lazy_mlir::attention_backward(grad_out, q, k, v, P, scale)``: the
-  gradients of ``q``, ``k`` and ``v``:
+- ``lazy_mlir::attention(q, k, v, attn_mask, is_causal, scale, lse)``: the
+  output and the attention probabilities ``P = softmax(q k^T * scale + mask)``,
+  which the backward reads (as eager's math path saves them); with ``lse``
+  (no mask; recorded where the node may become a host call of PyTorch's CPU
+  flash attention, ``passes/host_attention.py``) the row log-sum-exps
+  ``log(sum(exp(q k^T * scale)))`` instead, as the flash kernel saves them,
+  from which the backward recomputes ``P``;
+- ``lazy_mlir::attention_backward(grad_out, q, k, v, out, P or lse, scale,
+  is_causal)``: the gradients of ``q``, ``k`` and ``v``:
   ``dV = P^T dO``, ``dS = P * (dO V^T - rowsum(dO * O))`` (``rowsum(dP * P)``
   equals ``rowsum(dO * O)``), ``dQ = dS K * scale``, ``dK = dS^T Q * scale``.
 
@@ -31,9 +35,9 @@ from .registry import IMPORT, register_decomposition
 
 _LIB = torch.library.Library("lazy_mlir", "FRAGMENT")
 _LIB.define("attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask, "
-            "bool is_causal, float scale) -> Tensor[]")
+            "bool is_causal, float scale, bool lse=False) -> Tensor[]")
 _LIB.define("attention_backward(Tensor grad_output, Tensor query, Tensor key, Tensor value, "
-            "Tensor output, Tensor probs, float scale) -> Tensor[]")
+            "Tensor output, Tensor probs, float scale, bool is_causal=False) -> Tensor[]")
 
 ops = torch.ops.lazy_mlir
 
@@ -59,13 +63,24 @@ def _bmm(a, b, shape):
     return torch.bmm(a, b).reshape(*shape)
 
 
-def attention(query, key, value, attn_mask, is_causal, scale):
-    """``[output, probs]``."""
-    batch = query.shape[:-2]
-    q, k, v = _flat(query), _flat(key), _flat(value)
+def _scores(q, k, batch, scale, is_causal):
     scores = _bmm(q, k.transpose(1, 2), (*batch, q.shape[-2], k.shape[-2])) * scale
     if is_causal:
         scores = scores.masked_fill(~_causal_keep(scores), float("-inf"))
+    return scores
+
+
+def attention(query, key, value, attn_mask, is_causal, scale, lse=False):
+    """``[output, probs]``, or ``[output, lse]`` with ``lse``."""
+    batch = query.shape[:-2]
+    q, k, v = _flat(query), _flat(key), _flat(value)
+    scores = _scores(q, k, batch, scale, is_causal)
+    if lse:
+        if attn_mask is not None:
+            raise ValueError("lazy_mlir::attention saves log-sum-exps only without a mask")
+        row_lse = torch.logsumexp(scores, -1)
+        probs = torch.exp(scores - row_lse.unsqueeze(-1))
+        return [_bmm(_flat(probs), v, (*batch, q.shape[-2], v.shape[-1])), row_lse]
     if attn_mask is None:
         probs = torch.softmax(scores, -1)
     else:
@@ -82,9 +97,14 @@ def attention(query, key, value, attn_mask, is_causal, scale):
     return [_bmm(_flat(probs), v, (*batch, q.shape[-2], v.shape[-1])), probs]
 
 
-def attention_backward(grad_output, query, key, value, output, probs, scale):
-    """``[grad_query, grad_key, grad_value]``."""
-    q, k, v, p, go = (_flat(t) for t in (query, key, value, probs, grad_output))
+def attention_backward(grad_output, query, key, value, output, probs, scale, is_causal=False):
+    """``[grad_query, grad_key, grad_value]``; ``probs`` one dimension short
+    is the forward's ``lse``: ``P`` recomputed from it."""
+    q, k, v, go = (_flat(t) for t in (query, key, value, grad_output))
+    if probs.dim() == query.dim() - 1:
+        scores = _scores(q, k, query.shape[:-2], scale, is_causal)
+        probs = torch.exp(scores - probs.unsqueeze(-1))
+    p = _flat(probs)
     grad_value = _bmm(p.transpose(1, 2), go, value.shape)
     grad_probs = torch.bmm(go, v.transpose(1, 2))
     row = _flat((grad_output * output).sum(-1, keepdim=True))
@@ -94,12 +114,14 @@ def attention_backward(grad_output, query, key, value, output, probs, scale):
     return [grad_query, grad_key, grad_value]
 
 
-def _attention_shapes(query, key, value, attn_mask, is_causal, scale):
+def _attention_shapes(query, key, value, attn_mask, is_causal, scale, lse=False):
     out = query.new_empty((*query.shape[:-1], value.shape[-1]))
-    return [out, query.new_empty((*query.shape[:-1], key.shape[-2]))]
+    saved = query.shape[:-1] if lse else (*query.shape[:-1], key.shape[-2])
+    return [out, query.new_empty(saved)]
 
 
-def _attention_backward_shapes(grad_output, query, key, value, output, probs, scale):
+def _attention_backward_shapes(grad_output, query, key, value, output, probs, scale,
+                               is_causal=False):
     return [query.new_empty(query.shape), key.new_empty(key.shape), value.new_empty(value.shape)]
 
 

@@ -85,6 +85,10 @@ def lower(gm: fx.GraphModule, config: PipelineConfig,
         from ..passes.host_rnn import decompositions as host_rnn
         extra = {**extra, **host_rnn()}
         made_by.append("host_rnn")
+    if config.attention_as_calls(target):  # flash attention calls (passes/host_attention.py)
+        from ..passes.host_attention import decompositions as host_attention
+        extra = {**extra, **host_attention()}
+        made_by.append("host_attention")
     if config.decompositions or extra:
         gm = decompose(gm, extra, base=config.decompositions)
         if config.decompositions:
@@ -124,6 +128,9 @@ def _imported(gm: fx.GraphModule, config: PipelineConfig, target: str | None):
     if config.rnn_as_calls(target):
         from ..passes.host_rnn import calls_instead
         calls_instead(module)
+    if config.attention_as_calls(target):
+        from ..passes.host_attention import calls_instead as attention_calls
+        attention_calls(module)
     return module
 
 
@@ -146,16 +153,19 @@ def lower_torch(torch_stage: Stage, config: PipelineConfig, target: str | None =
     linalg_passes = pipelines.linalg(config)
     edits = _linalg_edits(config, target)
     pipeline = pipelines.as_pipeline(linalg_passes)
-    from ..passes import host_rnn
-    if host_rnn.CALL_MARK in backend.text:  # (its contract check refuses the calls)
+    from ..passes import host_attention, host_rnn
+    calls = [(name, mark) for name, mark in (("host_rnn", host_rnn.CALL_MARK), (
+        "host_attention", host_attention.CALL_MARK)) if mark in backend.text]
+    if calls:  # (its contract check refuses the calls)
         pipeline = host_rnn.unverified(pipeline)
     linalg = _timed("linalg", "torch-mlir " + ",".join(linalg_passes), run_pipeline,
                     backend.text, pipeline, "linalg", _chained(edits) if edits else None)
-    if host_rnn.CALL_MARK in backend.text:
+    if calls:
         why = host_rnn.check_lowered(linalg.text)
         if why:
             raise PipelineError(f"lazy-mlir: the linalg pipeline failed: {why}", None)
-        linalg = _noted(linalg, f"host_rnn ({linalg.text.count(host_rnn.CALL_MARK)} calls)")
+    for name, mark in calls:
+        linalg = _noted(linalg, f"{name} ({linalg.text.count(mark)} calls)")
     for what, mark, _, unit in edits:
         rewritten = linalg.text.count(mark)
         if rewritten:

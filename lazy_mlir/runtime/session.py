@@ -47,7 +47,7 @@ import torch
 from .. import metrics
 from ..targets import (LLVMPIPE_FEATURES, VULKAN_I64_DEMOTION, Target, configure_cpu_threads,
                        driver_devices)
-from . import host_blas, host_rnn, invoke, spinning_threads, waiting
+from . import host_attention, host_blas, host_rnn, invoke, spinning_threads, waiting
 from .host_memory import keep_freed_memory
 
 log = logging.getLogger("lazy_mlir")
@@ -181,6 +181,7 @@ class Session:
         self._import_readback = True   # until the device refuses an import
         self._blas = None
         self._rnn = None  # (the ``host_rnn`` import module, made once)
+        self._attention = None  # (the ``host_attention`` import module, made once)
         self._empties: dict = {}  # (shape, dtype) -> its device array (``to_device``)
         self.batch_waits = target.driver == "local-task"  # (``waiting``: measured there)
         _by_device.setdefault(id(self.device), self)
@@ -202,6 +203,10 @@ class Session:
             if self._rnn is None:
                 self._rnn = host_rnn.create_module(self.device)
             ctx.add_vm_module(self._rnn)
+        if self.host_memory and host_attention.imports_attention(vmfb):
+            if self._attention is None:
+                self._attention = host_attention.create_module(self.device)
+            ctx.add_vm_module(self._attention)
         ctx.add_vm_module(rt.VmModule.copy_buffer(ctx.instance, vmfb))
         return LoadedModule(self, ctx.modules.module["main"], clobbered, passthrough)
 
