@@ -79,6 +79,14 @@ def _needs_grad(tensors) -> bool:
 
 class _LSTM(torch.autograd.Function):
     @staticmethod
+    def _compiled_autograd_key(ctx):
+        """Compiled autograd (``lazy/backward.py``) caches a backward by this key
+        and the one-node backward bakes ``ctx.config`` into it: two layers
+        with equal shapes but another layout (batch first or not, ...) must
+        not share one. (Integers only.)"""
+        return (ctx._autograd_function_id, *(int(c) for c in ctx.config))
+
+    @staticmethod
     def forward(ctx, config, input, hx, cx, *params):
         out, hy, cy, *saved = ops.lstm.default(input, hx, cx, list(params), *config)
         if config[-1]:  # (a workspace: the host backward also reads the final states)
@@ -102,6 +110,8 @@ class _LSTM(torch.autograd.Function):
 
 
 class _GRU(torch.autograd.Function):
+    _compiled_autograd_key = staticmethod(_LSTM._compiled_autograd_key)
+
     @staticmethod
     def forward(ctx, config, input, hx, *params):
         out, hy, *saved = ops.gru.default(input, hx, list(params), *config)

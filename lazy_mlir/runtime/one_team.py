@@ -94,7 +94,8 @@ def call(fn, *args):
     process's OpenMP team: here, unless this thread computes on one thread
     and another waits for a job (``serve_until``), which then runs it while
     this one waits. ``fn``'s error is raised here either way. Wrap every
-    host call a module makes with it (``host_blas``, ``host_rnn``)."""
+    host call a module makes with it (``host_blas``, ``host_rnn``,
+    ``host_attention``)."""
     if not getattr(_local, "one_thread", False):
         return fn(*args)
     with _lock:

@@ -4,6 +4,8 @@ final states and every gradient; PyTorch's own path for what is not fused;
 double backward refused."""
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -151,3 +153,31 @@ def test_double_backward_is_refused():
     (g,) = torch.autograd.grad(lstm(x)[0].pow(2).sum(), x, create_graph=True)
     with pytest.raises(RuntimeError, match="once_differentiable"):
         g.sum().backward()
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_layers_that_differ_only_in_layout_each_get_their_backward(kind):
+    """Two layers whose saved tensors have the same shapes (batch == time) but
+    whose layouts differ: compiled autograd's cache does not tell their
+    backwards apart, the one-node backward's templates must (the Function's
+    ``_compiled_autograd_key`` carries the layer's configuration)."""
+    cls = torch.nn.LSTM if kind == "lstm" else torch.nn.GRU
+    x = torch.randn(4, 4, I, generator=torch.Generator().manual_seed(3))
+    for batch_first in (False, True, False):
+        torch.manual_seed(0)
+        layer = cls(I, H, 1, batch_first=batch_first)
+        lazy_layer = copy.deepcopy(layer).to("lazy")
+        eager_grads = _grads(layer, x)
+        lazy_grads = _grads(lazy_layer, x.to("lazy"))
+        for e, z in zip(eager_grads, lazy_grads):
+            torch.testing.assert_close(z.cpu(), e, rtol=1e-4, atol=1e-4)
+
+
+def _grads(layer, x):
+    x = x.clone().requires_grad_(True)
+    out = layer(x)[0]
+    weights = torch.arange(out.numel(), dtype=out.dtype).reshape(out.shape).to(out.device)
+    (out * weights).sum().backward()
+    grads = [x.grad] + [p.grad for p in layer.parameters()]
+    lm.mark_step()
+    return grads
