@@ -161,7 +161,7 @@ def _view(func, args, kwargs):
     info = op_info(func)
     if info.identity:
         return new_view(base.spec, base._storage, base._view)
-    key = _view_key(func, base.spec, args, kwargs)
+    key = _view_key(info, base.spec, args, kwargs)
     vp = _view_plans.get(key) if key is not None else None
     if vp is None:
         placeholders, tree = argtree.flatten((shapes.Placeholder(base.spec), *args[1:]), kwargs)
@@ -182,14 +182,15 @@ def _view(func, args, kwargs):
                               for i, spec in enumerate(specs)], vp.out_tree, vp.container)
 
 
-def _view_key(func, spec, args, kwargs):
+def _view_key(info, spec, args, kwargs):
     """(op, base spec, constants) for ``_view_plans``, or None (a kwarg, or a
     constant other than an int, None or a list of ints: the slow path). Ints
     only, so that no two constants that compare equal (``1``, ``True``,
-    ``1.0``) share a key."""
+    ``1.0``) share a key. The op enters as its ``OpInfo``, hashed by
+    identity (an OpOverload's ``__hash__`` is a Python call)."""
     if kwargs:
         return None
-    parts = [func, spec]
+    parts = [info, spec]
     for a in args[1:]:
         t = type(a)
         if t is int or a is None:
