@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import itertools
 import weakref
 from dataclasses import dataclass, field
 
@@ -28,13 +29,25 @@ class TensorSpec:
     stride: tuple[int, ...]
     offset: int
     dtype: torch.dtype
-    # Kept once made: plan keys hash a spec per tensor argument of every
-    # captured op, and graph keys take the signature of every input.
+    # Kept once made: graph keys take the signature of every input.
     _hash: int = field(init=False, repr=False, compare=False)
     _sig: str | None = field(init=False, repr=False, compare=False, default=None)
+    # One int per spec value (equal specs made in this process share it, and
+    # no two different ones ever do: a counter, never reused): record plans
+    # key each tensor argument by it, hashed and compared in C, where this
+    # class's ``__hash__`` is a Python call (~0.1 us, 2-3 per captured op).
+    key: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         object.__setattr__(self, "_hash", hash((self.shape, self.stride, self.offset, self.dtype)))
+        same = _INTERNED.get(self)
+        if same is None:
+            if len(_INTERNED) >= _INTERNED_MAX:
+                _INTERNED.clear()  # (a spec made later gets a new key: plans miss, once)
+            _INTERNED[self] = self
+            object.__setattr__(self, "key", next(_KEYS))
+        else:
+            object.__setattr__(self, "key", same.key)
 
     def __hash__(self) -> int:
         return self._hash
@@ -46,12 +59,7 @@ class TensorSpec:
     def of(t: torch.Tensor) -> "TensorSpec":
         """``t``'s spec, the one object of its value (``_INTERNED``)."""
         spec = TensorSpec(tuple(t.shape), tuple(t.stride()), t.storage_offset(), t.dtype)
-        same = _INTERNED.get(spec)
-        if same is None:
-            if len(_INTERNED) >= _INTERNED_MAX:
-                _INTERNED.clear()
-            same = _INTERNED[spec] = spec
-        return same
+        return _INTERNED.get(spec, spec)
 
     def meta(self) -> torch.Tensor:
         """A meta tensor with exactly this layout (a view of a meta storage)."""
@@ -75,14 +83,13 @@ class TensorSpec:
 
 _SIGNATURES: dict = {}
 
-# Specs made by ``TensorSpec.of`` (shape inference, uploads), one object per
-# value: a step's parameters are then read with the very spec objects their
-# record plans were keyed by (the fused optimizer's outputs are next step's
-# inputs), and the plans' key comparison is identity, not the dataclass's
-# ``__eq__`` (two tuples built per spec: ~0.6 us each, 112 a GPT-2 tiny step
-# in AdamW's one node). Only a speed-up: equal specs still compare equal.
+# Every spec made, one object per value (``TensorSpec.of`` returns it): a
+# step's parameters are then read with the very spec objects their record
+# plans were made with (the fused optimizer's outputs are next step's inputs),
+# and a spec's ``key`` comes from the first object of its value.
 _INTERNED: dict = {}
 _INTERNED_MAX = 1 << 16
+_KEYS = itertools.count()
 
 
 def _is_contiguous(shape, stride) -> bool:

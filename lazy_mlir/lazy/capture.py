@@ -280,7 +280,7 @@ def _plan_key(info, vals, tree):
     for v in vals:
         t = type(v)
         if t is Value:
-            parts.append(v.spec)
+            parts.append(v.spec.key)  # (an int: hashed in C)
         elif t in _EXACT_CONSTS:
             parts.append((t, v))
         elif t is float:

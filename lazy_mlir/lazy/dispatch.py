@@ -161,7 +161,7 @@ def _view(func, args, kwargs):
     info = op_info(func)
     if info.identity:
         return new_view(base.spec, base._storage, base._view)
-    key = _view_key(info, base.spec, args, kwargs)
+    key = _view_key(info, base.spec.key, args, kwargs)
     vp = _view_plans.get(key) if key is not None else None
     if vp is None:
         placeholders, tree = argtree.flatten((shapes.Placeholder(base.spec), *args[1:]), kwargs)
@@ -182,7 +182,7 @@ def _view(func, args, kwargs):
                               for i, spec in enumerate(specs)], vp.out_tree, vp.container)
 
 
-def _view_key(info, spec, args, kwargs):
+def _view_key(info, spec_key, args, kwargs):
     """(op, base spec, constants) for ``_view_plans``, or None (a kwarg, or a
     constant other than an int, None or a list of ints: the slow path). Ints
     only, so that no two constants that compare equal (``1``, ``True``,
@@ -190,7 +190,7 @@ def _view_key(info, spec, args, kwargs):
     identity (an OpOverload's ``__hash__`` is a Python call)."""
     if kwargs:
         return None
-    parts = [info, spec]
+    parts = [info, spec_key]
     for a in args[1:]:
         t = type(a)
         if t is int or a is None:
@@ -261,7 +261,7 @@ def _checked_key(info, flat, tree):
     for a in flat:
         t = type(a)
         if t is LazyTensor:
-            parts.append(a.spec)
+            parts.append(a.spec.key)
         elif t is float:
             parts.append(float)
         elif t in _EXACT_CONSTS:

@@ -13,8 +13,8 @@ and ``replay`` check those facts in C-level passes over the lists (``map``
 of attribute getters, ~15-30 ns a tensor):
 
 - every tensor a lazy tensor that is no view (``values``);
-- the values' specs the very spec objects recorded (specs are interned:
-  ``TensorSpec.of``), the call's constants equal by ``repr`` (what a plan key
+- the values' specs equal to those recorded (compared by their ``key``
+  ints), the call's constants equal by ``repr`` (what a plan key
   compares: ``1``, ``1.0`` and ``True`` differ), the same argument tree;
 - the op not denied (no denied signature at all), no dry run, decompositions
   on (``record``'s own checks);
@@ -42,7 +42,7 @@ view_of = attrgetter("_view")
 storage_of = attrgetter("_storage")
 dtype_of = attrgetter("spec.dtype")  # (a lazy tensor's spec, kept in step with it)
 _value_of = attrgetter("value")
-_spec_of = attrgetter("spec")
+_spec_key_of = attrgetter("spec.key")
 _MAX = 256
 
 
@@ -56,7 +56,7 @@ class Replay:
         self.op = op
         self.call_tree = call_tree  # the call's argument tree (argtree.flatten's)
         self.call_reprs = call_reprs  # the call's constants, as repr strings
-        self.specs = tuple(v.spec for v in node.flat[:n])  # its tensors' values' specs
+        self.specs = tuple(v.spec.key for v in node.flat[:n])  # its tensors' values' specs
         self.tail = node.flat[n:]  # the node's constants, after its n tensors
         self.tree = node.tree
         self.node_specs = node.specs
@@ -102,9 +102,7 @@ def keep(op, first, call_tree, call_consts: list, before: list, outs, counter: s
 def replay(r: Replay, call_tree, vals: list, call_consts: list) -> list[Value] | None:
     """The node ``r`` recorded, made again on ``vals`` (see ``values``), or
     None when a fact it was made on no longer holds."""
-    specs = r.specs
-    if (call_tree != r.call_tree or len(vals) != len(specs)
-            or not all(map(is_, map(_spec_of, vals), specs))
+    if (call_tree != r.call_tree or tuple(map(_spec_key_of, vals)) != r.specs
             or list(map(repr, call_consts)) != r.call_reprs
             or _dry_run[0] is not None or _support.DENIED_SIGNATURES
             or not _support.op_is_supported(r.op) or not current_config().decompositions):
