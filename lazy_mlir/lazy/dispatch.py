@@ -56,6 +56,14 @@ def record(func, args, kwargs, bare=False):
     ``bare``, an op recorded from its plan returns its output Value (a list
     of them when every output is a tensor) instead (no wrapper tensors): the
     in-place paths only assign them."""
+    try:
+        info = func._lazy_mlir
+    except AttributeError:  # (no OpInfo yet: the op's first call)
+        info = None
+    if info is not None:
+        out = _record_planned(info, func, args, kwargs, bare)
+        if out is not _MISS:
+            return out
     func, args, kwargs = lift_scalars(func, args, kwargs, LazyTensor, _make_scalar, record)
     info = op_info(func)
     flat, tree = argtree.flatten(args, kwargs)
@@ -116,6 +124,49 @@ def record(func, args, kwargs, bare=False):
     it = iter(outs)
     result = [wrap_value(next(it)) if type(o) is TensorSpec else o for o in out_flat]
     return tree_unflatten(result, out_tree)
+
+
+_MISS = object()
+# Constants a plan key takes as they are (``capture._plan_key``), and no
+# number among them (``lift_scalars`` may lift one).
+_PLAIN_CONSTS = frozenset({type(None), bool, str, torch.dtype, torch.memory_format,
+                           torch.layout})
+_DEVICE = torch.device
+_CPU = torch.device("cpu")
+
+
+def _record_planned(info, func, args, kwargs, bare):
+    """``record`` of a repeated step's commonest op in one pass, or
+    ``_MISS``: every argument a lazy tensor or a plain constant (no number,
+    list or host tensor), its plan kept, the op allowed, no index to guard.
+    The same node, key and outputs as ``record``'s plan path; what the pass
+    reads (``value_of`` of a view) is cached, so ``record`` after a miss
+    records nothing twice."""
+    if info.bounds or _support.DENIED_SIGNATURES or _dry_run[0] is not None:
+        return _MISS
+    vals = []
+    parts = []
+    for a in (*args, *kwargs.values()) if kwargs else args:
+        t = type(a)
+        if t is LazyTensor:
+            v = value_of(a) if a._view else a._storage.value
+            vals.append(v)
+            parts.append(v.spec.key)
+        elif t in _PLAIN_CONSTS:
+            vals.append(a)
+            parts.append((t, a))
+        elif t is _DEVICE:
+            if a.type == LAZY_TYPE:  # (as ``_to_value``: graphs are traced on the CPU)
+                a = _CPU
+            vals.append(a)
+            parts.append((t, a))
+        else:
+            return _MISS
+    tree = (len(args), (None,) * len(vals), tuple(kwargs))  # (argtree.flatten's, all leaves)
+    plan = _plans.get((info, tree, tuple(parts)))
+    if plan is None or not _support.op_is_supported(func):
+        return _MISS
+    return _run_plan(plan, info, func, vals, tree, bare)
 
 
 _foreach._record = record  # a foreach op recorded as one node (foreach._record_whole)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import lazy_mlir as lm
-from lazy_mlir.lazy import dispatch, foreach, fused_optim
+from lazy_mlir.lazy import dispatch, foreach, fused_optim, state
 from e2e_helpers import Counters
 
 
@@ -48,7 +48,9 @@ def _train(device, steps, change=None, records=None):
 
 @pytest.fixture
 def records(monkeypatch):
-    """Per step, the ops the fused/foreach paths passed to ``record``."""
+    """Per step, the ops the fused/foreach paths passed to ``record``; no
+    record kept from an earlier test (a dead tensor's id may be reused)."""
+    state.list_replays.clear()
     calls: list = []
 
     def counting(func, args, kwargs, bare=False):
