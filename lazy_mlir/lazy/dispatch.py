@@ -137,8 +137,9 @@ _CPU = torch.device("cpu")
 
 def _record_planned(info, func, args, kwargs, bare):
     """``record`` of a repeated step's commonest op in one pass, or
-    ``_MISS``: every argument a lazy tensor or a plain constant (no number,
-    list or host tensor), its plan kept, the op allowed, no index to guard.
+    ``_MISS``: every argument a lazy tensor or a constant (no list or host
+    tensor, no number ``lift_scalars`` would lift), its plan kept, the op
+    allowed, no index to guard.
     The same node, key and outputs as ``record``'s plan path; what the pass
     reads (``value_of`` of a view) is cached, so ``record`` after a miss
     records nothing twice."""
@@ -146,6 +147,7 @@ def _record_planned(info, func, args, kwargs, bare):
         return _MISS
     vals = []
     parts = []
+    numbers = False
     for a in (*args, *kwargs.values()) if kwargs else args:
         t = type(a)
         if t is LazyTensor:
@@ -160,13 +162,39 @@ def _record_planned(info, func, args, kwargs, bare):
                 a = _CPU
             vals.append(a)
             parts.append((t, a))
+        elif t is int or t is float:
+            numbers = True
+            vals.append(a)
+            parts.append((t, a) if t is int else (t, repr(a)))
         else:
             return _MISS
+    if numbers and _lifts_a_number(func, args):
+        return _MISS
     tree = (len(args), (None,) * len(vals), tuple(kwargs))  # (argtree.flatten's, all leaves)
     plan = _plans.get((info, tree, tuple(parts)))
     if plan is None or not _support.op_is_supported(func):
         return _MISS
     return _run_plan(plan, info, func, vals, tree, bare)
+
+
+def _lifts_a_number(func, args) -> bool:
+    """Whether ``lift_scalars`` might lift one of ``args``' numbers (or has
+    not yet read the op's rule): its rule by name, or a number other than 0
+    and 1 at a position its general rule lifts. Numbers given by keyword are
+    lifted only by the rules by name."""
+    try:
+        positions, _, by_name = func._lazy_mlir_lift
+    except AttributeError:
+        return True
+    if by_name:
+        return True
+    n = len(args)
+    for i, _ in positions:
+        if i < n:
+            a = args[i]
+            if (type(a) is int or type(a) is float) and a != 0 and a != 1:
+                return True
+    return False
 
 
 _foreach._record = record  # a foreach op recorded as one node (foreach._record_whole)

@@ -65,10 +65,10 @@ def test_a_repeated_update_skips_record_and_trains_like_eager(records):
     want_losses, want_params, want_steps = _train("cpu", 6)
     c = Counters()
     losses, params, steps = _train("lazy", 6, records=records)
-    # The first step records (and the second, unless the first could already
-    # record from plans kept by an earlier test: a record is kept when made
-    # from plans); every later step replays: no call into record at all.
-    assert len(records[0]) == 2 and len(records[1]) in (0, 2), records
+    # The first step records (and the second, what the first could not record
+    # from plans kept by an earlier test: a record is kept when made from
+    # plans); every later step replays: no call into record at all.
+    assert len(records[0]) == 2 and len(records[1]) <= 2, records
     assert records[2:] == [[]] * 4, records
     assert c.delta("lazy::fused_adam") == 6 and c.delta("lazy::_foreach_add") == 6
     assert steps == want_steps == [6.0] * 4  # the counters advance exactly as eager's
