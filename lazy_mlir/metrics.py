@@ -11,36 +11,94 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections import defaultdict
 from contextlib import contextmanager
 
-_lock = threading.Lock()
-_counters: dict[str, int] = defaultdict(int)
+_lock = threading.Lock()  # guards the shard list, the base and the samples
 _samples: dict[str, list[float]] = defaultdict(list)
+
+# Counters are kept per thread (``_local.counts``, a shard only its own thread
+# writes): ``counter_inc`` runs on every captured op, and taking a lock there
+# cost ~0.2 us a call where a thread's own dict costs ~0.07. A reader sums
+# the shards (each copied whole: one C-level step under the GIL, so a write
+# in another thread lands before or after it, never half-way). ``reset`` and
+# ``restore`` change ``_base``, subtracted on every read, never another
+# thread's shard, so no increment is ever lost or resurrected.
+_local = threading.local()
+_shards: list[dict[str, int]] = []  # the live threads' shards
+_retired: dict[str, int] = defaultdict(int)  # the counts of threads that ended
+_ended: list[dict[str, int]] = []  # shards of threads that ended, still to retire
+_base: dict[str, int] = {}
+_owners: dict = {}  # id(shard) -> the weak reference whose callback retires it
+
+
+class _Owner:
+    """Kept in a thread's local storage only: it dies with the thread, and
+    its shard is then retired (summed into ``_retired``) by the next new
+    shard, so a process that starts many threads keeps few shards."""
+
+    __slots__ = ("__weakref__",)
+
+
+def _own_shard() -> dict[str, int]:
+    counts = defaultdict(int)
+    owner = _Owner()
+    with _lock:
+        while _ended:  # (no thread writes them any more)
+            shard = _ended.pop()
+            _shards.remove(shard)
+            _owners.pop(id(shard), None)
+            for k, v in shard.items():
+                _retired[k] += v
+        _shards.append(counts)
+        _owners[id(counts)] = weakref.ref(owner, lambda _, c=counts: _ended.append(c))
+    _local.owner = owner
+    _local.counts = counts
+    return counts
 
 
 def counter_inc(name: str, n: int = 1) -> None:
-    with _lock:
-        _counters[name] += n
+    try:
+        counts = _local.counts
+    except AttributeError:
+        counts = _own_shard()
+    counts[name] += n
+
+
+def _raw() -> dict[str, int]:
+    """Every thread's counts summed (the caller holds ``_lock``)."""
+    total: dict[str, int] = defaultdict(int, _retired)
+    for shard in _shards:
+        for k, v in dict(shard).items():
+            total[k] += v
+    return total
+
+
+def _totals() -> dict[str, int]:
+    """Every counter's value (the caller holds ``_lock``)."""
+    raw = _raw()
+    return {k: v - _base.get(k, 0) for k, v in raw.items()}
 
 
 def counter_names() -> list[str]:
     """Names of all counters with a non-zero value, sorted."""
     with _lock:
-        return sorted(k for k, v in _counters.items() if v)
+        return sorted(k for k, v in _totals().items() if v)
 
 
 def counter_value(name: str) -> int:
     """Value of a counter; 0 when it was never incremented."""
     with _lock:
-        return _counters.get(name, 0)
+        return (_retired.get(name, 0) + sum(shard.get(name, 0) for shard in _shards)
+                - _base.get(name, 0))
 
 
 def host_reads() -> dict[str, int]:
     """The ``sync::`` and ``aten::`` counters (host reads and eager
     fallbacks), to diff around a capture that must have neither."""
     with _lock:
-        return {k: v for k, v in _counters.items() if v and k.startswith(("sync::", "aten::"))}
+        return {k: v for k, v in _totals().items() if v and k.startswith(("sync::", "aten::"))}
 
 
 def changed_since(before: dict[str, int]) -> list[str]:
@@ -77,27 +135,32 @@ def timed(name: str):
 def reset() -> None:
     """Clear all counters and timings."""
     with _lock:
-        _counters.clear()
+        _base.clear()
+        _base.update(_raw())
         _samples.clear()
 
 
 def snapshot() -> tuple[dict, dict]:
     """A copy of every counter and timing (``restore`` puts it back)."""
     with _lock:
-        return dict(_counters), {k: list(v) for k, v in _samples.items()}
+        return ({k: v for k, v in _totals().items() if v},
+                {k: list(v) for k, v in _samples.items()})
 
 
 def diff(before: tuple[dict, dict]) -> dict[str, int]:
     """Counters' increase since ``before``."""
     with _lock:
-        return {k: v - before[0].get(k, 0) for k, v in _counters.items()
-                if v != before[0].get(k, 0)}
+        now = _totals()
+    return {k: now.get(k, 0) - before[0].get(k, 0) for k in now.keys() | before[0].keys()
+            if now.get(k, 0) != before[0].get(k, 0)}
 
 
 def restore(saved: tuple[dict, dict]) -> None:
     with _lock:
-        _counters.clear()
-        _counters.update(saved[0])
+        raw = _raw()
+        _base.clear()
+        _base.update({k: raw.get(k, 0) - saved[0].get(k, 0)
+                      for k in raw.keys() | saved[0].keys()})
         _samples.clear()
         _samples.update({k: list(v) for k, v in saved[1].items()})
 

@@ -12,7 +12,9 @@ only: keys are stable across processes and independent of tensor contents.
 """
 from __future__ import annotations
 
+import gc
 import hashlib
+import itertools
 import weakref
 from dataclasses import dataclass, field
 
@@ -27,13 +29,25 @@ class TensorSpec:
     stride: tuple[int, ...]
     offset: int
     dtype: torch.dtype
-    # Kept once made: plan keys hash a spec per tensor argument of every
-    # captured op, and graph keys take the signature of every input.
+    # Kept once made: graph keys take the signature of every input.
     _hash: int = field(init=False, repr=False, compare=False)
     _sig: str | None = field(init=False, repr=False, compare=False, default=None)
+    # One int per spec value (equal specs made in this process share it, and
+    # no two different ones ever do: a counter, never reused): record plans
+    # key each tensor argument by it, hashed and compared in C, where this
+    # class's ``__hash__`` is a Python call (~0.1 us, 2-3 per captured op).
+    key: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         object.__setattr__(self, "_hash", hash((self.shape, self.stride, self.offset, self.dtype)))
+        same = _INTERNED.get(self)
+        if same is None:
+            if len(_INTERNED) >= _INTERNED_MAX:
+                _INTERNED.clear()  # (a spec made later gets a new key: plans miss, once)
+            _INTERNED[self] = self
+            object.__setattr__(self, "key", next(_KEYS))
+        else:
+            object.__setattr__(self, "key", same.key)
 
     def __hash__(self) -> int:
         return self._hash
@@ -45,12 +59,7 @@ class TensorSpec:
     def of(t: torch.Tensor) -> "TensorSpec":
         """``t``'s spec, the one object of its value (``_INTERNED``)."""
         spec = TensorSpec(tuple(t.shape), tuple(t.stride()), t.storage_offset(), t.dtype)
-        same = _INTERNED.get(spec)
-        if same is None:
-            if len(_INTERNED) >= _INTERNED_MAX:
-                _INTERNED.clear()
-            same = _INTERNED[spec] = spec
-        return same
+        return _INTERNED.get(spec, spec)
 
     def meta(self) -> torch.Tensor:
         """A meta tensor with exactly this layout (a view of a meta storage)."""
@@ -74,14 +83,13 @@ class TensorSpec:
 
 _SIGNATURES: dict = {}
 
-# Specs made by ``TensorSpec.of`` (shape inference, uploads), one object per
-# value: a step's parameters are then read with the very spec objects their
-# record plans were keyed by (the fused optimizer's outputs are next step's
-# inputs), and the plans' key comparison is identity, not the dataclass's
-# ``__eq__`` (two tuples built per spec: ~0.6 us each, 112 a GPT-2 tiny step
-# in AdamW's one node). Only a speed-up: equal specs still compare equal.
+# Every spec made, one object per value (``TensorSpec.of`` returns it): a
+# step's parameters are then read with the very spec objects their record
+# plans were made with (the fused optimizer's outputs are next step's inputs),
+# and a spec's ``key`` comes from the first object of its value.
 _INTERNED: dict = {}
 _INTERNED_MAX = 1 << 16
+_KEYS = itertools.count()
 
 
 def _is_contiguous(shape, stride) -> bool:
@@ -109,7 +117,6 @@ class DeviceData:
         self.host = host
         self.device = device
         self.future = future  # set while the graph computing it runs
-        live_data.add(self)
 
     def wait(self) -> None:
         """Block until computed; re-raise the error of the graph that failed."""
@@ -119,8 +126,19 @@ class DeviceData:
             self.future = None
 
 
-# Every DeviceData alive (a test counts them to prove dead buffers are freed).
-live_data: "weakref.WeakSet[DeviceData]" = weakref.WeakSet()
+class _LiveData:
+    """Every DeviceData alive, when iterated (tests count them to prove dead
+    buffers are freed). Found through the garbage collector's list of
+    tracked objects, which runs no collection: a DeviceData kept alive only
+    by a reference cycle is listed. Not a ``WeakSet`` that each DeviceData
+    joins: that cost ~0.2 us at its making and a Python callback at its
+    death, for every graph output of every step."""
+
+    def __iter__(self):
+        return iter([o for o in gc.get_objects() if type(o) is DeviceData])
+
+
+live_data = _LiveData()
 
 
 class Value:
@@ -230,6 +248,21 @@ def make_node(op, flat: list, tree: tuple, specs: list, const_repr: str,
             # divide by a zero extent (SIGFPE): the value is empty data.
             v.materialize(DeviceData(v.spec, host=torch.empty_strided(
                 v.spec.shape, v.spec.stride, dtype=v.spec.dtype)))
+    return outs
+
+
+def planned_node(op, flat: list, tree: tuple, specs: list, key: bytes,
+                 location: str | None = None) -> list[Value]:
+    """``make_node`` for ``specs`` that hold no empty tensor (a record plan's:
+    capture plans no op with an empty output), with its key: the per-op path
+    of a repeated step, without make_node's check for empty outputs."""
+    node = Node(op, flat, tree, specs, key, location)
+    if len(specs) == 1 and specs[0] is not None:
+        out = Value(specs[0], node, 0)
+        node._outs = weakref.ref(out)
+        return [out]
+    outs = [Value(s, node, i) for i, s in enumerate(specs) if s is not None]
+    node._outs = list(map(weakref.ref, outs))
     return outs
 
 

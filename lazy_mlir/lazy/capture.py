@@ -17,7 +17,7 @@ from ..graph import argtree
 from . import bounds, shapes
 from ..graph import debug
 from .. import metrics
-from ..graph.ir import DeviceData, TensorSpec, Value, make_node, node_key
+from ..graph.ir import DeviceData, TensorSpec, Value, make_node, node_key, planned_node
 from .kinds import kind as _kind
 from .state import dry_run as _dry_run, emit_plans as _emit_plans
 from .state import empty_values as _empty_values, scalar_tensors as _scalar_data
@@ -73,7 +73,7 @@ def apply_view(v: Value, step) -> Value:
         plan = vp.node_plan
         if plan is not None and (v.spec is vp.base or v.spec == vp.base):
             where = debug.user_location() if debug.tracking_locations() else None
-            return make_node(op, [v, *vp.rest], vp.tree, plan.specs, "", where, plan.key)[index]
+            return planned_node(op, [v, *vp.rest], vp.tree, plan.specs, plan.key, where)[index]
         flat = [v, *vp.rest]
         outs, _, _ = emit_flat(op, flat, vp.tree)
         if v.spec == vp.base:  # (a value whose strides differ from its tensor's: the slow path)
@@ -160,7 +160,7 @@ def emit_flat(func, flat: list, tree: tuple):
     plan = _emit_plans.get(key) if key is not None else None
     if plan is not None:
         where = debug.user_location() if debug.tracking_locations() else None
-        outs = make_node(func, flat, tree, plan.specs, "", where, plan.key)
+        outs = planned_node(func, flat, tree, plan.specs, plan.key, where)
         return outs, plan.out_flat, plan.out_tree
     out_flat, out_tree = shapes.infer(func, _placeholders(flat), tree)
     _store_plan(_emit_plans, key, func, flat, tree, out_flat, out_tree)
@@ -177,7 +177,7 @@ def emit_kept(func, flat: list, kept: list, slot: int) -> list[Value]:
     plan = kept[slot]
     if plan is not None:
         where = debug.user_location() if debug.tracking_locations() else None
-        return make_node(func, flat, _POSITIONAL[len(flat)], plan.specs, "", where, plan.key)
+        return planned_node(func, flat, _POSITIONAL[len(flat)], plan.specs, plan.key, where)
     tree = _POSITIONAL[len(flat)]
     outs = emit_flat(func, flat, tree)[0]
     kept[slot] = _emit_plans.get(_plan_key(op_info(func), flat, tree))
@@ -280,7 +280,7 @@ def _plan_key(info, vals, tree):
     for v in vals:
         t = type(v)
         if t is Value:
-            parts.append(v.spec)
+            parts.append(v.spec.key)  # (an int: hashed in C)
         elif t in _EXACT_CONSTS:
             parts.append((t, v))
         elif t is float:
@@ -303,7 +303,7 @@ def _store_plan(table, key, func, flat, tree, out_flat, out_tree) -> None:
 
 def _run_plan(plan: _Plan, info: OpInfo, func, vals, tree, bare=False):
     where = debug.user_location() if debug.tracking_locations() else None
-    outs = make_node(func, vals, tree, plan.specs, "", where, plan.key)
+    outs = planned_node(func, vals, tree, plan.specs, plan.key, where)
     metrics.counter_inc(info.counter)
     if plan.single:
         return outs[0] if bare else wrap_value(outs[0])

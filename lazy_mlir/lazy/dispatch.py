@@ -56,6 +56,14 @@ def record(func, args, kwargs, bare=False):
     ``bare``, an op recorded from its plan returns its output Value (a list
     of them when every output is a tensor) instead (no wrapper tensors): the
     in-place paths only assign them."""
+    try:
+        info = func._lazy_mlir
+    except AttributeError:  # (no OpInfo yet: the op's first call)
+        info = None
+    if info is not None:
+        out = _record_planned(info, func, args, kwargs, bare)
+        if out is not _MISS:
+            return out
     func, args, kwargs = lift_scalars(func, args, kwargs, LazyTensor, _make_scalar, record)
     info = op_info(func)
     flat, tree = argtree.flatten(args, kwargs)
@@ -118,6 +126,77 @@ def record(func, args, kwargs, bare=False):
     return tree_unflatten(result, out_tree)
 
 
+_MISS = object()
+# Constants a plan key takes as they are (``capture._plan_key``), and no
+# number among them (``lift_scalars`` may lift one).
+_PLAIN_CONSTS = frozenset({type(None), bool, str, torch.dtype, torch.memory_format,
+                           torch.layout})
+_DEVICE = torch.device
+_CPU = torch.device("cpu")
+
+
+def _record_planned(info, func, args, kwargs, bare):
+    """``record`` of a repeated step's commonest op in one pass, or
+    ``_MISS``: every argument a lazy tensor or a constant (no list or host
+    tensor, no number ``lift_scalars`` would lift), its plan kept, the op
+    allowed, no index to guard.
+    The same node, key and outputs as ``record``'s plan path; what the pass
+    reads (``value_of`` of a view) is cached, so ``record`` after a miss
+    records nothing twice."""
+    if info.bounds or _support.DENIED_SIGNATURES or _dry_run[0] is not None:
+        return _MISS
+    vals = []
+    parts = []
+    numbers = False
+    for a in (*args, *kwargs.values()) if kwargs else args:
+        t = type(a)
+        if t is LazyTensor:
+            v = value_of(a) if a._view else a._storage.value
+            vals.append(v)
+            parts.append(v.spec.key)
+        elif t in _PLAIN_CONSTS:
+            vals.append(a)
+            parts.append((t, a))
+        elif t is _DEVICE:
+            if a.type == LAZY_TYPE:  # (as ``_to_value``: graphs are traced on the CPU)
+                a = _CPU
+            vals.append(a)
+            parts.append((t, a))
+        elif t is int or t is float:
+            numbers = True
+            vals.append(a)
+            parts.append((t, a) if t is int else (t, repr(a)))
+        else:
+            return _MISS
+    if numbers and _lifts_a_number(func, args):
+        return _MISS
+    tree = (len(args), (None,) * len(vals), tuple(kwargs))  # (argtree.flatten's, all leaves)
+    plan = _plans.get((info, tree, tuple(parts)))
+    if plan is None or not _support.op_is_supported(func):
+        return _MISS
+    return _run_plan(plan, info, func, vals, tree, bare)
+
+
+def _lifts_a_number(func, args) -> bool:
+    """Whether ``lift_scalars`` might lift one of ``args``' numbers (or has
+    not yet read the op's rule): its rule by name, or a number other than 0
+    and 1 at a position its general rule lifts. Numbers given by keyword are
+    lifted only by the rules by name."""
+    try:
+        positions, _, by_name = func._lazy_mlir_lift
+    except AttributeError:
+        return True
+    if by_name:
+        return True
+    n = len(args)
+    for i, _ in positions:
+        if i < n:
+            a = args[i]
+            if (type(a) is int or type(a) is float) and a != 0 and a != 1:
+                return True
+    return False
+
+
 _foreach._record = record  # a foreach op recorded as one node (foreach._record_whole)
 _fused_optim._record = record  # a fused optimizer update recorded as one node
 
@@ -161,7 +240,7 @@ def _view(func, args, kwargs):
     info = op_info(func)
     if info.identity:
         return new_view(base.spec, base._storage, base._view)
-    key = _view_key(func, base.spec, args, kwargs)
+    key = _view_key(info, base.spec.key, args, kwargs)
     vp = _view_plans.get(key) if key is not None else None
     if vp is None:
         placeholders, tree = argtree.flatten((shapes.Placeholder(base.spec), *args[1:]), kwargs)
@@ -182,14 +261,15 @@ def _view(func, args, kwargs):
                               for i, spec in enumerate(specs)], vp.out_tree, vp.container)
 
 
-def _view_key(func, spec, args, kwargs):
+def _view_key(info, spec_key, args, kwargs):
     """(op, base spec, constants) for ``_view_plans``, or None (a kwarg, or a
     constant other than an int, None or a list of ints: the slow path). Ints
     only, so that no two constants that compare equal (``1``, ``True``,
-    ``1.0``) share a key."""
+    ``1.0``) share a key. The op enters as its ``OpInfo``, hashed by
+    identity (an OpOverload's ``__hash__`` is a Python call)."""
     if kwargs:
         return None
-    parts = [func, spec]
+    parts = [info, spec_key]
     for a in args[1:]:
         t = type(a)
         if t is int or a is None:
@@ -260,7 +340,7 @@ def _checked_key(info, flat, tree):
     for a in flat:
         t = type(a)
         if t is LazyTensor:
-            parts.append(a.spec)
+            parts.append(a.spec.key)
         elif t is float:
             parts.append(float)
         elif t in _EXACT_CONSTS:

@@ -29,16 +29,20 @@ never silently.
 """
 from __future__ import annotations
 
+from operator import is_
+
 import torch
 
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from .. import metrics
+from ..graph import argtree
 from ..config import current_config
 from ..graph.ir import Value
 from ..ops import support as _support
 from ..ops.foreach import PREFIX, element_calls, length as _length, plan, whole_node_ops
-from .capture import _make_scalar, assign, assign_each, data_value, value_of
+from . import list_replay
+from .capture import _make_scalar, assign, assign_each, data_value, op_info, value_of
 from .kinds import functional_of
 from .scalars import _scalar_dtype
 from .state import dry_run as _dry_run
@@ -68,6 +72,11 @@ _NO = object()
 def dispatch(func, args, kwargs):
     """Record a foreach op on lazy tensors: whole when it can, else as its
     per-tensor ops."""
+    first = args[0] if args else None
+    if type(first) is list and first:  # (a repeated in-place call: list_replay.py)
+        r = list_replay.find(func, first[0])
+        if r is not None and _replayed(r, args, kwargs):
+            return None
     how = plan(func)
     name = func.__name__.split(".")[0]
     if isinstance(how, str):
@@ -75,7 +84,7 @@ def dispatch(func, args, kwargs):
     bound = how.bind(args, kwargs)
     n = _length(func, how, bound)
     if not how.tensor_scalars and _record is not None:
-        out = _record_whole(func, how, bound, n)
+        out = _record_whole(func, how, bound, n, (args, kwargs))
         if out is not _NO:  # (counted by record, as lazy::<the functional op>)
             return out
     for s in how.tensor_scalars:
@@ -110,9 +119,9 @@ def _whole_op(func, how):
     return fn
 
 
-def _record_whole(func, how, bound, n):
+def _record_whole(func, how, bound, n, call):
     """Record ``func`` as one node (see the module docstring); ``_NO`` when
-    it must go per element."""
+    it must go per element. ``call``: its (args, kwargs)."""
     fn = _whole_op(func, how)
     if (fn is None or not _support.op_is_supported(fn) or not current_config().decompositions
             or _support.DENIED_SIGNATURES.get(_support.mlir_name(fn))):
@@ -162,6 +171,7 @@ def _record_whole(func, how, bound, n):
     # bare: Values when recorded from its plan (no wrapper tensor per element)
     outs = _record(fn, tuple(pos), kw, bare=True)
     if type(outs) is list and all(type(o) is Value and o.spec.dtype == dtype for o in outs):
+        _keep(func, how, bound, call, selves, outs, dtype)  # (reads the inputs: before the writes)
         assign_each(selves, outs)  # the common case: no cast
         return None
     for t, o in zip(selves, outs):
@@ -174,6 +184,44 @@ def _record_whole(func, how, bound, n):
             o = aten._to_copy.default(o, dtype=t.dtype)
         assign(t, value_of(o))
     return None
+
+
+def _keep(func, how, bound, call, selves, outs, dtype) -> None:
+    """Keep an in-place whole op's record for its next call
+    (``list_replay``), when the call passes its lists first, in the schema's
+    order, then constants only: ``_replayed`` finds the tensors there."""
+    leaves, call_tree = argtree.flatten(*call)
+    tensors = [t for arg in how.names if arg in how.lists for t in bound[arg]]
+    n = len(tensors)
+    if (len(leaves) < n or not all(map(is_, leaves[:n], tensors))
+            or any(isinstance(a, torch.Tensor) for a in leaves[n:])):
+        return
+    before = list_replay.values(tensors)
+    if before is not None:
+        list_replay.keep(func, selves[0], call_tree, leaves[n:], before, outs,
+                         op_info(outs[0].node.op).counter, (len(selves), dtype))
+
+
+def _replayed(r, args, kwargs) -> bool:
+    """Record an in-place whole op from its last record (``list_replay``)
+    when the same facts hold: True when done."""
+    leaves, call_tree = argtree.flatten(args, kwargs)
+    n = len(r.specs)
+    n_self, dtype = r.extra
+    tensors = leaves[:n]
+    vals = list_replay.values(tensors)
+    if vals is None:
+        return False
+    selves = tensors[:n_self]
+    own = set(map(id, map(list_replay.storage_of, selves)))
+    if (len(own) != n_self or set(map(list_replay.dtype_of, selves)) != {dtype}
+            or not own.isdisjoint(map(id, map(list_replay.storage_of, tensors[n_self:])))):
+        return False
+    outs = list_replay.replay(r, call_tree, vals, leaves[n:])
+    if outs is None:
+        return False
+    assign_each(selves, outs)
+    return True
 
 
 def prefer_foreach() -> bool:

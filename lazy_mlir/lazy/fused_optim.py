@@ -40,6 +40,7 @@ from ..graph.ir import Value
 from ..ops import optim as _optim_ops
 from ..ops import support as _support
 from .capture import _make_scalar, assign, assign_each, data_value, schema_facts, value_of
+from . import list_replay
 from .foreach import add_lazy_device, run_eagerly
 from .tensor import LazyTensor, wrap_value
 
@@ -149,17 +150,70 @@ def _fused_adam(func, args, kwargs):
     written = [*params, *exp_avgs, *exp_avg_sqs, *max_sqs]
     written += list(grads) if grad_scale is not None else []
     read = list(grads) if grad_scale is None else []
+    if _replayed(func, b, written, max_sqs):
+        return None
     if _handled_without_node(func, args, kwargs, ops.fused_adam.default,
                              (written, read, b["state_steps"])):
         return None
     dtype = params[0].dtype
-    node_args = (list(params), list(grads), list(exp_avgs), list(exp_avg_sqs), max_sqs,
-                 _steps(b["state_steps"]), _lr(b["lr"], dtype), float(b["beta1"]),
-                 float(b["beta2"]), float(b["weight_decay"]), float(b["eps"]), bool(amsgrad),
-                 bool(b["maximize"]), func in ADAMW, _optional(grad_scale),
-                 _optional(b["found_inf"]))
-    _write(written, _record(ops.fused_adam.default, node_args, {}, bare=True))
+    steps, lr = _steps(b["state_steps"]), _lr(b["lr"], dtype)
+    consts = _adam_constants(func, b)
+    before = (list_replay.values([*params, *grads, *exp_avgs, *exp_avg_sqs, *max_sqs, *steps, lr])
+              if _replayable(b) else None)
+    outs = _record(ops.fused_adam.default, (list(params), list(grads), list(exp_avgs),
+                                            list(exp_avg_sqs), max_sqs, steps, lr, *consts,
+                                            _optional(grad_scale), _optional(b["found_inf"])),
+                   {}, bare=True)
+    if before is not None:
+        list_replay.keep(func, params[0], _ADAM_TREE, [*consts, None, None], before, outs,
+                         "lazy::fused_adam")
+    _write(written, outs)
     return None
+
+
+def _adam_constants(func, b) -> list:
+    """The node's constant arguments (after its tensors, before grad_scale
+    and found_inf)."""
+    return [float(b["beta1"]), float(b["beta2"]), float(b["weight_decay"]), float(b["eps"]),
+            bool(b["amsgrad"]), bool(b["maximize"]), func in ADAMW]
+
+
+_ADAM_TREE = "fused_adam"  # (one call shape: tensors in the node's order, then constants)
+
+
+def _replayable(b) -> bool:
+    """Whether this call may be replayed next time: lazy step counts (they
+    are node inputs as they are) and a float or lazy learning rate, no
+    gradient scaling."""
+    steps = b["state_steps"]
+    return (b["grad_scale"] is None and b["found_inf"] is None and bool(steps)
+            and type(steps[0]) is LazyTensor and type(b["lr"]) in (float, int, LazyTensor))
+
+
+def _replayed(func, b, written: list, max_sqs: list) -> bool:
+    """Record this call from its last record (``list_replay``) when the same
+    facts hold: True when done."""
+    params = b["self"]
+    if not params or not _replayable(b):
+        return False
+    r = list_replay.find(func, params[0])
+    if r is None:
+        return False
+    lr = b["lr"]
+    if type(lr) is not LazyTensor:
+        if type(params[0]) is not LazyTensor:
+            return False
+        lr = _make_scalar(float(lr), params[0].dtype)
+    vals = list_replay.values([*params, *b["grads"], *b["exp_avgs"], *b["exp_avg_sqs"],
+                               *max_sqs, *b["state_steps"], lr])
+    if (vals is None or len(set(map(list_replay.dtype_of, written))) != 1
+            or len(set(map(id, map(list_replay.storage_of, written)))) != len(written)):
+        return False
+    outs = list_replay.replay(r, _ADAM_TREE, vals, [*_adam_constants(func, b), None, None])
+    if outs is None:
+        return False
+    assign_each(written, outs)
+    return True
 
 
 def _fused_sgd(func, args, kwargs):

@@ -27,6 +27,7 @@ view_plans: dict = {}       # dispatch._view: (op, base spec, constants) -> capt
 scalar_tensors: dict = {}   # (value, type, dtype) -> the 0-dim lazy tensor of a lifted scalar
 empty_values: dict = {}     # (shape, dtype) -> the shared Value of an empty tensor (capture.empty_value)
 factory_values: dict = {}   # (factory, its constant arguments) -> its shared Value (device.py)
+list_replays: dict = {}     # (id(op), id(first tensor)) -> list_replay.Replay (a list op's record)
 inplace_checked: set = set()  # in-place calls whose shape/dtype check passed
 trace_seconds = [0.0]       # capture time since the last mark_step (TraceTime)
 dispatch_depth = [0]        # dispatch calls under way (a sync inside one is not capture time)
@@ -74,7 +75,7 @@ def reset() -> None:
     if dry_run[0] is not None:
         raise RuntimeError("lazy-mlir: reset() inside lm.check_coverage")
     for table in (shape_memo, record_plans, emit_plans, view_plans, scalar_tensors, empty_values,
-                  factory_values,
+                  factory_values, list_replays,
                   inplace_checked, host_checks_passed, decompose_plans, import_checks,
                   fallback_warned):
         table.clear()
