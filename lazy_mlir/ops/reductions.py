@@ -6,9 +6,8 @@ the first NaN in eager (NaN is treated as the extreme);
 torch-mlir's lowering compares with ``>``/``<`` and skips it. The first NaN
 is found with an integer argmax of the NaN mask and chosen where a row has
 one; the decomposition registered below it (0-d inputs, ``lowering.py``)
-runs after. ``var``/``var_mean`` of float32 stay in float32 (import time;
-torch-mlir upcasts them to float64). Also here (capture time):
-``segment_reduce``, ``histc`` and ``histogram``.
+runs after. Also here (capture time): ``segment_reduce``, ``histc`` and
+``histogram``.
 """
 from __future__ import annotations
 
@@ -53,40 +52,6 @@ def _nan_aware(op, then):
 for _op in (aten.argmax.default, aten.argmin.default, aten.max.dim, aten.min.dim):
     register_decomposition(_op, scope=IMPORT, priority=10, overrides=True, chained=True)(
         _nan_aware)
-
-
-# -- var / var_mean in float32 --------------------------------------------------
-# torch-mlir decomposes ``var``/``var_mean`` with the input upcast to float64
-# (``calculateVariance``). Every LayerNorm and BatchNorm reaches it (torch's
-# refs normalize through ``var_mean``), so their statistics ran in f64 on the
-# cpu target: twice the bytes and half the SIMD lanes of eager's float
-# kernels. Here float32 inputs take two passes in float32 instead, the mean
-# and then the centred squares, as eager's layer norm does (rowwise moments
-# in float); the centring keeps the error near float32's epsilon.
-
-def _var_mean_f32(x, dim=None, *, correction=None, keepdim=False):
-    if x.dtype != torch.float32 or x.dim() == 0:
-        return NotImplemented
-    dims = list(range(x.dim())) if dim is None or len(dim) == 0 else [
-        d % x.dim() for d in dim]
-    n = math.prod(x.shape[d] for d in dims)
-    ddof = 1 if correction is None else correction
-    mean = aten.mean.dim(x, dims, True)
-    centred = aten.sub.Tensor(x, mean)
-    squares = aten.sum.dim_IntList(aten.mul.Tensor(centred, centred), dims, keepdim)
-    var = aten.div.Scalar(squares, max(n - ddof, 0))
-    return var, mean if keepdim else aten.squeeze.dims(mean, dims)
-
-
-@register_decomposition(aten.var_mean.correction, scope=IMPORT)
-def var_mean_f32(x, dim=None, *, correction=None, keepdim=False):
-    return _var_mean_f32(x, dim, correction=correction, keepdim=keepdim)
-
-
-@register_decomposition(aten.var.correction, scope=IMPORT)
-def var_f32(x, dim=None, *, correction=None, keepdim=False):
-    out = _var_mean_f32(x, dim, correction=correction, keepdim=keepdim)
-    return out if out is NotImplemented else out[0]
 
 
 # -- segment_reduce ------------------------------------------------------------
