@@ -86,6 +86,30 @@ def std_mean_correction(x, dim=None, *, correction=None, keepdim=False):
     return _stats(x, dim, correction, keepdim, take_sqrt=True)
 
 
+def native_layer_norm(input, normalized_shape, weight, bias, eps):
+    """Layer norm with its statistics in float32 on every target: eager's
+    layer norm kernel computes them in float (``RowwiseMoments``), unlike
+    ``var``, so torch's reference decomposition (through ``var_mean``, which
+    torch-mlir upcasts) ran every LayerNorm of a cpu module in float64 at
+    twice the bytes and half the vector lanes."""
+    if input.dtype != torch.float32:
+        return NotImplemented
+    dims = list(range(input.dim() - len(normalized_shape), input.dim()))
+    var, mean = _stats(input, dims, 0, True)
+    rstd = aten.rsqrt.default(aten.add.Scalar(var, eps))
+    out = aten.mul.Tensor(aten.sub.Tensor(input, mean), rstd)
+    if weight is not None:
+        out = aten.mul.Tensor(out, weight)
+    if bias is not None:
+        out = aten.add.Tensor(out, bias)
+    return out, mean, rstd
+
+
+LAYER_NORM = {aten.native_layer_norm.default: native_layer_norm}
+"""For every target (``pipeline.stages.lower``): the cpu target keeps the
+float64 ``var``/``std``/batch-norm statistics eager ATen accumulates in
+double, but not layer norm's."""
+
 DECOMPOSITIONS = {
     aten.var_mean.correction: var_mean_correction,
     aten.var.correction: var_correction,

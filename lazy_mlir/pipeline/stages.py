@@ -77,6 +77,8 @@ def lower(gm: fx.GraphModule, config: PipelineConfig,
         from ..passes.pool_elementwise import DECOMPOSITIONS as pool
         extra = {**decompositions(direct=direct, split_k=target == "cpu"), **pool}
     conv_rewrites = bool(extra)
+    from ..passes.variance_f32 import LAYER_NORM
+    extra = {**extra, **LAYER_NORM}  # float32 statistics, as eager's kernel
     if target in F32_STATISTICS_TARGETS:  # no float64 var/std in float32 graphs
         from ..passes.variance_f32 import DECOMPOSITIONS as f32_statistics
         extra = {**extra, **f32_statistics}

@@ -64,6 +64,27 @@ def test_float64_statistics_are_left_alone():
     assert not variance_f32.float64_free(gm)  # the user asked for float64
 
 
+@pytest.mark.parametrize("affine", [True, False])
+def test_layer_norm_statistics_stay_float32_on_every_target(affine):
+    """The cpu target too: eager's layer norm kernel computes in float, and
+    torch-mlir decomposes ``var_mean`` through float64."""
+    torch.manual_seed(0)
+    args = [torch.randn(4, 7, 32) * 3 + 10]
+    args += [torch.randn(32), torch.randn(32)] if affine else []
+
+    def ln(x, *affine):
+        return aten.native_layer_norm.default(x, [32], *(affine or (None, None)), 1e-5)
+
+    def var_means(gm):
+        return sum(n.target is aten.var_mean.correction for n in gm.graph.nodes)
+    assert var_means(decompose(_fx(ln, *args))) == 1
+    gm = decompose(_fx(ln, *args), variance_f32.LAYER_NORM)
+    assert variance_f32.float64_free(gm) and var_means(gm) == 0
+    for g, e in zip(gm(*args), ln(*args)):
+        assert g.shape == e.shape and g.dtype == e.dtype
+        torch.testing.assert_close(g, e, atol=2e-6, rtol=2e-6)
+
+
 def test_which_targets():
     assert "vulkan" in F32_STATISTICS_TARGETS and "cpu" not in F32_STATISTICS_TARGETS
     assert narrows_int64("vulkan") and not narrows_int64("cpu") and not narrows_int64("cuda")
