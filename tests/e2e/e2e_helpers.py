@@ -91,3 +91,28 @@ def train_classifier(model, opt, batches, device: str, between=None) -> list[flo
     """``train_steps`` with cross-entropy."""
     import torch.nn.functional as F
     return train_steps(model, opt, batches, device, F.cross_entropy, between)
+
+
+def assert_trains_like_eager(rm, steps: int = 3) -> Counters:
+    """Train ``rm`` (a ``tools.real_models.RealModel``) ``steps`` AdamW steps
+    eagerly and on the lazy device side by side: the losses and the final
+    weights must be eager's. The counters from before the first step."""
+    import pytest
+    eager, model = rm.make(), rm.make().to("lazy")
+    opt_e, opt_l = rm.optimizer(eager), rm.optimizer(model)
+    c = Counters()
+    for step in range(steps):
+        losses = []
+        for m, opt, dev in ((eager, opt_e, "cpu"), (model, opt_l, "lazy")):
+            opt.zero_grad(set_to_none=True)
+            loss = rm.loss(m, rm.batch(step, dev))
+            loss.backward()
+            opt.step()
+            if dev == "lazy":
+                lm.mark_step()
+            losses.append(loss.item())
+        assert losses[1] == pytest.approx(losses[0], rel=1e-5)
+    for (name, pe), pl in zip(eager.named_parameters(), model.parameters()):
+        torch.testing.assert_close(pl.detach().cpu(), pe.detach(), rtol=1e-4, atol=1e-5,
+                                   msg=name)
+    return c

@@ -13,7 +13,7 @@ import lazy_mlir as lm
 from lazy_mlir.config import PipelineConfig
 from lazy_mlir.lazy import attention as lazy_attention
 from lazy_mlir.tools.real_models import real_model
-from e2e_helpers import Counters
+from e2e_helpers import Counters, assert_trains_like_eager
 
 L, S, E = 6, 5, 4
 
@@ -132,24 +132,7 @@ def test_gpt2_trains_like_eager(fused, monkeypatch):
     """A one-layer tiny GPT-2 (causal self-attention through SDPA), 3 AdamW
     steps: the losses and weights as eager's, no op run eagerly."""
     monkeypatch.setenv("LAZY_MLIR_FUSED_ATTENTION", fused)
-    rm = real_model("gpt2", "tiny", layers=1)
-    eager, model = rm.make(), rm.make().to("lazy")
-    opt_e, opt_l = rm.optimizer(eager), rm.optimizer(model)
-    c = Counters()
-    for step in range(3):
-        losses = []
-        for m, opt, dev in ((eager, opt_e, "cpu"), (model, opt_l, "lazy")):
-            opt.zero_grad(set_to_none=True)
-            loss = rm.loss(m, rm.batch(step, dev))
-            loss.backward()
-            opt.step()
-            if dev == "lazy":
-                lm.mark_step()
-            losses.append(loss.item())
-        assert losses[1] == pytest.approx(losses[0], rel=1e-5)
-    for (name, pe), pl in zip(eager.named_parameters(), model.parameters()):
-        torch.testing.assert_close(pl.detach().cpu(), pe.detach(), rtol=1e-4, atol=1e-5,
-                                   msg=name)
+    c = assert_trains_like_eager(real_model("gpt2", "tiny", layers=1))
     counts = _counters(c)
     assert not [n for n in counts if n.startswith("aten::")], counts
     if fused == "1":

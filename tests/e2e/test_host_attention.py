@@ -12,7 +12,7 @@ import torch.nn.functional as F
 import lazy_mlir as lm
 from lazy_mlir.ops import attention_host
 from lazy_mlir.tools.real_models import real_model
-from e2e_helpers import Counters
+from e2e_helpers import Counters, assert_trains_like_eager
 
 CALLS = "HostAttentionCall"
 
@@ -107,24 +107,7 @@ def test_no_grad_forward_makes_one_call():
 def test_gpt2_trains_like_eager_through_the_calls():
     """A one-layer tiny GPT-2 (causal self-attention), 3 AdamW steps: losses
     and weights as eager's, one call each way a step, no op run eagerly."""
-    rm = real_model("gpt2", "tiny", layers=1)
-    eager, model = rm.make(), rm.make().to("lazy")
-    opt_e, opt_l = rm.optimizer(eager), rm.optimizer(model)
-    c = Counters()
-    for step in range(3):
-        losses = []
-        for m, opt, dev in ((eager, opt_e, "cpu"), (model, opt_l, "lazy")):
-            opt.zero_grad(set_to_none=True)
-            loss = rm.loss(m, rm.batch(step, dev))
-            loss.backward()
-            opt.step()
-            if dev == "lazy":
-                lm.mark_step()
-            losses.append(loss.item())
-        assert losses[1] == pytest.approx(losses[0], rel=1e-5)
-    for (name, pe), pl in zip(eager.named_parameters(), model.parameters()):
-        torch.testing.assert_close(pl.detach().cpu(), pe.detach(), rtol=1e-4, atol=1e-5,
-                                   msg=name)
+    c = assert_trains_like_eager(real_model("gpt2", "tiny", layers=1))
     assert c.delta(CALLS) == 6
     assert not [n for n in lm.metrics.counter_names() if n.startswith("aten::") and c.delta(n)]
 
