@@ -51,15 +51,15 @@ class PipelineConfig:
     conv_lowering: str = "auto"
     # Large f32 matmuls as calls into torch.mm (passes/host_blas.py). Never set
     # in a TOML file: only the in-process cpu session turns it on
-    # (runtime.host_blas.session_config); a module with the calls needs
+    # (runtime.host_calls.session_config); a module with the calls needs
     # PyTorch in the process that runs it.
     host_blas: bool = False
     # LSTM layers as calls into PyTorch's oneDNN LSTM (passes/host_rnn.py); as
     # host_blas: only the in-process cpu session turns it on
-    # (runtime.host_rnn.session_config).
+    # (runtime.host_calls.session_config).
     host_rnn: bool = False
     # Attention as calls into PyTorch's CPU flash attention
-    # (passes/host_attention.py); as host_blas (runtime.host_attention.session_config).
+    # (passes/host_attention.py); as host_blas (runtime.host_calls.session_config).
     host_attention: bool = False
     iree_flags: tuple[tuple[str, tuple[str, ...]], ...] = ()
 

@@ -25,7 +25,7 @@ from .supported import note_fallback
 from .tensor import LazyTensor, live_storages
 from ..config import current_config
 from ..runtime.module_cache import EagerEntry, module_for
-from ..runtime import host_attention, host_blas, host_rnn, worker
+from ..runtime import host_calls, worker
 from ..targets import get_target
 
 log = logging.getLogger("lazy_mlir")
@@ -81,8 +81,7 @@ def launch(roots: list[Value], leading=(), everything: bool = False):
 
     graph = Graph.build(roots, leading, extra=flags)
     target = current_target()
-    config = host_blas.session_config(target, current_config())
-    config = host_attention.session_config(target, host_rnn.session_config(target, config))
+    config = host_calls.session_config(target, current_config())
     entry = module_for(graph, target, config)
     datas = [DeviceData(v.spec) for v in graph.outputs]
     for v, d in zip(graph.outputs, datas):

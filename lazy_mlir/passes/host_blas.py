@@ -29,7 +29,7 @@ an add) with static shapes are taken; everything else stays IREE's.
 
 Nothing here may reach an artifact that runs without PyTorch (export), nor a
 GPU target: ``PipelineConfig.host_blas`` is off unless the in-process cpu
-session turns it on (``runtime.host_blas.session_config``).
+session turns it on (``runtime.host_calls.session_config``).
 """
 from __future__ import annotations
 

@@ -13,38 +13,20 @@ are mapped in place (read-only); results are buffers of the device's
 allocator, filled from the kernel's outputs (the kernel has no ``out=``).
 Every kernel runs through ``run_kernel``, the one call site.
 
-``LAZY_MLIR_HOST_ATTENTION=0`` turns it off (``session_config``, and
+``LAZY_MLIR_HOST_ATTENTION=0`` turns it off (``host_calls.session_config``, and
 ``lazy/attention.py`` records nodes that save ``P``); calls are counted as
 the ``HostAttentionCall`` metric.
 """
 from __future__ import annotations
 
-import functools
 
 from .. import metrics
-from ..config import PipelineConfig
-from .host_blas import in_process_cpu
 from .one_team import on_team
 
 MODULE = "lazy_mlir_attention"
 """``passes.host_attention.MODULE`` (not imported from there: the MLIR bindings)."""
 
 IMPORT_MARK = MODULE.encode() + b"."
-
-
-def session_config(target, config: PipelineConfig) -> PipelineConfig:
-    """``config`` for compiling a module that THIS process runs on ``target``:
-    ``host_attention`` on for the in-process cpu target unless
-    ``LAZY_MLIR_HOST_ATTENTION=0``. Export and ``lm.jit`` never ask."""
-    if not in_process_cpu(target):
-        return config
-    from ..ops.attention_host import enabled
-    return _with_host_attention(config, enabled())
-
-
-@functools.lru_cache(maxsize=16)
-def _with_host_attention(config: PipelineConfig, want: bool) -> PipelineConfig:
-    return config if config.host_attention == want else config.replace(host_attention=want)
 
 
 def imports_attention(vmfb: bytes) -> bool:

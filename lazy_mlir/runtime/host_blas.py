@@ -20,16 +20,14 @@ waits for the job if one does (``one_team.on_team``). It takes the GIL to
 run, so while the main thread records the next step the call may wait for
 it (Python hands the GIL over after ``sys.getswitchinterval()``, 5 ms).
 
-``LAZY_MLIR_BLAS=0`` turns the rewrite off (``session_config``); calls are
+``LAZY_MLIR_BLAS=0`` turns the rewrite off (``host_calls.session_config``); calls are
 counted as the ``HostBlasCall`` metric.
 """
 from __future__ import annotations
 
-import functools
 import os
 
 from .. import metrics
-from ..config import PipelineConfig
 from .one_team import on_team
 
 MODULE = "lazy_mlir_blas"
@@ -46,28 +44,10 @@ def enabled() -> bool:
     return os.environ.get("LAZY_MLIR_BLAS", "1").strip().lower() not in ("0", "false", "off", "no")
 
 
-def session_config(target, config: PipelineConfig) -> PipelineConfig:
-    """``config`` for compiling a module that THIS process runs on ``target``:
-    ``host_blas`` on for the cpu target (host memory) unless ``LAZY_MLIR_BLAS=0``.
-    Only in-process sessions ask (mark_step, ``compile_train_step``); export and
-    ``lm.jit`` compile with the config as given, so their modules never import
-    PyTorch."""
-    if not in_process_cpu(target):
-        return config
-    return _with_host_blas(config, enabled())
-
-
 def in_process_cpu(target) -> bool:
     """``target`` runs on the cpu driver in this process (host memory): the
     only sessions a module may call PyTorch from (``host_rnn`` asks too)."""
     return target.name == "cpu" and target.driver in ("local-task", "local-sync")
-
-
-@functools.lru_cache(maxsize=16)
-def _with_host_blas(config: PipelineConfig, want: bool) -> PipelineConfig:
-    """One config object per (config, want): every launch asks, and a fresh
-    copy would validate its fields and digest its ``key`` again (~18 us)."""
-    return config if config.host_blas == want else config.replace(host_blas=want)
 
 
 def imports_blas(vmfb: bytes) -> bool:

@@ -15,40 +15,20 @@ exactly as long as IREE holds it (in the step's graph, or as an output
 when a sync separates forward and backward). The last reference may drop
 on one of IREE's threads: the capsule's deleter then takes the GIL.
 
-``LAZY_MLIR_RNN=0`` turns it off (``session_config``, and ``lazy/rnn.py``
+``LAZY_MLIR_RNN=0`` turns it off (``host_calls.session_config``, and ``lazy/rnn.py``
 records no workspace); calls are counted as the ``HostRnnCall`` metric.
 """
 from __future__ import annotations
 
-import functools
 import weakref
 
 from .. import metrics
-from ..config import PipelineConfig
-from .host_blas import in_process_cpu
 from .one_team import on_team
 
 MODULE = "lazy_mlir_rnn"
 """``passes.host_rnn.MODULE`` (not imported from there: the MLIR bindings)."""
 
 IMPORT_MARK = MODULE.encode() + b"."
-
-
-def session_config(target, config: PipelineConfig) -> PipelineConfig:
-    """``config`` for compiling a module that THIS process runs on ``target``:
-    ``host_rnn`` on for the cpu target (host memory) unless ``LAZY_MLIR_RNN=0``
-    or PyTorch has no oneDNN. Only in-process sessions ask (mark_step,
-    ``compile_train_step``); export and ``lm.jit`` compile with the config as
-    given, so their modules never import PyTorch."""
-    if not in_process_cpu(target):
-        return config
-    from ..ops.rnn_host import enabled
-    return _with_host_rnn(config, enabled())
-
-
-@functools.lru_cache(maxsize=16)
-def _with_host_rnn(config: PipelineConfig, want: bool) -> PipelineConfig:
-    return config if config.host_rnn == want else config.replace(host_rnn=want)
 
 
 def imports_rnn(vmfb: bytes) -> bool:

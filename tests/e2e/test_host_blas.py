@@ -48,7 +48,8 @@ def test_training_matches_eager_with_and_without_calls(monkeypatch, blas):
 def test_an_export_artifact_never_imports_torch_mm(tmp_path):
     """Export compiles with the config as given: no call, whatever the env."""
     from lazy_mlir.config import PipelineConfig
-    from lazy_mlir.runtime.host_blas import imports_blas, session_config
+    from lazy_mlir.runtime.host_blas import imports_blas
+    from lazy_mlir.runtime.host_calls import session_config
     from lazy_mlir.targets import get_target
     cpu = get_target("cpu")
     assert session_config(cpu, PipelineConfig()).host_blas

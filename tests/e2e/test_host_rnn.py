@@ -102,7 +102,8 @@ def test_an_exported_training_step_never_imports_the_rnn_module(tmp_path, monkey
     LSTM's node is recorded with room for a workspace (cpu target) and
     lowered to loops all the same."""
     from lazy_mlir.config import PipelineConfig
-    from lazy_mlir.runtime.host_rnn import imports_rnn, session_config
+    from lazy_mlir.runtime.host_calls import session_config
+    from lazy_mlir.runtime.host_rnn import imports_rnn
     from lazy_mlir.targets import get_target
     assert session_config(get_target("cpu"), PipelineConfig()).host_rnn
     monkeypatch.setenv("LAZY_MLIR_RNN", "1")

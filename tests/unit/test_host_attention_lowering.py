@@ -12,7 +12,7 @@ from lazy_mlir.config import PipelineConfig
 from lazy_mlir.ops import attention as math_attention
 from lazy_mlir.ops import attention_host
 from lazy_mlir.passes import host_attention
-from lazy_mlir.runtime import host_attention as runtime_attention
+from lazy_mlir.runtime import host_calls
 from lazy_mlir.targets import Target, get_target
 
 
@@ -80,9 +80,9 @@ def test_only_the_in_process_cpu_session_turns_it_on(monkeypatch):
     assert on.key != config.key  # part of every cache key
     assert PipelineConfig(host_attention=False).key == config.key  # (old keys stay valid)
     cpu = get_target("cpu")
-    assert runtime_attention.session_config(cpu, config).host_attention
+    assert host_calls.session_config(cpu, config).host_attention
     for gpu in (Target("vulkan", "vulkan-spirv", "vulkan", ()), Target("cuda", "cuda", "cuda", ())):
-        assert not runtime_attention.session_config(gpu, config).host_attention
+        assert not host_calls.session_config(gpu, config).host_attention
     monkeypatch.setenv("LAZY_MLIR_HOST_ATTENTION", "0")
-    assert not runtime_attention.session_config(cpu, on).host_attention
+    assert not host_calls.session_config(cpu, on).host_attention
     assert not attention_host.enabled()

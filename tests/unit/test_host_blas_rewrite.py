@@ -10,6 +10,7 @@ from lazy_mlir.config import PipelineConfig
 from lazy_mlir.dialects.torch_import import parse
 from lazy_mlir.passes import host_blas as hb
 from lazy_mlir.runtime import host_blas as runtime_blas
+from lazy_mlir.runtime import host_calls
 from lazy_mlir.targets import Target, get_target
 
 
@@ -98,13 +99,13 @@ def test_only_the_in_process_cpu_session_turns_it_on(monkeypatch):
     assert not on.matmuls_as_calls("vulkan") and not on.matmuls_as_calls("cuda")
     assert on.key != config.key  # part of every cache key
     cpu = get_target("cpu")
-    assert runtime_blas.session_config(cpu, config).host_blas
+    assert host_calls.session_config(cpu, config).host_blas
     vulkan = Target("vulkan", "vulkan-spirv", "vulkan", ())
     cuda = Target("cuda", "cuda", "cuda", ())
-    assert not runtime_blas.session_config(vulkan, config).host_blas
-    assert not runtime_blas.session_config(cuda, config).host_blas
+    assert not host_calls.session_config(vulkan, config).host_blas
+    assert not host_calls.session_config(cuda, config).host_blas
     monkeypatch.setenv("LAZY_MLIR_BLAS", "0")
-    assert not runtime_blas.session_config(cpu, on).host_blas
+    assert not host_calls.session_config(cpu, on).host_blas
 
 
 def test_the_calls_compute_what_torch_does():

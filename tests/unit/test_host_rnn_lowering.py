@@ -15,6 +15,7 @@ from lazy_mlir.ops import rnn as rnn_ops
 from lazy_mlir.ops import rnn_host
 from lazy_mlir.passes import host_rnn
 from lazy_mlir.runtime import host_rnn as runtime_rnn
+from lazy_mlir.runtime import host_calls
 from lazy_mlir.targets import Target, get_target
 
 T, B, I, H = 6, 3, 4, 5
@@ -113,11 +114,11 @@ def test_only_the_in_process_cpu_session_turns_it_on(monkeypatch):
     assert on.key != config.key  # part of every cache key
     assert PipelineConfig(host_rnn=False).key == config.key  # (old keys stay valid)
     cpu = get_target("cpu")
-    assert runtime_rnn.session_config(cpu, config).host_rnn
+    assert host_calls.session_config(cpu, config).host_rnn
     for gpu in (Target("vulkan", "vulkan-spirv", "vulkan", ()), Target("cuda", "cuda", "cuda", ())):
-        assert not runtime_rnn.session_config(gpu, config).host_rnn
+        assert not host_calls.session_config(gpu, config).host_rnn
     monkeypatch.setenv("LAZY_MLIR_RNN", "0")
-    assert not runtime_rnn.session_config(cpu, on).host_rnn
+    assert not host_calls.session_config(cpu, on).host_rnn
     assert not rnn_host.enabled()
 
 
