@@ -8,12 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lazy_mlir.config import PipelineConfig
 from lazy_mlir.ops import attention as math_attention
 from lazy_mlir.ops import attention_host
 from lazy_mlir.passes import host_attention
-from lazy_mlir.runtime import host_calls
-from lazy_mlir.targets import Target, get_target
 
 
 def _qkv(heads_first_strides: bool):
@@ -69,20 +66,3 @@ def test_only_attention_worth_a_call_is_called():
 def test_the_scale_travels_exactly_as_an_integer():
     for scale in (0.125, 0.1767766952966369, 1 / 3, 1e-30):
         assert attention_host.scale_of(attention_host.scale_bits(scale)) == scale
-
-
-def test_only_the_in_process_cpu_session_turns_it_on(monkeypatch):
-    config = PipelineConfig()
-    assert not config.attention_as_calls("cpu")
-    on = PipelineConfig(host_attention=True)
-    assert on.attention_as_calls("cpu")
-    assert not on.attention_as_calls("vulkan") and not on.attention_as_calls("cuda")
-    assert on.key != config.key  # part of every cache key
-    assert PipelineConfig(host_attention=False).key == config.key  # (old keys stay valid)
-    cpu = get_target("cpu")
-    assert host_calls.session_config(cpu, config).host_attention
-    for gpu in (Target("vulkan", "vulkan-spirv", "vulkan", ()), Target("cuda", "cuda", "cuda", ())):
-        assert not host_calls.session_config(gpu, config).host_attention
-    monkeypatch.setenv("LAZY_MLIR_HOST_ATTENTION", "0")
-    assert not host_calls.session_config(cpu, on).host_attention
-    assert not attention_host.enabled()

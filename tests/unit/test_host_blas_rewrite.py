@@ -10,8 +10,7 @@ from lazy_mlir.config import PipelineConfig
 from lazy_mlir.dialects.torch_import import parse
 from lazy_mlir.passes import host_blas as hb
 from lazy_mlir.runtime import host_blas as runtime_blas
-from lazy_mlir.runtime import host_calls
-from lazy_mlir.targets import Target, get_target
+from lazy_mlir.targets import get_target
 
 
 def t(shape, dtype="f32"):
@@ -89,23 +88,6 @@ def test_a_shape_used_twice_makes_one_function():
     m = parse(module(matmul("x", *BIG), matmul("y", *BIG)))
     assert hb.matmuls_as_calls(m) == 2
     assert str(m).count(f"func.func private @{hb.CALL_PREFIX[6:]}") == 1
-
-
-def test_only_the_in_process_cpu_session_turns_it_on(monkeypatch):
-    config = PipelineConfig()
-    assert not config.matmuls_as_calls("cpu")
-    on = PipelineConfig(host_blas=True)
-    assert on.matmuls_as_calls("cpu")
-    assert not on.matmuls_as_calls("vulkan") and not on.matmuls_as_calls("cuda")
-    assert on.key != config.key  # part of every cache key
-    cpu = get_target("cpu")
-    assert host_calls.session_config(cpu, config).host_blas
-    vulkan = Target("vulkan", "vulkan-spirv", "vulkan", ())
-    cuda = Target("cuda", "cuda", "cuda", ())
-    assert not host_calls.session_config(vulkan, config).host_blas
-    assert not host_calls.session_config(cuda, config).host_blas
-    monkeypatch.setenv("LAZY_MLIR_BLAS", "0")
-    assert not host_calls.session_config(cpu, on).host_blas
 
 
 def test_the_calls_compute_what_torch_does():

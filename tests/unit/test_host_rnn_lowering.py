@@ -15,8 +15,7 @@ from lazy_mlir.ops import rnn as rnn_ops
 from lazy_mlir.ops import rnn_host
 from lazy_mlir.passes import host_rnn
 from lazy_mlir.runtime import host_rnn as runtime_rnn
-from lazy_mlir.runtime import host_calls
-from lazy_mlir.targets import Target, get_target
+from lazy_mlir.targets import get_target
 
 T, B, I, H = 6, 3, 4, 5
 
@@ -103,23 +102,6 @@ def test_the_nodes_cpu_kernels_save_what_the_compiled_graph_does(monkeypatch, rn
     grads = torch.ops.lazy_mlir.lstm_backward(torch.ones_like(out), None, None, x, h0, c0,
                                               params, [layers, pack, saved, hy, cy], *config)
     assert not any(torch.isnan(g).any() for g in grads)
-
-
-def test_only_the_in_process_cpu_session_turns_it_on(monkeypatch):
-    config = PipelineConfig()
-    assert not config.rnn_as_calls("cpu")
-    on = PipelineConfig(host_rnn=True)
-    assert on.rnn_as_calls("cpu")
-    assert not on.rnn_as_calls("vulkan") and not on.rnn_as_calls("cuda")
-    assert on.key != config.key  # part of every cache key
-    assert PipelineConfig(host_rnn=False).key == config.key  # (old keys stay valid)
-    cpu = get_target("cpu")
-    assert host_calls.session_config(cpu, config).host_rnn
-    for gpu in (Target("vulkan", "vulkan-spirv", "vulkan", ()), Target("cuda", "cuda", "cuda", ())):
-        assert not host_calls.session_config(gpu, config).host_rnn
-    monkeypatch.setenv("LAZY_MLIR_RNN", "0")
-    assert not host_calls.session_config(cpu, on).host_rnn
-    assert not rnn_host.enabled()
 
 
 def _one_layer(x, h0, c0, w_ih, w_hh, b_ih, b_hh, dy, width):
