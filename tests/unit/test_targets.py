@@ -228,3 +228,18 @@ def test_no_device_answers_are_asked_again(monkeypatch):
         return ((), "none") if len(seen) == 1 else (({"name": "d"},), "")
     assert query("x") == ((), "none") and query("x")[0] and query("x")[0]
     assert seen == ["x", "x"]
+
+
+def test_cpu_driver_from_the_environment(monkeypatch):
+    """``LAZY_MLIR_CPU_DRIVER`` picks the cpu target's runtime driver; the
+    compiled module is the same for both (one cache key), a typo says what to
+    write instead."""
+    monkeypatch.delenv("LAZY_MLIR_CPU_DRIVER", raising=False)
+    assert get_target("cpu").driver == "local-task"
+    monkeypatch.setenv("LAZY_MLIR_CPU_DRIVER", "Local-Sync")
+    sync = get_target("cpu")
+    assert sync.driver == "local-sync"
+    assert sync.cache_key == T.CPU.cache_key and sync.flags == T.CPU.flags
+    monkeypatch.setenv("LAZY_MLIR_CPU_DRIVER", "local-thread")
+    with pytest.raises(ValueError, match="local-task, local-sync"):
+        get_target("cpu")

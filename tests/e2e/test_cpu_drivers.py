@@ -1,0 +1,32 @@
+"""The cpu target on IREE's ``local-sync`` driver (``LAZY_MLIR_CPU_DRIVER``):
+a tiny GPT-2 trains like eager with its attention as host calls into
+PyTorch, on a session of that driver."""
+from __future__ import annotations
+
+import pytest
+
+import lazy_mlir as lm
+from lazy_mlir.lazy.sync import current_target, set_target
+from lazy_mlir.ops import attention_host
+from lazy_mlir.tools.real_models import real_model
+from e2e_helpers import assert_trains_like_eager
+
+
+@pytest.fixture
+def local_sync(monkeypatch):
+    """The cpu target on local-sync for one test, local-task again after it."""
+    monkeypatch.setattr(attention_host, "MIN_MACS", 0)  # the tiny model's attention is called
+    monkeypatch.setenv("LAZY_MLIR_CPU_DRIVER", "local-sync")
+    set_target("cpu")
+    yield
+    monkeypatch.delenv("LAZY_MLIR_CPU_DRIVER")
+    set_target("cpu")
+
+
+def test_tiny_gpt2_trains_like_eager_on_local_sync(local_sync):
+    from lazy_mlir.runtime.session import session_for
+    assert current_target().driver == "local-sync"
+    c = assert_trains_like_eager(real_model("gpt2", "tiny", layers=1))
+    assert c.delta("HostAttentionCall") == 6  # forward and backward, three steps
+    assert session_for(current_target()).host_memory
+    assert not [n for n in lm.metrics.counter_names() if n.startswith("aten::") and c.delta(n)]
