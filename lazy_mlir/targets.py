@@ -434,14 +434,11 @@ CPU_DRIVERS = ("local-task", "local-sync")
 
 def cpu_driver() -> str:
     """The cpu target's IREE runtime driver: ``LAZY_MLIR_CPU_DRIVER``, else
-    ``local-task`` (IREE's thread pool runs the dispatches). ``local-sync``
-    runs them on the thread that calls the module, beside PyTorch's one
-    OpenMP team (``runtime/one_team``). Measured on the medium suite (2
-    cores): a GPT-2 module with host calls on ``local-task`` kept ~250 MB
-    more resident after every call (IREE's allocator statistics show the
-    buffers freed; glibc's heap keeps growing), none on ``local-sync``,
-    whose GPT-2 step also ran faster (476 against 510-830 ms). The same
-    compiled module runs on either (``cache_key`` leaves the driver out)."""
+    ``local-task`` (IREE's worker threads run the dispatches). Either way a
+    module that calls PyTorch's kernels runs on a ``local-sync`` device
+    (``Session._config_for_calls``); ``local-sync`` runs every module's
+    dispatches on the thread that calls it. The compiled module is the same
+    for both (``cache_key`` leaves the driver out)."""
     name = os.environ.get("LAZY_MLIR_CPU_DRIVER", "").strip().lower() or "local-task"
     if name not in CPU_DRIVERS:
         raise ValueError(f"lazy-mlir: LAZY_MLIR_CPU_DRIVER={name!r}: expected one of "

@@ -13,11 +13,12 @@ list of arrays keeps the ``FunctionInvoker``.
 from __future__ import annotations
 
 
-def invoker(fn):
+def invoker(fn, device=None):
     """``call(args) -> tuple`` of ``fn(*args)``'s results (``fn``: the
     ``FunctionInvoker`` of a module's ``main``), always a tuple; ``fn``
-    itself, wrapped so, when its ABI is not one ``invoker`` reads."""
-    fast = _fast(fn)
+    itself, wrapped so, when its ABI is not one ``invoker`` reads. Results
+    are ``DeviceArray``s of ``device`` (default: ``fn``'s own)."""
+    fast = _fast(fn, device)
     if fast is not None:
         return fast
 
@@ -27,7 +28,7 @@ def invoker(fn):
     return call
 
 
-def _fast(fn):
+def _fast(fn, result_device=None):
     """The direct call, or None (an iree.runtime without these internals,
     results that are not all arrays, nested or inlined results)."""
     try:
@@ -49,6 +50,7 @@ def _fast(fn):
         return None
     invoke = context.invoke
     new = object.__new__
+    made_by = result_device or device
     capacity = 1 if descs is None else len(descs)
 
     def call(args):
@@ -62,7 +64,7 @@ def _fast(fn):
         try:
             # The first result through DeviceArray's constructor; the others
             # copy its attributes (the same arrays, without an __init__ each).
-            first = DeviceArray(device, get(0, HalBufferView), implicit_host_transfer=True,
+            first = DeviceArray(made_by, get(0, HalBufferView), implicit_host_transfer=True,
                                 override_dtype=None if dtypes is None else dtypes[0])
             outs = [first]
             attrs = first.__dict__

@@ -64,7 +64,9 @@ def module_for(graph, target, config):
     """The loaded module (or ``EagerEntry``) for ``graph`` on ``target``."""
     if _compiling:
         _settle_finished()
-    key = (graph.key, target.cache_key, config.key)
+    # (the driver too: a loaded module is bound to its device; the compiled
+    # one, on disk, is the same for cpu's local-task and local-sync)
+    key = (graph.key, target.cache_key, target.driver, config.key)
     entry = memory_cache.get(key)
     if isinstance(entry, CompilingEntry):
         metrics.counter_inc("EagerWhileCompiling")
