@@ -26,7 +26,9 @@ A timed step is zero_grad, forward, loss, backward, ``optimizer.step()``, the
 backend's sync and ``loss.item()``; four batches are moved to the device
 before timing and used in turn. Reported per row: the first step (with its
 compile), min/median/max over ``--steps`` steps after ``--warmup`` untimed
-ones, the median over eager's, and the step-1 loss against eager's.
+ones, the median over eager's, and the step-1 loss against eager's. A row
+whose process kept more than ``GROWTH_NOTED_MB`` more resident memory over
+its timed steps says so in its notes (a leak shows there first).
 """
 from __future__ import annotations
 
@@ -123,6 +125,20 @@ RUNNERS = {
 
 # --------------------------------------------------------------------------- worker
 
+# A steady loop holds its memory flat: growth past this over the timed steps
+# is noted (GPT-2 medium leaked ~190 MB a step on IREE's local-task driver).
+GROWTH_NOTED_MB = 32
+
+
+def _resident_mb() -> float:
+    """This process's resident memory (Linux ``/proc``; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def run_worker(backend: str, model_id: str, steps: int, warmup: int) -> dict:
     """Time one (model, backend) pair in this process; a JSON-able dict."""
     import torch
@@ -145,12 +161,17 @@ def run_worker(backend: str, model_id: str, steps: int, warmup: int) -> dict:
             sync()
             losses.append(loss.item())
             times.append(time.perf_counter() - t0)
+            if i == warmup:  # (outside the timed steps)
+                resident = _resident_mb()
         res["first_ms"] = times[0] * 1e3
         if backend.startswith("lazy_mlir"):
             import lazy_mlir as lm
             lm.wait_device_ops()
+        grew = _resident_mb() - resident
         res.update(losses=losses, steady_ms=[t * 1e3 for t in times[1 + warmup:]],
-                   notes=H._backend_notes(backend))
+                   notes=H._backend_notes(backend) + (
+                       [f"resident memory +{grew:.0f} MB over the timed steps"]
+                       if grew > GROWTH_NOTED_MB else []))
     except BaseException as e:  # report, don't crash: the driver shows the first line
         msg = str(e).strip().splitlines()
         res["error"] = f"{type(e).__name__}: {msg[0] if msg else ''}".strip()
