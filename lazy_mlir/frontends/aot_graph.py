@@ -221,7 +221,8 @@ def _module_for(spec: _Specialized):
     """(loaded module or ``_Eager``, output layout) for ``spec``, from the
     memory cache, the disk cache, or a compile."""
     from ..runtime.cache import memory_cache
-    key = (("dynamo", spec.key), spec.target.cache_key, spec.config.key)
+    # (as module_cache: the driver too, a loaded module is bound to its device)
+    key = (("dynamo", spec.key), spec.target.cache_key, spec.target.driver, spec.config.key)
     hit = memory_cache.get(key)
     if hit is not None:
         metrics.counter_inc("CachedCompile")
