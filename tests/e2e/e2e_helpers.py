@@ -100,6 +100,7 @@ def assert_trains_like_eager(rm, steps: int = 3) -> Counters:
     import pytest
     eager, model = rm.make(), rm.make().to("lazy")
     opt_e, opt_l = rm.optimizer(eager), rm.optimizer(model)
+    largest = {n: torch.zeros_like(p) for n, p in eager.named_parameters()}  # |eager grad|
     c = Counters()
     for step in range(steps):
         losses = []
@@ -107,12 +108,21 @@ def assert_trains_like_eager(rm, steps: int = 3) -> Counters:
             opt.zero_grad(set_to_none=True)
             loss = rm.loss(m, rm.batch(step, dev))
             loss.backward()
+            if dev == "cpu":
+                for n, p in m.named_parameters():
+                    largest[n] = torch.maximum(largest[n], p.grad.abs())
             opt.step()
             if dev == "lazy":
                 lm.mark_step()
             losses.append(loss.item())
         assert losses[1] == pytest.approx(losses[0], rel=1e-5)
     for (name, pe), pl in zip(eager.named_parameters(), model.parameters()):
-        torch.testing.assert_close(pl.detach().cpu(), pe.detach(), rtol=1e-4, atol=1e-5,
-                                   msg=name)
+        # Weights whose gradient is only rounding noise (GPT-2's key bias: the
+        # softmax ignores it, its gradient is ~1e-11 against ~5e-3) are moved
+        # by AdamW a step's size in the noise's direction, either way: compared
+        # are the others.
+        top = largest[name].max()
+        real = largest[name] > 1e-6 * top if top > 0 else torch.ones_like(pe, dtype=torch.bool)
+        torch.testing.assert_close(pl.detach().cpu()[real], pe.detach()[real], rtol=1e-4,
+                                   atol=1e-5, msg=name)
     return c
