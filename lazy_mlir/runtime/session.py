@@ -180,7 +180,9 @@ class Session:
         self.zero_copy = self.host_memory and os.environ.get(
             "LAZY_MLIR_ZERO_COPY", "1").strip().lower() not in ("0", "false", "off", "no")
         self._import_readback = True   # until the device refuses an import
-        self._host_modules: dict = {}  # host-call kind -> its import module (``load``)
+        self._blas = None
+        self._rnn = None  # (the ``host_rnn`` import module, made once)
+        self._attention = None  # (the ``host_attention`` import module, made once)
         self.calls_device = None  # (``_calls_config``: local-sync, for modules with host calls)
         self._calls_config = None
         self._empties: dict = {}  # (shape, dtype) -> its device array (``to_device``)
@@ -197,26 +199,25 @@ class Session:
         """The module's ``main``, callable on device arrays; ``passthrough``:
         (result, argument) pairs where the result is the argument unchanged."""
         rt = self.rt
-        calls = self._host_call_modules(vmfb)
+        calls = self.host_memory and [kind for kind, imports in (
+            ("blas", host_blas.imports_blas), ("rnn", host_rnn.imports_rnn),
+            ("attention", host_attention.imports_attention)) if imports(vmfb)]
         ctx = rt.SystemContext(config=self._config_for_calls() if calls else self.config)
-        for module in calls:  # (before the module that imports them)
-            ctx.add_vm_module(module)
+        if calls and "blas" in calls:  # before the module
+            ctx.add_vm_module(self._blas_module())
+        if calls and "rnn" in calls:
+            if self._rnn is None:
+                self._rnn = host_rnn.create_module(self.device)
+            ctx.add_vm_module(self._rnn)
+        if calls and "attention" in calls:
+            if self._attention is None:
+                self._attention = host_attention.create_module(self.device)
+            ctx.add_vm_module(self._attention)
         ctx.add_vm_module(rt.VmModule.copy_buffer(ctx.instance, vmfb))
-        return LoadedModule(self, ctx.modules.module["main"], clobbered, passthrough,
-                            batch_waits=self.batch_waits and ctx.config is self.config)
-
-    def _host_call_modules(self, vmfb: bytes) -> list:
-        """The import modules (``host_blas``, ``host_rnn``, ``host_attention``,
-        each made once) that ``vmfb`` calls; none off host memory."""
-        if not self.host_memory:
-            return []
-        modules = []
-        for kind in (host_blas, host_rnn, host_attention):
-            if kind.IMPORT_MARK in vmfb:
-                if kind not in self._host_modules:
-                    self._host_modules[kind] = kind.create_module(self.device)
-                modules.append(self._host_modules[kind])
-        return modules
+        loaded = LoadedModule(self, ctx.modules.module["main"], clobbered, passthrough)
+        if ctx.config is not self.config:  # it computes on the calling thread: no wait to batch
+            loaded.batch_waits = False
+        return loaded
 
     def _config_for_calls(self):
         """The config of a module that calls PyTorch's kernels (``host_blas``,
@@ -236,6 +237,12 @@ class Session:
             _by_device.setdefault(id(self.calls_device), self)
             self._calls_config = self.rt.Config(device=self.calls_device)
         return self._calls_config
+
+    def _blas_module(self):
+        """The ``lazy_mlir_blas`` import module (``host_blas``), made once."""
+        if self._blas is None:
+            self._blas = host_blas.create_module(self.device)
+        return self._blas
 
     # -- host -> device ------------------------------------------------------
 
@@ -470,7 +477,7 @@ class LoadedModule:
     """
 
     def __init__(self, session: Session, fn, clobbered: tuple[int, ...],
-                 passthrough: tuple[tuple[int, int], ...] = (), batch_waits: bool = False):
+                 passthrough: tuple[tuple[int, int], ...] = ()):
         self.session = session
         self.fn = fn
         # list of arrays -> tuple of result arrays, of the session's device
@@ -478,8 +485,7 @@ class LoadedModule:
         self.call = invoke.invoker(fn, session.device)
         self.clobbered = clobbered
         self.passthrough = passthrough
-        # (``waiting``: while IREE's workers run it; not where the caller computes)
-        self.batch_waits = batch_waits
+        self.batch_waits = session.batch_waits  # (``waiting``: while IREE's workers run it)
         self.aliased: frozenset[int] | None = None  # known after the first call
         self._copied: tuple[int, ...] = ()  # aliased and clobbered arguments
         # (result, arguments it lies in) pairs, known after the first call;
