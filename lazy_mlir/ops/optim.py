@@ -86,6 +86,19 @@ def _lerp(m, g, weight: float):
     return g + (g - m) * (weight - 1.0)
 
 
+def _flat(t):
+    """``t`` as a matrix of its first dimension's rows. The update is
+    elementwise; written on a conv weight's own four dimensions, its
+    gradient the ``[O, C*K]`` result of a matmul (``passes/conv_matmul``)
+    viewed as ``[O, C, KH, KW]``, IREE moved the reshape onto the moments'
+    updates, which then no longer had the parameter's iteration space: three
+    dispatches, the first moment, the second and the parameter, each
+    reading the last one's result again (40 bytes an element against 28).
+    As matrices, every operand has the gradient's own shape and the update
+    is one dispatch with three results."""
+    return t.reshape(t.shape[0], -1) if t.dim() > 2 else t
+
+
 def _unscaled(g, grad_scale):
     return g if grad_scale is None else g / grad_scale.reshape(()).to(g.dtype)
 
@@ -117,8 +130,9 @@ def fused_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, lr,
     new_p, new_m, new_v, new_max, new_g = [], [], [], [], []
     for i in range(n):
         neg_step_size, bc2_sqrt = neg_step_sizes[i], bc2_sqrts[i]
-        p, g = params[i], _unscaled(grads[i], grad_scale)
-        new_g.append(g)
+        shape = params[i].shape
+        p, g = _flat(params[i]), _flat(_unscaled(grads[i], grad_scale))
+        new_g.append(g.reshape(shape))
         if maximize:
             g = -g
         if weight_decay != 0.0:
@@ -126,17 +140,17 @@ def fused_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, lr,
                 p = p * decay
             else:
                 g = g + p * weight_decay
-        m = _lerp(exp_avgs[i], g, 1.0 - beta1)
-        v = exp_avg_sqs[i] * beta2 + (g * (1.0 - beta2)) * g
+        m = _lerp(_flat(exp_avgs[i]), g, 1.0 - beta1)
+        v = _flat(exp_avg_sqs[i]) * beta2 + (g * (1.0 - beta2)) * g
         if amsgrad:
-            big = torch.maximum(max_exp_avg_sqs[i], v)
-            new_max.append(big)
+            big = torch.maximum(_flat(max_exp_avg_sqs[i]), v)
+            new_max.append(big.reshape(shape))
             denom = torch.sqrt(big) / bc2_sqrt + eps
         else:
             denom = torch.sqrt(v) / bc2_sqrt + eps
-        new_p.append(p + (neg_step_size * m) / denom)
-        new_m.append(m)
-        new_v.append(v)
+        new_p.append((p + (neg_step_size * m) / denom).reshape(shape))
+        new_m.append(m.reshape(shape))
+        new_v.append(v.reshape(shape))
     old = [*params, *exp_avgs, *exp_avg_sqs]
     new = [*new_p, *new_m, *new_v]
     if amsgrad:
