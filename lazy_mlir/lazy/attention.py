@@ -126,8 +126,9 @@ def _saves_lse(query, key, value, attn_mask) -> bool:
     the node may become a host call of PyTorch's CPU flash attention
     (``ops/attention_host.py``): no mask, 4-d ``[B, H, L, D]`` operands of one
     head width, large enough (``worth_a_call``), recorded for the cpu target,
-    ``LAZY_MLIR_HOST_ATTENTION`` not off. Decided here because it shapes the node's outputs; whether the call
-    is made is decided when the graph is compiled
+    ``LAZY_MLIR_HOST_ATTENTION`` on (``attention_host.enabled``). Decided
+    here because it shapes the node's outputs; whether the call is made is
+    decided when the graph is compiled
     (``PipelineConfig.host_attention``)."""
     if attn_mask is not None or query.dim() != 4 or not (
             query.shape[-1] == key.shape[-1] == value.shape[-1]):

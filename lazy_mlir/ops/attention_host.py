@@ -21,10 +21,11 @@ as an i64 (a float argument would be demoted to float32).
 """
 from __future__ import annotations
 
-import os
 import struct
 
 import torch
+
+from .. import host_gemm
 
 _LIB = torch.library.Library("lazy_mlir", "FRAGMENT")
 _LIB.define("host_attention(Tensor query, Tensor key, Tensor value, int scale_bits, "
@@ -49,9 +50,9 @@ def worth_a_call(query, key) -> bool:
 
 
 def enabled() -> bool:
-    """``LAZY_MLIR_HOST_ATTENTION`` is not 0/false/off/no (default on)."""
-    return os.environ.get("LAZY_MLIR_HOST_ATTENTION", "1").strip().lower() not in (
-        "0", "false", "off", "no")
+    """``LAZY_MLIR_HOST_ATTENTION``: 1, 0 or auto (the default: on where
+    PyTorch's GEMM is MKL on an Intel CPU, ``host_gemm``)."""
+    return host_gemm.switch("LAZY_MLIR_HOST_ATTENTION")
 
 
 def scale_bits(scale: float) -> int:

@@ -20,14 +20,13 @@ waits for the job if one does (``one_team.on_team``). It takes the GIL to
 run, so while the main thread records the next step the call may wait for
 it (Python hands the GIL over after ``sys.getswitchinterval()``, 5 ms).
 
-``LAZY_MLIR_BLAS=0`` turns the rewrite off (``host_calls.session_config``); calls are
-counted as the ``HostBlasCall`` metric.
+``LAZY_MLIR_BLAS`` (1, 0, or auto: on where PyTorch's GEMM is MKL on an Intel
+CPU, ``host_gemm``) switches the rewrite (``host_calls.session_config``); calls
+are counted as the ``HostBlasCall`` metric.
 """
 from __future__ import annotations
 
-import os
-
-from .. import metrics
+from .. import host_gemm, metrics
 from .one_team import on_team
 
 MODULE = "lazy_mlir_blas"
@@ -40,8 +39,9 @@ IMPORT_MARK = MODULE.encode() + b"."
 
 
 def enabled() -> bool:
-    """``LAZY_MLIR_BLAS`` is not 0/false/off/no (default on)."""
-    return os.environ.get("LAZY_MLIR_BLAS", "1").strip().lower() not in ("0", "false", "off", "no")
+    """``LAZY_MLIR_BLAS``: 1, 0 or auto (the default: on where PyTorch's
+    GEMM is MKL on an Intel CPU, ``host_gemm``)."""
+    return host_gemm.switch("LAZY_MLIR_BLAS")
 
 
 def in_process_cpu(target) -> bool:

@@ -16,6 +16,7 @@ from e2e_helpers import assert_trains_like_eager
 def local_sync(monkeypatch):
     """The cpu target on local-sync for one test, local-task again after it."""
     monkeypatch.setattr(attention_host, "MIN_MACS", 0)  # the tiny model's attention is called
+    monkeypatch.setenv("LAZY_MLIR_HOST_ATTENTION", "1")  # (whatever this machine's default)
     monkeypatch.setenv("LAZY_MLIR_CPU_DRIVER", "local-sync")
     set_target("cpu")
     yield
@@ -39,6 +40,7 @@ def test_modules_with_host_calls_run_on_local_sync(monkeypatch):
     own device, which the next step takes without a copy."""
     from lazy_mlir.runtime.session import session_for
     monkeypatch.setattr(attention_host, "MIN_MACS", 0)
+    monkeypatch.setenv("LAZY_MLIR_HOST_ATTENTION", "1")
     monkeypatch.delenv("LAZY_MLIR_CPU_DRIVER", raising=False)
     set_target("cpu")
     session = session_for(current_target())

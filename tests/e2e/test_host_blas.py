@@ -45,8 +45,9 @@ def test_training_matches_eager_with_and_without_calls(monkeypatch, blas):
         assert calls == 0
 
 
-def test_an_export_artifact_never_imports_torch_mm(tmp_path):
+def test_an_export_artifact_never_imports_torch_mm(tmp_path, monkeypatch):
     """Export compiles with the config as given: no call, whatever the env."""
+    monkeypatch.setenv("LAZY_MLIR_BLAS", "1")
     from lazy_mlir.config import PipelineConfig
     from lazy_mlir.runtime.host_blas import imports_blas
     from lazy_mlir.runtime.host_calls import session_config
