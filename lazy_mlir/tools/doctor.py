@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
         if devices:
             listed = "\n".join(_device_line(d) for d in devices)
             if name == "local-task":
-                listed += f"\n[dim]{_threads_note()}[/dim]"
+                listed += f"\n[dim]{_threads_note()}\n{_host_gemm_note()}[/dim]"
         else:
             listed = f"[yellow]none[/yellow]: {_short(err)}" if err else "[yellow]none[/yellow]"
         t.add_row(name, listed)
@@ -210,3 +210,22 @@ def _threads_note() -> str:
                 "(LAZY_MLIR_KEEP_FREED_MEMORY)")
     except ValueError as e:
         return str(e)
+
+
+def _host_gemm_note() -> str:
+    """Whether cpu modules call PyTorch's GEMM (``host_gemm``), and why."""
+    import os
+
+    import torch
+
+    from .. import host_gemm
+    parts = []
+    for what, switch in (("matmuls", "LAZY_MLIR_BLAS"), ("attention", "LAZY_MLIR_HOST_ATTENTION")):
+        try:
+            on = host_gemm.switch(switch)
+        except ValueError as e:
+            return str(e)
+        parts.append(f"{what} {'on' if on else 'off'} ({switch}={os.environ.get(switch, 'auto')})")
+    blas = "MKL" if torch.backends.mkl.is_available() else "not MKL"
+    return (f"calls into PyTorch's GEMM: {', '.join(parts)}; auto means on only for MKL on "
+            f"an Intel CPU (here: {host_gemm.cpu_vendor() or 'vendor unknown'}, {blas})")

@@ -151,3 +151,7 @@ def test_doctor_lists_versions_drivers_and_cache():
         assert word in r.stdout
     wide = cli("doctor", env={"COLUMNS": "250"}).stdout  # a flag and its note on one line
     assert "--iree-opt-data-tiling (only for a graph with a matmul of 2^26+ multiply-adds)" in wide
+    forced = cli("doctor", env={"COLUMNS": "250", "LAZY_MLIR_BLAS": "1",
+                                "LAZY_MLIR_HOST_ATTENTION": "0"}).stdout
+    assert "matmuls on (LAZY_MLIR_BLAS=1), attention off (LAZY_MLIR_HOST_ATTENTION=0)" in forced
+    assert "auto means on only for MKL on an Intel CPU" in forced
