@@ -312,20 +312,3 @@ def to_channels_last(module) -> int:
         count += 1
     return count
 
-
-HOST_WAITS = "lazy_mlir_host_waits"
-"""The name of an empty exported function that marks a module whose stream
-waits on the host mid-run (``runtime/session.py`` reads it in the vmfb)."""
-
-
-def mark_host_waits(module) -> int:
-    """Give a module with a ``util.optimization_barrier`` (this pass's filter
-    barriers, ``loop_matmuls``') the empty export ``HOST_WAITS``; returns 1
-    if marked. Each barrier is a host wait in IREE's stream: on local-task
-    the medium ResNet's plain step module kept 56 MB more of the heap after
-    every call (~22 MB a training step; IREE's allocator counts none of
-    it), none on local-sync; the session runs marked modules there."""
-    if not E.ops_named(module, "util.optimization_barrier"):
-        return 0
-    E.add_functions(module, f"func.func @{HOST_WAITS}() {{\n  return\n}}\n")
-    return 1

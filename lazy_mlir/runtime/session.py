@@ -54,11 +54,12 @@ from .host_memory import keep_freed_memory
 log = logging.getLogger("lazy_mlir")
 
 HOST_DRIVERS = ("local-task", "local-sync")
-HOST_WAITS_MARK = b"lazy_mlir_host_waits"
-"""In a vmfb: the module waits on the host mid-run
-(``passes.conv_channels_last.HOST_WAITS``; not imported from there: the MLIR
-bindings). It runs on the calls device, as a module with host calls does."""
 """Drivers whose device memory is host memory: zero-copy transfers."""
+
+HOST_WAITS_MARK = b"lazy_mlir_host_waits"
+"""In a vmfb: the module waits on the host mid-run (``passes.host_waits.NAME``;
+not imported from there: the MLIR bindings). It runs on the calls device, as
+a module with host calls does."""
 
 ZERO_COPY_ALIGNMENT = 64
 """Host data is imported (not copied) only at this alignment: IREE's CPU code

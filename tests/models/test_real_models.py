@@ -15,6 +15,7 @@ are ``slow`` (``--runslow``).
 from __future__ import annotations
 
 import functools
+import os
 
 import pytest
 import torch
@@ -139,16 +140,17 @@ def test_dimensions_override_one_size():
 
 def _resident_mb() -> float:
     with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * 4096 / 2**20
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/statm"), reason="Linux /proc")
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="Linux /proc")
 def test_replayed_gpt2_medium_holds_its_memory():
     """A steady ``compile_train_step`` loop keeps its resident memory flat.
-    GPT-2 medium's step module (host calls into PyTorch's matmuls and flash
-    attention) grew ~190 MB a step while IREE's local-task workers ran it;
-    it runs on the session's local-sync device now (``Session._config_for_calls``)."""
+    GPT-2 medium's step module with host calls into PyTorch's matmuls and
+    flash attention (``host_gemm``: on by default with MKL on Intel) grew
+    ~190 MB a step while IREE's local-task workers ran it; it runs on the
+    session's local-sync device now (``Session._config_for_calls``)."""
     rm = real_model("gpt2", "medium")
     model = rm.make().to("lazy")
     step = lm.compile_train_step(model, rm.optimizer(model))

@@ -237,19 +237,3 @@ def test_a_depthwise_convolution_runs_channels_last(stride, dilation, pad):
     args = [rng.standard_normal(s).astype(np.float32) for s in (x, w, o)]
     np.testing.assert_allclose(run(out, args), run(text, args), rtol=1e-4, atol=1e-4)
 
-
-def test_a_module_with_barriers_is_marked_for_the_calls_device():
-    """A barrier is a host wait in IREE's stream: the module gets the empty
-    export ``HOST_WAITS`` (which the vmfb carries, ``Session.load`` reads
-    it); a module without a barrier is left as it was."""
-    from lazy_mlir.runtime.session import HOST_WAITS_MARK
-    plain = parse(module(NARROW))
-    assert ccl.mark_host_waits(plain) == 0 and ccl.HOST_WAITS not in str(plain)
-    m = parse(module(WIDE))
-    ccl.to_channels_last(m)
-    assert ccl.mark_host_waits(m) == 1
-    m.operation.verify()
-    flags = ["--iree-hal-target-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=host"]
-    vmfb = ic.compile_str(str(m), extra_args=flags)
-    assert HOST_WAITS_MARK == ccl.HOST_WAITS.encode() and HOST_WAITS_MARK in vmfb
-    assert HOST_WAITS_MARK not in ic.compile_str(str(plain), extra_args=flags)
