@@ -13,14 +13,15 @@ to channels last, convolves and transposes the result back; IREE inlines it
 and cancels the activation transposes against their neighbours
 (``conv_matmul`` keeps activations channels last).
 
-The filter transpose sits behind a ``util.optimization_barrier``: without it
+The filter transpose sits behind IREE's ``compute_barrier.start``
+(``linalg_edit.FUSION_BARRIER``, written in generic form: torch-mlir only
+passes it through; IREE erases it once dispatches are formed): without it
 IREE fuses the transpose into the convolution's dispatch, which then reads
 the filter as (f, c, kh, kw) and runs at the 335 ms of the channels-first op
 (IREE 3.13 generalizes every convolution, and elementwise fusion composes the
 transpose into it; neither ``--iree-global-opt-propagate-transposes=false``
 nor a second use of the filter stops it). With the barrier the transpose is
-its own dispatch of a few microseconds. The barrier is an op of IREE's
-``util`` dialect, written in generic form: torch-mlir only passes it through.
+its own dispatch of a few microseconds.
 
 Depthwise convolutions (``linalg.depthwise_conv_2d_nchw_chw``, one filter
 per channel) become ``linalg.depthwise_conv_2d_nhwc_hwc`` the same way: 0.18
@@ -229,7 +230,7 @@ def _function(name: str, x: list[int], w: list[int], out: list[int], strides: li
         f"  %ew = tensor.empty() : {t_wl}",
         f"  %wl = linalg.transpose ins(%w : {t_w}) outs(%ew : {t_wl}) permutation = "
         + ("[1, 2, 0]" if depthwise else "[2, 3, 1, 0]"),
-        f'  %wb = "util.optimization_barrier"(%wl) : ({t_wl}) -> {t_wl}',
+        f'  %wb = "{E.FUSION_BARRIER}"(%wl) : ({t_wl}) -> {t_wl}',
         f"  %eo = tensor.empty() : {t_ol}",
         f"  %ol = linalg.transpose ins(%init : {t_o}) outs(%eo : {t_ol}) permutation = [0, 2, 3, 1]",
     ]

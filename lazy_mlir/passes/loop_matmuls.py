@@ -26,7 +26,7 @@ rows) ran at 0.30 ms against 0.50 for ``g @ w`` read by columns (the
 backward's ``[8, 2048] x [2048, 512]``). ``ops/rnn.py`` writes the latter as
 ``g @ (w^T)^T`` with ``w^T`` made before the loop, but IREE folds the two
 transposes back: so a transpose made outside a loop and passed into it
-reaches the loop through a ``util.optimization_barrier``.
+reaches the loop through a ``linalg_edit.FUSION_BARRIER``.
 """
 from __future__ import annotations
 

@@ -191,8 +191,6 @@ def _linalg_edits(config: PipelineConfig, target: str | None) -> list[tuple]:
         edits.append(("loop_matmuls", HINT, untile_loop_matmuls, "matmuls kept tiled"))
         from ..passes.column_sums import CALL_PREFIX as SUMS, column_sums_in_two_stages
         edits.append(("column_sums", SUMS, column_sums_in_two_stages, "column sums"))
-        from ..passes.host_waits import MARK as WAITS, mark_host_waits
-        edits.append(("host_waits", WAITS, mark_host_waits, "mark"))
     return edits
 
 

@@ -56,11 +56,6 @@ log = logging.getLogger("lazy_mlir")
 HOST_DRIVERS = ("local-task", "local-sync")
 """Drivers whose device memory is host memory: zero-copy transfers."""
 
-HOST_WAITS_MARK = b"lazy_mlir_host_waits"
-"""In a vmfb: the module waits on the host mid-run (``passes.host_waits.NAME``;
-not imported from there: the MLIR bindings). It runs on the calls device, as
-a module with host calls does."""
-
 ZERO_COPY_ALIGNMENT = 64
 """Host data is imported (not copied) only at this alignment: IREE's CPU code
 may assume it for vector loads."""
@@ -207,8 +202,7 @@ class Session:
         calls = self.host_memory and [kind for kind, imports in (
             ("blas", host_blas.imports_blas), ("rnn", host_rnn.imports_rnn),
             ("attention", host_attention.imports_attention)) if imports(vmfb)]
-        waits = calls or (self.host_memory and HOST_WAITS_MARK in vmfb)
-        ctx = rt.SystemContext(config=self._config_for_calls() if waits else self.config)
+        ctx = rt.SystemContext(config=self._config_for_calls() if calls else self.config)
         if calls and "blas" in calls:  # before the module
             ctx.add_vm_module(self._blas_module())
         if calls and "rnn" in calls:
@@ -227,8 +221,7 @@ class Session:
 
     def _config_for_calls(self):
         """The config of a module that calls PyTorch's kernels (``host_blas``,
-        ``host_rnn``, ``host_attention``) or otherwise waits on the host
-        mid-run (``HOST_WAITS_MARK``): on ``local-task``, one of a
+        ``host_rnn``, ``host_attention``): on ``local-task``, one of a
         ``local-sync`` device, which runs the dispatches on the calling thread
         beside PyTorch's OpenMP team. Run by ``local-task``'s workers, the
         medium GPT-2's step module kept ~250 MB more of the heap after every

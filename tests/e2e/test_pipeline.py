@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import lazy_mlir as lm
+from lazy_mlir.dialects.linalg_edit import FUSION_BARRIER
 from lazy_mlir.config import ConfigError, PipelineConfig
 from lazy_mlir.pipeline.stages import IREE_PHASES
 from lazy_mlir.targets import CPU_DATA_TILING
@@ -380,7 +381,7 @@ def test_convolutions_run_channels_last_in_a_training_step(tmp_path):
     rewritten = [s for s in linalg if "conv_channels_last (2 convolutions)" in s["built_by"]]
     assert rewritten, [s["built_by"] for s in linalg]
     text = (tmp_path / rewritten[0]["file"]).read_text()
-    assert "linalg.conv_2d_nhwc_hwcf" in text and '"util.optimization_barrier"' in text
+    assert "linalg.conv_2d_nhwc_hwcf" in text and FUSION_BARRIER in text
     fx = (tmp_path / rewritten[0]["file"].replace("-linalg.mlir", "-fx.txt")).read_text()
     assert fx.count("aten.convolution.default") == 2  # c2's forward and input gradient
     # both weight gradients (16 x 9 and 6 x 144) are small: one batch matmul

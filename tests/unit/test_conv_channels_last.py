@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from lazy_mlir.dialects import linalg_edit as E
 from lazy_mlir.dialects.torch_import import parse
 from lazy_mlir.passes import conv_channels_last as ccl
 
@@ -46,9 +47,27 @@ def test_convolutions_with_enough_channels_only_are_rewritten():
     text = str(m)
     assert text.count("linalg.conv_2d_nchw_fchw") == 2  # the narrow one and the big window
     assert text.count("linalg.conv_2d_nhwc_hwcf") == 1
-    assert '"util.optimization_barrier"' in text  # the filter transpose stays out of the conv
+    assert f'"{E.FUSION_BARRIER}"' in text  # the filter transpose stays out of the conv
     assert "call @lazy_mlir_conv_nhwc_2x16x9x9_24x16x3x3_s2x2_d1x1" in text
     m.operation.verify()
+
+
+def test_the_filter_transpose_is_its_own_dispatch_and_no_host_wait():
+    """The barrier keeps the filter's transpose out of the convolution's
+    dispatch and is gone from the stream: the program waits once, for its
+    results (a ``util.optimization_barrier`` waited mid-run too, and such
+    modules leaked on ``local-task``)."""
+    m = parse(module(WIDE))
+    ccl.to_channels_last(m)
+    flags = ["--iree-hal-target-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=host",
+             "--compile-to=stream"]
+    stream = ic.compile_str(str(m), extra_args=flags).decode()
+    dispatches = [line.split("::@")[1].split()[0] for line in stream.splitlines()
+                  if "stream.cmd.dispatch @" in line]
+    assert len(dispatches) == 2 and "transpose" in dispatches[0], dispatches
+    assert "conv" in dispatches[1] and "transpose" not in dispatches[1], dispatches
+    assert stream.count("stream.timepoint.await") == 1
+    assert E.FUSION_BARRIER not in stream
 
 
 def test_a_shape_used_twice_makes_one_function():

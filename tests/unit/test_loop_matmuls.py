@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from lazy_mlir.config import PipelineConfig
+from lazy_mlir.dialects import linalg_edit as E
 from lazy_mlir.dialects.torch_import import import_fx
 from lazy_mlir.ops.loops import as_traced_loops, scan
 from lazy_mlir.passes.loop_matmuls import HINT
@@ -65,7 +66,7 @@ def test_only_matmuls_outside_loops_are_data_tiled_and_results_match_eager():
     matmuls = [line for line in text.splitlines() if "linalg.matmul" in line]
     hinted = [line for line in matmuls if HINT in line]
     assert len(matmuls) == 3 and len(hinted) == 1 and "3xf32" in hinted[0]
-    assert text.count('"util.optimization_barrier"') == 1  # w^T into the second loop
+    assert text.count(f'"{E.FUSION_BARRIER}"') == 1  # w^T into the second loop
     flags = ["--iree-hal-target-backends=llvm-cpu", *CPU.flags]
     stream = ic.compile_str(text, extra_args=flags + ["--compile-to=stream"]).decode()
     dispatches = {line.split("::@")[1].split()[0] for line in stream.splitlines()
