@@ -52,7 +52,7 @@ from pathlib import Path
 
 from ..dialects.runner import PipelineError, repro_dir
 from ..pipeline.compile import CompiledGraph, InPlaceHazard
-from .compile_worker import COMMAND, PARENT_ENV, pack_fx, read_frame, write_frame
+from .compile_worker import COMMAND, PARENT_ENV, dump, pack_fx, read_frame, write_frame
 
 log = logging.getLogger("lazy_mlir")
 
@@ -314,7 +314,7 @@ def _write_spool(jobs: list[dict]) -> str | None:
     try:
         fd, tmp = tempfile.mkstemp(prefix="lazy-mlir-jobs-", suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
-            pickle.dump(jobs, f, protocol=pickle.HIGHEST_PROTOCOL)
+            dump(jobs, f)
         path = tmp[:-len(".tmp")] + ".pkl"
         os.replace(tmp, path)
         return path
@@ -338,7 +338,7 @@ def _crash_repro(e: CompilerCrash, job: dict) -> tuple[str, tuple, str]:
     job and the command that compiles it again in the foreground."""
     d = repro_dir()
     with open(d / "job.pkl", "wb") as f:
-        pickle.dump(dict(job, cache=None), f)
+        dump(dict(job, cache=None), f)
     command = " ".join(shlex.quote(c) for c in (sys.executable, *COMMAND)) + f" --repro {d}/job.pkl"
     (d / "command.sh").write_text(f"#!/bin/sh\n{command}\n")
     (d / "error.txt").write_text(str(e))

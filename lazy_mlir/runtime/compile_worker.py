@@ -24,11 +24,14 @@ bounded by ``LAZY_MLIR_COMPILE_TIMEOUT`` (SIGALRM).
 """
 from __future__ import annotations
 
+import copyreg
+import io
 import json
 import os
 import pickle
 import signal
 import struct
+import sys
 import threading
 import time
 import traceback
@@ -214,8 +217,39 @@ def read_frame(f):
     return pickle.loads(data)
 
 
+def dumps(obj) -> bytes:
+    """``obj`` pickled for a worker. A ``torch.memory_format`` (a node's
+    ``memory_format=`` argument) pickles as a bare name, which pickle looks
+    up in the first module of ``sys.modules`` that has it, such as a user's
+    ``models.py`` that imported torch: a worker (``python -P``) could not
+    import that module and died on the job. Such values are named from torch
+    itself here; so are ``torch.layout``s, which do not pickle at all."""
+    buffer = io.BytesIO()
+    pickler = pickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        pickler.dispatch_table = {**copyreg.dispatch_table,
+                                  torch.memory_format: _reduce_torch_name,
+                                  torch.layout: _reduce_torch_name}
+    pickler.dump(obj)
+    return buffer.getvalue()
+
+
+def dump(obj, f) -> None:
+    f.write(dumps(obj))
+
+
+def _reduce_torch_name(value):
+    return _torch_attribute, (str(value).removeprefix("torch."),)
+
+
+def _torch_attribute(name: str):
+    import torch
+    return getattr(torch, name)
+
+
 def write_frame(f, obj) -> None:
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    data = dumps(obj)
     f.write(_LEN.pack(len(data)) + data)
     f.flush()
 
