@@ -24,6 +24,7 @@ import functools
 import os
 
 ON, OFF, AUTO = ("1", "true", "on", "yes"), ("0", "false", "off", "no"), "auto"
+AUTO_MEANS = "on only for MKL on an Intel CPU"
 
 
 def switch(name: str) -> bool:
@@ -37,7 +38,7 @@ def switch(name: str) -> bool:
     if value == AUTO:
         return tuned_gemm()
     raise ValueError(f"lazy-mlir: {name}={os.environ[name]!r}: expected 1 (on), 0 (off) "
-                     f"or auto (on where PyTorch's GEMM is MKL on an Intel CPU)")
+                     f"or auto ({AUTO_MEANS})")
 
 
 @functools.lru_cache(maxsize=1)

@@ -312,4 +312,3 @@ def to_channels_last(module) -> int:
         E.call_instead(op, name, operands)
         count += 1
     return count
-

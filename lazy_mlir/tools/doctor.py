@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import os
 import platform
 import sys
 
@@ -214,8 +215,6 @@ def _threads_note() -> str:
 
 def _host_gemm_note() -> str:
     """Whether cpu modules call PyTorch's GEMM (``host_gemm``), and why."""
-    import os
-
     import torch
 
     from .. import host_gemm
@@ -227,5 +226,5 @@ def _host_gemm_note() -> str:
             return str(e)
         parts.append(f"{what} {'on' if on else 'off'} ({switch}={os.environ.get(switch, 'auto')})")
     blas = "MKL" if torch.backends.mkl.is_available() else "not MKL"
-    return (f"calls into PyTorch's GEMM: {', '.join(parts)}; auto means on only for MKL on "
-            f"an Intel CPU (here: {host_gemm.cpu_vendor() or 'vendor unknown'}, {blas})")
+    return (f"calls into PyTorch's GEMM: {', '.join(parts)}; auto means {host_gemm.AUTO_MEANS} "
+            f"(here: {host_gemm.cpu_vendor() or 'vendor unknown'}, {blas})")

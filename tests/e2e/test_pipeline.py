@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 
 import lazy_mlir as lm
-from lazy_mlir.dialects.linalg_edit import FUSION_BARRIER
 from lazy_mlir.config import ConfigError, PipelineConfig
+from lazy_mlir.dialects.linalg_edit import FUSION_BARRIER
 from lazy_mlir.pipeline.stages import IREE_PHASES
 from lazy_mlir.targets import CPU_DATA_TILING
 from e2e_helpers import train_classifier

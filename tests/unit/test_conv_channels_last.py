@@ -255,4 +255,3 @@ def test_a_depthwise_convolution_runs_channels_last(stride, dilation, pad):
     rng = np.random.default_rng(4)
     args = [rng.standard_normal(s).astype(np.float32) for s in (x, w, o)]
     np.testing.assert_allclose(run(out, args), run(text, args), rtol=1e-4, atol=1e-4)
-
