@@ -189,6 +189,8 @@ def _backend_notes(backend: str) -> list[str]:
         if backend == "lazy_mlir_step":
             notes.append(f"replayed={m.counter_value('TrainStepReplayed')}, "
                          f"plain={m.counter_value('TrainStepPlain')}")
+        if m.counter_value("SplitLaunch"):  # (lazy/early_outputs.py)
+            notes.append(f"split steps={m.counter_value('SplitLaunch')}")
         fb = {n[6:]: m.counter_value(n) for n in m.counter_names() if n.startswith("aten::")}
         if fb:
             notes.append(_fallback_note(fb))

@@ -7,6 +7,11 @@ graphs see each graph compiled at its first run. Either can be set for a run
 (``LAZY_MLIR_COMPILE_WORKERS=2 pytest ...`` runs the suite through compile
 workers); tests of the workers and of background mode set their own
 (tests/e2e/test_compile_workers.py, test_background_compile.py).
+
+A step whose loss is read right after it is launched as one graph
+(``LAZY_MLIR_SPLIT=0``): whether it is split in two depends on how long its
+module ran against its capture, which a test cannot count on; the tests of
+the split force it (tests/e2e/test_early_outputs.py, tests/models).
 """
 import os
 
@@ -14,6 +19,7 @@ import pytest
 
 os.environ.setdefault("LAZY_MLIR_COMPILE", "wait")
 os.environ.setdefault("LAZY_MLIR_COMPILE_WORKERS", "0")
+os.environ.setdefault("LAZY_MLIR_SPLIT", "0")
 
 
 def pytest_addoption(parser):

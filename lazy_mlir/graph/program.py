@@ -20,6 +20,10 @@ class Graph:
     inputs: list[DeviceData]
     outputs: list[Value]
     key: str
+    # Its module runs on the thread that runs the graph, on one core: a
+    # graph that runs while the next step is being captured
+    # (``lazy.early_outputs``' rest of a step) leaves the other core to it.
+    on_calling_thread: bool = False
 
     @staticmethod
     def build(roots: list[Value], leading: list[DeviceData] = (), extra=None) -> "Graph":

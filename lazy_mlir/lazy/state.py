@@ -45,6 +45,10 @@ host_checks_passed: dict = {}  # id(host index) -> (weakref, ranges it passed)
 index_guards: dict = {}     # id(index Value) -> (weakref, range, clamped Value): flagged ones
 bounds_mode = {"unchecked": 0, "outer": None, "in_graph": 0}  # context-manager depths
 
+# -- early_outputs.py
+early_reads: dict = {}      # graph key -> positions of outputs read on the host after its launch
+split_plans: dict = {}      # graph key -> its early_outputs.SplitPlan, or None (no split)
+
 # -- decompose.py
 decompose_plans: dict = {}  # (op, specs, constants) -> traced decomposition, or why not
 import_checks: dict = {}    # the same key -> its import-time decomposition reads values
@@ -77,7 +81,7 @@ def reset() -> None:
     for table in (shape_memo, record_plans, emit_plans, view_plans, scalar_tensors, empty_values,
                   factory_values, list_replays,
                   inplace_checked, host_checks_passed, decompose_plans, import_checks,
-                  fallback_warned):
+                  fallback_warned, early_reads, split_plans):
         table.clear()
     trace_seconds[0] = 0.0
     dispatch_depth[0] = 0

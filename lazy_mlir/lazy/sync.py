@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from . import bounds, gc_hold
+from . import bounds, early_outputs, gc_hold
 from . import tensor as _tensor
 from .. import metrics
 from .capture import emit, value_of
@@ -24,7 +24,7 @@ from .state import dispatch_depth, dry_run as _dry_run, target as _target, trace
 from .supported import note_fallback
 from .tensor import LazyTensor, live_storages
 from ..config import current_config
-from ..runtime.module_cache import EagerEntry, module_for
+from ..runtime.module_cache import EagerEntry, module_for, still_compiling
 from ..runtime import host_calls, worker
 from ..targets import get_target
 
@@ -41,18 +41,21 @@ def set_target(name: str) -> None:
     _target[0] = get_target(name)
 
 
-def execute(values: list[Value], everything: bool = False) -> None:
+def execute(values: list[Value], everything: bool = False,
+            capture_seconds: float | None = None) -> None:
     """Launch every pending value in ``values`` as one graph (with the index
     checks it can compute; all pending ones with ``everything``). Ends the
     step's hold on the garbage collector (``gc_hold``), once its nodes are
-    freed."""
+    freed. ``capture_seconds``: how long capturing them took (default: the
+    capture since the last ``mark_step``)."""
     try:
-        _execute(values, everything)
+        _execute(values, everything,
+                 trace_seconds[0] if capture_seconds is None else capture_seconds)
     finally:
         gc_hold.release()
 
 
-def _execute(values: list[Value], everything: bool) -> None:
+def _execute(values: list[Value], everything: bool, capture_seconds: float) -> None:
     if _dry_run[0] is not None:  # lm.check_coverage compiles nothing
         return
     # Pending, each once, in order (Values hash by identity).
@@ -61,13 +64,14 @@ def _execute(values: list[Value], everything: bool) -> None:
         return
     started = time.perf_counter()
     try:
-        launch(roots, everything=everything)
+        launch(roots, everything=everything, capture_seconds=capture_seconds)
     finally:
         if dispatch_depth[0]:  # a sync inside an op: not capture time
             trace_seconds[0] -= time.perf_counter() - started
 
 
-def launch(roots: list[Value], leading=(), everything: bool = False):
+def launch(roots: list[Value], leading=(), everything: bool = False,
+           capture_seconds: float = 0.0):
     """Cut the graph computing ``roots`` (``leading``: data that become its
     first inputs, in this order), compile or reuse it and launch it; the
     roots become device data filled in the background. Returns (graph, its
@@ -83,11 +87,41 @@ def launch(roots: list[Value], leading=(), everything: bool = False):
     target = current_target()
     config = host_calls.session_config(target, current_config())
     entry = module_for(graph, target, config)
-    datas = [DeviceData(v.spec) for v in graph.outputs]
-    for v, d in zip(graph.outputs, datas):
-        v.materialize(d)
+    plan = None if leading else early_outputs.plan_for(graph, entry, bool(checks),
+                                                       capture_seconds)
+    # The launch that submits the parts' compiles runs them (eagerly, as any
+    # graph compiling in the background); until both are compiled, the whole
+    # graph's module runs.
+    if plan is not None and not (still_compiling(plan.early_key, target, config)
+                                 or still_compiling(plan.rest_key, target, config)):
+        return _launch_split(graph, plan, target, config, checks)
+    datas = _bind(graph.outputs)
     run_entry(entry, graph.inputs, datas, checks)
+    if datas:
+        early_outputs.launched(graph.key, datas[0].future, datas)
     return graph, entry, checks
+
+
+def _bind(values: list[Value]) -> list[DeviceData]:
+    """New device data for ``values``, bound to them (filled by their run)."""
+    datas = [DeviceData(v.spec) for v in values]
+    for v, d in zip(values, datas):
+        v.materialize(d)
+    return datas
+
+
+def _launch_split(graph, plan, target, config, checks):
+    """Launch ``graph`` as its early part, then the rest (``early_outputs``)."""
+    early = early_outputs.early_graph(graph, plan)
+    early_entry = module_for(early, target, config)
+    early_data = _bind(early.outputs)
+    run_entry(early_entry, early.inputs, early_data, checks if plan.flag_early else ())
+    rest = early_outputs.rest_graph(graph, plan, early_data)
+    rest_entry = module_for(rest, target, config)
+    rest_data = _bind(rest.outputs)
+    run_entry(rest_entry, rest.inputs, rest_data, () if plan.flag_early else checks)
+    metrics.counter_inc("SplitLaunch")
+    return graph, rest_entry, checks
 
 
 # A module whose last run took less runs in the caller's thread when the
@@ -171,6 +205,8 @@ def to_host(t: torch.Tensor) -> torch.Tensor:
     v = value_of(t)
     if v.pending:
         execute([v])
+    if v.data.future is not None:  # read before its graph is known to have run
+        early_outputs.note_read(v.data)
     host = host_of(v.data)
     worker.raise_pending_error()  # a graph launched before failed (an index check): say so now
     return host
@@ -184,10 +220,11 @@ def mark_step() -> None:
         return _dry_run[0].on_mark_step()
     worker.raise_pending_error()
     metrics.counter_inc("MarkStep")
-    metrics.add_sample("TraceTime", trace_seconds[0])
+    captured = trace_seconds[0]
+    metrics.add_sample("TraceTime", captured)
     trace_seconds[0] = 0.0
     storages = list(live_storages)
-    execute([s.value for s in storages], everything=True)
+    execute([s.value for s in storages], everything=True, capture_seconds=captured)
     for s in storages:
         if s.value.data is not None:
             live_storages.discard(s)

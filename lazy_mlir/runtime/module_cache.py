@@ -82,7 +82,7 @@ def module_for(graph, target, config):
     if packed is not None:
         clobbered, passthrough, vmfb = unpack_entry(packed)
         entry = load_or_none(target, vmfb, clobbered, passthrough, "a cached module",
-                             "compiling it again")
+                             "compiling it again", graph.on_calling_thread)
         if entry is not None:
             memory_cache.put(key, entry)
             return entry
@@ -113,6 +113,13 @@ def module_for(graph, target, config):
                                           compiled.vmfb), cache[2])
     memory_cache.put(key, entry)
     return entry
+
+
+def still_compiling(graph_key: str, target, config) -> bool:
+    """Whether the module of the graph of ``graph_key`` is being compiled
+    in the background (a look that counts nothing, unlike ``module_for``)."""
+    key = (graph_key, target.cache_key, target.driver, config.key)
+    return isinstance(memory_cache.get(key), CompilingEntry)
 
 
 def _worker_compiler(cache, stages: bool):
@@ -170,7 +177,7 @@ def load_module(result, graph, target):
     if isinstance(result, EagerEntry):
         return result
     entry = load_or_none(target, result.vmfb, result.clobbered, result.passthrough,
-                         "this graph")
+                         "this graph", on_calling_thread=graph.on_calling_thread)
     return eager_entry(graph) if entry is None else entry
 
 
@@ -178,7 +185,7 @@ _load_warned: set[str] = set()
 
 
 def load_or_none(target, vmfb: bytes, clobbered=(), passthrough=(), what: str = "a module",
-                 instead: str = "it runs eagerly on the CPU"):
+                 instead: str = "it runs eagerly on the CPU", on_calling_thread: bool = False):
     """The module loaded on ``target``'s session, or None when the runtime
     refuses it (counted as ``ModuleLoadFailed``; warned once per kind of
     error). The loader ``load_module``, the disk cache and the torch.compile
@@ -186,7 +193,7 @@ def load_or_none(target, vmfb: bytes, clobbered=(), passthrough=(), what: str = 
     from .session import session_for
     session = session_for(target)  # (no device, a refused target: the user's to fix, raised)
     try:
-        return session.load(vmfb, clobbered, passthrough)
+        return session.load(vmfb, clobbered, passthrough, on_calling_thread)
     except Exception as e:  # IREE raises RuntimeError/ValueError/IndexError by cause
         metrics.counter_inc("ModuleLoadFailed")
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

@@ -195,14 +195,19 @@ class Session:
         _quiet_shutdown()
 
     def load(self, vmfb: bytes, clobbered: tuple[int, ...] = (),
-             passthrough: tuple[tuple[int, int], ...] = ()) -> "LoadedModule":
+             passthrough: tuple[tuple[int, int], ...] = (),
+             on_calling_thread: bool = False) -> "LoadedModule":
         """The module's ``main``, callable on device arrays; ``passthrough``:
-        (result, argument) pairs where the result is the argument unchanged."""
+        (result, argument) pairs where the result is the argument unchanged.
+        ``on_calling_thread``: on ``local-task``, it runs on the calling
+        thread alone (``_config_for_calls``' device), as modules with host
+        calls do."""
         rt = self.rt
         calls = self.host_memory and [kind for kind, imports in (
             ("blas", host_blas.imports_blas), ("rnn", host_rnn.imports_rnn),
             ("attention", host_attention.imports_attention)) if imports(vmfb)]
-        ctx = rt.SystemContext(config=self._config_for_calls() if calls else self.config)
+        ctx = rt.SystemContext(config=self._config_for_calls() if calls or on_calling_thread
+                               else self.config)
         if calls and "blas" in calls:  # before the module
             ctx.add_vm_module(self._blas_module())
         if calls and "rnn" in calls:

@@ -92,6 +92,32 @@ def _check(rm, dims, losses, made, before, warmup):
                          + _params(MODEL_NAMES, (), "medium"))
 def test_plain_loop_matches_eager(name, size, dims):
     rm = real_model(name, size, **dict(dims))
+    before = _counters()
+    losses, made = _plain_loop(rm)
+    _check(rm, dims, losses, made, before, warmup=2)
+
+
+def test_plain_loop_split_at_the_loss_matches_eager(monkeypatch):
+    """The loss read after ``mark_step`` from a graph of its own, the rest
+    behind it (``lazy/early_outputs.py``), forced: step 2's read makes step
+    3 split, whose two graphs then compile, and from then on none."""
+    from lazy_mlir.lazy import early_outputs
+    from lazy_mlir.lazy.state import early_reads, split_plans
+    monkeypatch.setattr(early_outputs, "pays", lambda seconds, capture_seconds: True)
+    monkeypatch.delenv("LAZY_MLIR_SPLIT", raising=False)
+    early_reads.clear()  # (nothing learned from the same graph in another test)
+    split_plans.clear()
+    dims = CI_DIMS
+    rm = real_model("gpt2", "tiny", **dict(dims))
+    before = _counters()
+    losses, made = _plain_loop(rm)
+    assert _new(before, "Split") == {"SplitPlanned": 1, "SplitLaunch": STEPS - 2}
+    _check(rm, dims, losses, made, before, warmup=3)
+
+
+def _plain_loop(rm) -> tuple[list[float], list[int]]:
+    """The README's loop, ``STEPS`` steps: the losses, and the modules made
+    by the end of each step."""
     model = rm.make().to("lazy")
     opt = rm.optimizer(model)
     before = _counters()
@@ -104,7 +130,7 @@ def test_plain_loop_matches_eager(name, size, dims):
         lm.mark_step()
         losses.append(loss.item())
         made.append(_modules_made(before))
-    _check(rm, dims, losses, made, before, warmup=2)
+    return losses, made
 
 
 @pytest.mark.parametrize("name,size,dims", _params(MODEL_NAMES, REPLAYED_IN_CI)
