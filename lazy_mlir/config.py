@@ -171,6 +171,14 @@ class PipelineConfig:
 
 _current: list[PipelineConfig | None] = [None]
 
+OFF_WORDS = ("0", "false", "off", "no")
+
+
+def switched_on(name: str) -> bool:
+    """Whether the environment switch ``name`` (default on) is on: anything
+    but 0 / false / off / no. Read at each call: a test or a user may flip it."""
+    return os.environ.get(name, "1").strip().lower() not in OFF_WORDS
+
 
 def current_config() -> PipelineConfig:
     """The process's config: set by ``set_config``, else ``LAZY_MLIR_PIPELINE``."""

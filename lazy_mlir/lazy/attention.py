@@ -20,13 +20,12 @@ compile, or ``LAZY_MLIR_FUSED_ATTENTION=0``. Each fused call counts
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 from torch.autograd.function import once_differentiable
 
 from .. import metrics
-from ..config import current_config
+from ..config import current_config, switched_on
 from ..ops import attention as _attention_ops  # noqa: F401  (defines torch.ops.lazy_mlir.attention)
 from ..ops import attention_host as _attention_host
 from ..ops import support as _support
@@ -39,8 +38,7 @@ _COMPOSITE = torch._C.DispatchKey.CompositeImplicitAutograd
 
 def enabled() -> bool:
     """``LAZY_MLIR_FUSED_ATTENTION`` is not 0/false/off/no (default on)."""
-    return os.environ.get("LAZY_MLIR_FUSED_ATTENTION", "1").strip().lower() not in (
-        "0", "false", "off", "no")
+    return switched_on("LAZY_MLIR_FUSED_ATTENTION")
 
 
 def unfused_reason(query, key, value, attn_mask, dropout_p, is_causal,

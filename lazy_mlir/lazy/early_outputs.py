@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 from dataclasses import dataclass
 
 from .. import metrics
+from ..config import switched_on
 from ..graph.program import Graph
 from ..ops import subgraph
 from ..graph.ir import DeviceData
@@ -52,7 +52,7 @@ _last_launch: list = [None]
 
 
 def enabled() -> bool:
-    return os.environ.get("LAZY_MLIR_SPLIT", "1").strip().lower() not in ("0", "off", "false")
+    return switched_on("LAZY_MLIR_SPLIT")
 
 
 def launched(key: str, job, datas: list[DeviceData]) -> None:

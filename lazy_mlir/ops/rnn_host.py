@@ -31,9 +31,10 @@ forward and a backward lowered differently never mix silently.
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
+
+from ..config import switched_on
 
 _LIB = torch.library.Library("lazy_mlir", "FRAGMENT")
 _LIB.define("host_lstm_layer(Tensor x, Tensor h0, Tensor c0, Tensor w_ih, Tensor w_hh, "
@@ -52,7 +53,7 @@ LSTM_MODE = 2  # oneDNN's (ATen's ``rnn_mode``) LSTM
 def enabled() -> bool:
     """``LAZY_MLIR_RNN`` is not 0/false/off/no (default on) and this PyTorch
     has oneDNN with it enabled."""
-    if os.environ.get("LAZY_MLIR_RNN", "1").strip().lower() in ("0", "false", "off", "no"):
+    if not switched_on("LAZY_MLIR_RNN"):
         return False
     return torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled
 

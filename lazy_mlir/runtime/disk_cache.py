@@ -48,6 +48,7 @@ import time
 from pathlib import Path
 
 from .. import metrics
+from ..config import switched_on
 
 log = logging.getLogger("lazy_mlir")
 
@@ -136,7 +137,7 @@ def make_key(graph_key: str, target_key: str, config_key: str = "") -> str:
 
 def cache_enabled() -> bool:
     """False when ``LAZY_MLIR_CACHE`` is 0 / false / off / no."""
-    return os.environ.get("LAZY_MLIR_CACHE", "1").strip().lower() not in ("0", "false", "off", "no")
+    return switched_on("LAZY_MLIR_CACHE")
 
 
 def default_cache_dir() -> Path:

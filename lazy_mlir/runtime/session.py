@@ -39,13 +39,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import os
 import threading
 
 import numpy as np
 import torch
 
 from .. import metrics
+from ..config import switched_on
 from ..targets import (LLVMPIPE_FEATURES, VULKAN_I64_DEMOTION, Target, configure_cpu_threads,
                        driver_devices)
 from . import host_attention, host_blas, host_rnn, invoke, spinning_threads, waiting
@@ -177,8 +177,7 @@ class Session:
         self.config = rt.Config(device=self.device)
         self.lock = threading.Lock()
         self.host_memory = target.driver in HOST_DRIVERS
-        self.zero_copy = self.host_memory and os.environ.get(
-            "LAZY_MLIR_ZERO_COPY", "1").strip().lower() not in ("0", "false", "off", "no")
+        self.zero_copy = self.host_memory and switched_on("LAZY_MLIR_ZERO_COPY")
         self._import_readback = True   # until the device refuses an import
         self._blas = None
         self._rnn = None  # (the ``host_rnn`` import module, made once)
