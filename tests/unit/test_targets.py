@@ -153,8 +153,12 @@ def test_driver_that_cannot_create_a_device(monkeypatch):
     """A driver the runtime has but that fails (CUDA without libcuda, or a
     monkeypatched failure): the error says why and lists what is usable."""
     import iree.runtime as rt
+    from lazy_mlir.runtime import session
     from lazy_mlir.runtime.session import DeviceUnavailableError, Session
     assert "local-sync" in rt.query_available_drivers()
+    # (a test run before on this worker may have made the process's
+    # local-sync device, the calls device: this one must make its own)
+    monkeypatch.setattr(session, "_devices", {})
 
     class Broken:
         def create_default_device(self):
