@@ -108,7 +108,7 @@ def _lazy_copies(model, optimizer, names: dict):
 def _record_step(lazy_model, loss_fn, opt, optimizer, inputs):
     """Record forward, loss, backward and the update; the loss. Refuses a step
     that reads the host or changes the optimizer's non-tensor state."""
-    from ..lazy import bounds
+    from ..lazy import bounds, early_outputs
     before_state = _state_snapshot(opt)
     before = host_reads()
     opt.zero_grad(set_to_none=True)
@@ -116,7 +116,7 @@ def _record_step(lazy_model, loss_fn, opt, optimizer, inputs):
         loss = loss_fn(lazy_model(*inputs[:-1]), inputs[-1])
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
         raise ExportError("lazy-mlir: loss_fn must return a one-element tensor")
-    with bounds.unchecked():
+    with bounds.unchecked(), early_outputs.one_graph():
         loss.backward()
     refuse_host_reads(before, "the forward or backward pass")
     before = host_reads()

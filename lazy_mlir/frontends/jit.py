@@ -38,7 +38,7 @@ class Jitted:
               config: PipelineConfig | None = None) -> "Lowered":
         """Trace ``fn`` on lazy copies of ``args`` and lower it to linalg for
         ``target`` (default: the current target, ``lm.set_target``)."""
-        from ..lazy import bounds
+        from ..lazy import bounds, early_outputs
         from ..lazy.capture import data_value, emit, value_of
         from ..graph.program import Graph
         from ..lazy.sync import current_target, execute
@@ -53,7 +53,8 @@ class Jitted:
             else:
                 lazy_args.append(wrap_value(data_value(a.detach().clone())))
         leading = [value_of(t).data for t in lazy_args]
-        with bounds.unchecked():  # the graph runs at later calls: clamped, not checked
+        # (the graph runs at later calls: indices clamped, not checked; one graph)
+        with bounds.unchecked(), early_outputs.one_graph():
             out = self.fn(*lazy_args)
         leaves, tree = tree_flatten(out)
         if not leaves or not all(isinstance(t, LazyTensor) for t in leaves):

@@ -75,7 +75,7 @@ from collections.abc import Mapping
 
 import torch
 
-from ..lazy import bounds, random
+from ..lazy import bounds, early_outputs, random
 from .. import metrics
 from ..lazy.capture import assign, emit, value_of
 from ..lazy.collectives import NAMES as COLLECTIVES
@@ -331,7 +331,7 @@ class CompiledTrainStep:
         before = metrics.host_reads()
         drawn = random.log_seeds()
         try:
-            with bounds.in_graph():
+            with bounds.in_graph(), early_outputs.one_graph():
                 loss = self._plain(call, mark=False)
         finally:
             random.stop_logging(drawn)

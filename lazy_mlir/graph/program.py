@@ -21,8 +21,9 @@ class Graph:
     outputs: list[Value]
     key: str
     # Its module runs on the thread that runs the graph, on one core: a
-    # graph that runs while the next step is being captured
-    # (``lazy.early_outputs``' rest of a step) leaves the other core to it.
+    # graph that runs while a step is being captured (``lazy.early_outputs``:
+    # the rest of a split step, both parts of a step cut before its
+    # backward) leaves the other core to the capture.
     on_calling_thread: bool = False
 
     @staticmethod

@@ -25,9 +25,19 @@ made only where it can pay and the rest can hide behind the next capture:
 the whole module's last run took at least ``MIN_SECONDS`` and at most as
 long as its step's capture, and the early part is at most
 ``MAX_EARLY_FRACTION`` of the work (``_weight``). ``LAZY_MLIR_SPLIT=0`` turns it off.
+
+Where the early part is a training step's forward (the loss read, the
+backward a ``subgraph`` node of the rest: ``lazy/backward.py``), the step is
+cut earlier instead: from then on, a backward from the same template first
+launches everything pending (``cut_before``, ``sync.launch_before_backward``),
+so the forward runs while the backward and the update are captured, and
+``mark_step`` launches the rest. The loss is then ready when it is read.
+Both run on the worker thread alone. Graphs traced as one (compile_train_step,
+``lm.jit``, export) are never cut (``one_graph``).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 from dataclasses import dataclass
@@ -37,7 +47,7 @@ from ..config import switched_on
 from ..graph.program import Graph
 from ..ops import subgraph
 from ..graph.ir import DeviceData
-from .state import early_reads, split_plans
+from .state import backward_cuts, cut_step, early_reads, one_graph_depth, split_plans
 
 # The whole module's last run time below which a split cannot repay its
 # second launch (~0.1 ms of Python and a worker hand-off).
@@ -106,9 +116,52 @@ def plan_for(graph: Graph, entry, has_checks: bool, capture_seconds: float) -> S
     if has_checks:  # (the flags are the graph's last output)
         early.append(len(graph.outputs) - 1)
     plan = _make_plan(graph, early, has_checks)
+    backwards = _backwards_after(graph, plan) if plan is not None else ()
+    if backwards:  # (later steps are cut before their backward: nothing to split)
+        backward_cuts.update(backwards)
+        split_plans[graph.key] = None
+        metrics.counter_inc("SplitAtBackward")
+        return None
     split_plans[graph.key] = plan
     metrics.counter_inc("SplitPlanned" if plan else "SplitDeclined")
     return plan
+
+
+def _backwards_after(graph: Graph, plan: SplitPlan) -> tuple[str, ...]:
+    """The templates of the backwards (``subgraph`` nodes) in the rest of a
+    plan, if none is early."""
+    nodes = graph.nodes
+    if any(nodes[p].op is _SUBGRAPH for p in plan.early_nodes):
+        return ()
+    return tuple(nodes[p].flat[-1] for p in plan.rest_nodes if nodes[p].op is _SUBGRAPH)
+
+
+def cut_before(template: str) -> bool:
+    """Whether a backward recorded from ``template`` first launches what is
+    pending (``sync.launch_before_backward``)."""
+    return template in backward_cuts and not one_graph_depth[0] and enabled()
+
+
+def note_cut() -> None:
+    cut_step[0] = True
+    metrics.counter_inc("SplitLaunch")
+
+
+def take_cut() -> bool:
+    """Whether the step ``mark_step`` ends was cut before its backward (its
+    rest then runs on the worker thread alone)."""
+    was, cut_step[0] = cut_step[0], False
+    return was
+
+
+@contextlib.contextmanager
+def one_graph():
+    """No step is cut inside: the caller traces one as a single graph."""
+    one_graph_depth[0] += 1
+    try:
+        yield
+    finally:
+        one_graph_depth[0] -= 1
 
 
 def pays(seconds: float, capture_seconds: float) -> bool:

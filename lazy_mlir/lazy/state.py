@@ -48,6 +48,9 @@ bounds_mode = {"unchecked": 0, "outer": None, "in_graph": 0}  # context-manager 
 # -- early_outputs.py
 early_reads: dict = {}      # graph key -> positions of outputs read on the host after its launch
 split_plans: dict = {}      # graph key -> its early_outputs.SplitPlan, or None (no split)
+backward_cuts: set = set()  # subgraph templates of backwards a step is launched before
+cut_step = [False]          # the step being captured was launched before its backward
+one_graph_depth = [0]       # early_outputs.one_graph() blocks under way: no cut
 
 # -- decompose.py
 decompose_plans: dict = {}  # (op, specs, constants) -> traced decomposition, or why not
@@ -81,10 +84,12 @@ def reset() -> None:
     for table in (shape_memo, record_plans, emit_plans, view_plans, scalar_tensors, empty_values,
                   factory_values, list_replays,
                   inplace_checked, host_checks_passed, decompose_plans, import_checks,
-                  fallback_warned, early_reads, split_plans):
+                  fallback_warned, early_reads, split_plans, backward_cuts):
         table.clear()
     trace_seconds[0] = 0.0
     dispatch_depth[0] = 0
+    cut_step[0] = False
+    one_graph_depth[0] = 0
     target[0] = None
     index_checks.clear()
     index_guards.clear()

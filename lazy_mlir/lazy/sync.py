@@ -42,20 +42,23 @@ def set_target(name: str) -> None:
 
 
 def execute(values: list[Value], everything: bool = False,
-            capture_seconds: float | None = None) -> None:
+            capture_seconds: float | None = None, on_calling_thread: bool = False) -> None:
     """Launch every pending value in ``values`` as one graph (with the index
     checks it can compute; all pending ones with ``everything``). Ends the
     step's hold on the garbage collector (``gc_hold``), once its nodes are
     freed. ``capture_seconds``: how long capturing them took (default: the
-    capture since the last ``mark_step``)."""
+    capture since the last ``mark_step``). ``on_calling_thread``: the graph
+    runs on the worker thread alone (``Graph.on_calling_thread``)."""
     try:
         _execute(values, everything,
-                 trace_seconds[0] if capture_seconds is None else capture_seconds)
+                 trace_seconds[0] if capture_seconds is None else capture_seconds,
+                 on_calling_thread)
     finally:
         gc_hold.release()
 
 
-def _execute(values: list[Value], everything: bool, capture_seconds: float) -> None:
+def _execute(values: list[Value], everything: bool, capture_seconds: float,
+             on_calling_thread: bool) -> None:
     if _dry_run[0] is not None:  # lm.check_coverage compiles nothing
         return
     # Pending, each once, in order (Values hash by identity).
@@ -64,14 +67,15 @@ def _execute(values: list[Value], everything: bool, capture_seconds: float) -> N
         return
     started = time.perf_counter()
     try:
-        launch(roots, everything=everything, capture_seconds=capture_seconds)
+        launch(roots, everything=everything, capture_seconds=capture_seconds,
+               on_calling_thread=on_calling_thread)
     finally:
         if dispatch_depth[0]:  # a sync inside an op: not capture time
             trace_seconds[0] -= time.perf_counter() - started
 
 
 def launch(roots: list[Value], leading=(), everything: bool = False,
-           capture_seconds: float = 0.0):
+           capture_seconds: float = 0.0, on_calling_thread: bool = False):
     """Cut the graph computing ``roots`` (``leading``: data that become its
     first inputs, in this order), compile or reuse it and launch it; the
     roots become device data filled in the background. Returns (graph, its
@@ -84,6 +88,7 @@ def launch(roots: list[Value], leading=(), everything: bool = False,
         return [flag]
 
     graph = Graph.build(roots, leading, extra=flags)
+    graph.on_calling_thread = on_calling_thread
     target = current_target()
     config = host_calls.session_config(target, current_config())
     entry = module_for(graph, target, config)
@@ -223,8 +228,23 @@ def mark_step() -> None:
     captured = trace_seconds[0]
     metrics.add_sample("TraceTime", captured)
     trace_seconds[0] = 0.0
+    _launch_live(captured, early_outputs.take_cut())
+
+
+def launch_before_backward() -> None:
+    """Launch every pending live tensor now, on the worker thread alone: the
+    forward of a step whose loss is read right after it, which then runs
+    while its backward and update are captured (``early_outputs.cut_before``)."""
+    if _dry_run[0] is not None:
+        return
+    _launch_live(trace_seconds[0], True)
+    early_outputs.note_cut()
+
+
+def _launch_live(capture_seconds: float, on_calling_thread: bool) -> None:
     storages = list(live_storages)
-    execute([s.value for s in storages], everything=True, capture_seconds=captured)
+    execute([s.value for s in storages], everything=True, capture_seconds=capture_seconds,
+            on_calling_thread=on_calling_thread)
     for s in storages:
         if s.value.data is not None:
             live_storages.discard(s)

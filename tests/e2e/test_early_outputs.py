@@ -1,9 +1,14 @@
 """A result read on the host right after its step is computed by a graph of
 its own (``lazy_mlir/lazy/early_outputs.py``): ``mark_step(); loss.item()``
-waits for the forward only, the rest of the step runs behind it. Every
-test here trains or fails as eager does; the split is forced where a tiny
-model's module would be too short to pay (``early_outputs.pays``)."""
+waits for the forward only, the rest of the step runs behind it. A step
+whose backward is one node is cut before that backward (its forward runs
+while the rest is captured); one whose backward runs op by op
+(``LAZY_MLIR_BACKWARD=ops``) is split at ``mark_step``. Every test here
+trains or fails as eager does; the split is forced where a tiny model's
+module would be too short to pay (``early_outputs.pays``)."""
 from __future__ import annotations
+
+import contextlib
 
 import pytest
 import torch
@@ -11,8 +16,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import lazy_mlir as lm
-from lazy_mlir.lazy import early_outputs
-from lazy_mlir.lazy.state import early_reads, split_plans
+from lazy_mlir.lazy import early_outputs, sync
+from lazy_mlir.lazy.capture import value_of
+from lazy_mlir.lazy.state import backward_cuts, early_reads, split_plans
 from lazy_mlir.runtime.cache import memory_cache
 from e2e_helpers import Counters
 
@@ -36,11 +42,20 @@ def split(monkeypatch):
     before the test (the same graph in another test) is remembered."""
     monkeypatch.setattr(early_outputs, "pays", lambda seconds, capture_seconds: True)
     monkeypatch.delenv("LAZY_MLIR_SPLIT", raising=False)
-    for table in (early_reads, split_plans):
+    for table in (early_reads, split_plans, backward_cuts):
         table.clear()
     yield
-    for table in (early_reads, split_plans):
+    for table in (early_reads, split_plans, backward_cuts):
         table.clear()
+
+
+@pytest.fixture(params=["cut", "split"])
+def way(request, split, monkeypatch):
+    """Each way a step comes in two: cut before its one-node backward, or
+    (its backward op by op) split at mark_step."""
+    if request.param == "split":
+        monkeypatch.setenv("LAZY_MLIR_BACKWARD", "ops")
+    return request.param
 
 
 def _batches(n, device="cpu", bad_at=None):
@@ -79,41 +94,75 @@ def _models():
             lazy, torch.optim.AdamW(lazy.parameters(), lr=1e-2, capturable=True))
 
 
-def test_the_read_loss_comes_from_its_own_graph_and_trains_like_eager(split):
+def test_the_read_loss_comes_from_its_own_graph_and_trains_like_eager(way, monkeypatch):
     eager, opt_e, lazy, opt_l = _models()
+    runs = _spy_runs(monkeypatch)
     c = Counters()
     compiles_after_warmup = None
+    one_core = set()
     for i, ((ids, labels), (lids, llabels)) in enumerate(zip(_batches(8), _batches(8, "lazy"))):
         want = _step(eager, opt_e, ids, labels, "cpu").item()
-        assert _step(lazy, opt_l, lids, llabels, "lazy").item() == pytest.approx(want, rel=1e-5)
+        loss = _step(lazy, opt_l, lids, llabels, "lazy")
+        if way == "cut" and i >= 3:  # the loss, computed by the graph launched first
+            # (step 1's read, planned at step 2: step 0 made AdamW's state)
+            assert len(runs) == 2 and id(value_of(loss).data) in runs[0][1]
+            one_core.update(e.batch_waits for e, _ in runs)
+        runs.clear()
+        assert loss.item() == pytest.approx(want, rel=1e-5)
         if i == 4:
             compiles_after_warmup = c.delta("UncachedCompile")
-    assert c.delta("SplitPlanned") == 1 and c.delta("SplitLaunch") >= 5
+    planned = "SplitAtBackward" if way == "cut" else "SplitPlanned"
+    assert c.delta(planned) == 1 and c.delta("SplitLaunch") >= 5
+    assert c.delta("SplitAtBackward" if way == "split" else "SplitPlanned") == 0
     assert c.delta("UncachedCompile") == compiles_after_warmup  # flat once split
     assert not [n for n in lm.metrics.counter_names() if n.startswith("aten::") and c.delta(n)]
     for pe, pl in zip(eager.parameters(), lazy.parameters()):
         torch.testing.assert_close(pl.detach().cpu(), pe.detach(), rtol=1e-4, atol=1e-5)
-    rest = [e for k, e in memory_cache._entries.items() if k[0].endswith(":rest")]
-    assert rest and all(e.batch_waits is False for e in rest)  # on the worker thread alone
+    if way == "split":
+        rest = [e for k, e in memory_cache._entries.items()
+                if isinstance(k[0], str) and k[0].endswith(":rest")]  # (other tests' keys)
+        assert rest and all(e.batch_waits is False for e in rest)  # on the worker thread alone
+    else:
+        assert one_core == {False}  # the forward, too, on the worker thread alone
+        assert c.delta("backward::one_node") == 8
 
 
-def test_a_bad_index_in_a_split_step_raises_at_the_read(split):
+def _spy_runs(monkeypatch) -> list:
+    """(module entry, ids of its outputs' data) of each graph launched."""
+    runs = []
+    run_entry = sync.run_entry
+
+    def spy(entry, inputs, outputs, checks=()):
+        runs.append((entry, {id(d) for d in outputs}))
+        return run_entry(entry, inputs, outputs, checks)
+    monkeypatch.setattr(sync, "run_entry", spy)
+    return runs
+
+
+def test_a_bad_index_in_a_split_step_raises_at_the_read(way):
     _, _, lazy, opt_l = _models()
     batches = _batches(5, "lazy", bad_at=4)
     for ids, labels in batches[:4]:
         _step(lazy, opt_l, ids, labels, "lazy").item()
     ids, labels = batches[4]
     c = Counters()
-    loss = _step(lazy, opt_l, ids, labels, "lazy")
-    assert c.delta("SplitLaunch") == 1
     with pytest.raises(IndexError, match="out of range"):
-        loss.item()
-    with pytest.raises(IndexError):  # the next sync point reports it, once
-        lm.wait_device_ops()
+        # (cut before its backward, the forward may have run by mark_step,
+        # which then raises: the step's first sync point after its run)
+        _step(lazy, opt_l, ids, labels, "lazy").item()
+    assert c.delta("SplitLaunch") == 1
+    if way == "split":
+        with pytest.raises(IndexError):  # the next sync point reports it, once
+            lm.wait_device_ops()
+    else:  # (not again where mark_step reported it; then the step's rest is
+        # still pending, and fails when launched, as its forward did)
+        with contextlib.suppress(IndexError):
+            lm.mark_step()
+            lm.wait_device_ops()
     lm.wait_device_ops()
 
 
-def test_reading_the_step_before_splits_nothing(split):
+def test_reading_the_step_before_splits_nothing(way):
     """A loss read one step late (after the next step's launch) was not
     waited for by anyone: only reads of the newest launch are learned."""
     _, _, lazy, opt_l = _models()
@@ -124,7 +173,7 @@ def test_reading_the_step_before_splits_nothing(split):
         if previous is not None:
             assert previous.item() > 0
         previous = loss
-    assert c.delta("SplitPlanned") == 0 and c.delta("SplitLaunch") == 0
+    assert c.delta("SplitPlanned") == c.delta("SplitAtBackward") == c.delta("SplitLaunch") == 0
 
 
 def test_a_step_that_is_all_forward_is_not_split(split):
@@ -144,3 +193,53 @@ def test_lazy_mlir_split_0_turns_it_off(split, monkeypatch):
     for ids, labels in _batches(4, "lazy"):
         _step(lazy, opt_l, ids, labels, "lazy").item()
     assert c.delta("SplitLaunch") == 0
+
+
+def test_compile_train_step_records_a_cut_model_as_one_graph(split):
+    """A model whose plain steps are cut before their backward, then handed
+    to ``compile_train_step``: its step is still recorded as one graph and
+    replayed (``early_outputs.one_graph``), and trains like eager."""
+    eager, opt_e, lazy, opt_l = _models()
+    c = Counters()
+    batches = list(zip(_batches(10), _batches(10, "lazy")))
+    for (ids, labels), (lids, llabels) in batches[:5]:
+        want = _step(eager, opt_e, ids, labels, "cpu").item()
+        assert _step(lazy, opt_l, lids, llabels, "lazy").item() == pytest.approx(want, rel=1e-5)
+    assert c.delta("SplitAtBackward") == 1 and c.delta("SplitLaunch") == 2
+    step = lm.compile_train_step(
+        lazy, lambda out, y: F.cross_entropy(out.flatten(0, 1), y.flatten()), opt_l)
+    for (ids, labels), (lids, llabels) in batches[5:]:
+        want = _step(eager, opt_e, ids, labels, "cpu").item()
+        assert step(lids, llabels).item() == pytest.approx(want, rel=1e-5)
+    assert c.delta("SplitLaunch") == 2  # none inside the recordings
+    assert c.delta("TrainStepRecorded") == 2 and c.delta("TrainStepReplayed") == 3
+    for pe, pl in zip(eager.parameters(), lazy.parameters()):
+        torch.testing.assert_close(pl.detach().cpu(), pe.detach(), rtol=1e-4, atol=1e-5)
+
+
+def test_lm_jit_traces_a_cut_backward_into_its_one_graph(split):
+    """``lm.jit`` of a function whose backward a plain loop cuts: traced as
+    one graph (``early_outputs.one_graph``), the gradient as eager's."""
+    eager, opt_e, lazy, opt_l = _models()
+    batches = list(zip(_batches(6), _batches(6, "lazy")))
+    for (ids, labels), (lids, llabels) in batches[:5]:
+        _step(eager, opt_e, ids, labels, "cpu")
+        _step(lazy, opt_l, lids, llabels, "lazy").item()
+    c = Counters()
+    assert c.delta("SplitLaunch") == 0 and backward_cuts
+
+    def loss_and_grad(ids, labels):
+        lazy.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(lazy(ids).flatten(0, 1), labels.flatten())
+        loss.backward()
+        return loss, lazy.head.weight.grad * 1
+
+    ids, labels = batches[5][0]
+    compiled = lm.jit(loss_and_grad).lower(ids, labels).compile()
+    assert c.delta("SplitLaunch") == 0
+    loss, grad = compiled(ids, labels)
+    eager.zero_grad(set_to_none=True)
+    want = F.cross_entropy(eager(ids).flatten(0, 1), labels.flatten())
+    want.backward()
+    assert float(loss) == pytest.approx(want.item(), rel=1e-5)
+    torch.testing.assert_close(grad, eager.head.weight.grad, rtol=1e-4, atol=1e-5)

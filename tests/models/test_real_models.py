@@ -100,29 +100,31 @@ def test_plain_loop_matches_eager(name, size, dims):
 def test_plain_loop_split_at_the_loss_matches_eager(monkeypatch):
     """The loss read after ``mark_step`` from a graph of its own, the rest
     behind it (``lazy/early_outputs.py``), forced: step 2's read makes step
-    3 split, whose two graphs then compile, and from then on none."""
+    3 decide to cut the steps after it before their backward; step 4's two
+    graphs compile, and from then on none."""
     from lazy_mlir.lazy import early_outputs
-    from lazy_mlir.lazy.state import early_reads, split_plans
+    from lazy_mlir.lazy.state import backward_cuts, early_reads, split_plans
     monkeypatch.setattr(early_outputs, "pays", lambda seconds, capture_seconds: True)
     monkeypatch.delenv("LAZY_MLIR_SPLIT", raising=False)
     early_reads.clear()  # (nothing learned from the same graph in another test)
     split_plans.clear()
+    backward_cuts.clear()
     dims = CI_DIMS
     rm = real_model("gpt2", "tiny", **dict(dims))
     before = _counters()
-    losses, made = _plain_loop(rm)
-    assert _new(before, "Split") == {"SplitPlanned": 1, "SplitLaunch": STEPS - 2}
-    _check(rm, dims, losses, made, before, warmup=3)
+    losses, made = _plain_loop(rm, STEPS + 1)
+    assert _new(before, "Split") == {"SplitAtBackward": 1, "SplitLaunch": STEPS - 2}
+    _check(rm, dims, losses, made, before, warmup=4)
 
 
-def _plain_loop(rm) -> tuple[list[float], list[int]]:
-    """The README's loop, ``STEPS`` steps: the losses, and the modules made
-    by the end of each step."""
+def _plain_loop(rm, steps: int = STEPS) -> tuple[list[float], list[int]]:
+    """The README's loop: the losses, and the modules made by the end of
+    each step."""
     model = rm.make().to("lazy")
     opt = rm.optimizer(model)
     before = _counters()
     losses, made = [], []
-    for i in range(STEPS):
+    for i in range(steps):
         opt.zero_grad(set_to_none=True)
         loss = rm.loss(model, rm.batch(i, "lazy"))
         loss.backward()

@@ -8,8 +8,8 @@ import torch
 import lazy_mlir as lm
 from lazy_mlir.graph import argtree, debug
 from lazy_mlir.graph.ir import DeviceData, TensorSpec, Value
-from lazy_mlir.lazy import bounds, capture, coverage, decompose, device, dispatch, host_index, \
-    random, shapes, state, supported, sync
+from lazy_mlir.lazy import bounds, capture, coverage, decompose, device, dispatch, \
+    early_outputs, host_index, random, shapes, state, supported, sync
 from lazy_mlir.lazy.capture import emit, value_of
 from lazy_mlir.lazy.tensor import live_storages
 from lazy_mlir.ops import support
@@ -38,6 +38,11 @@ def test_modules_use_the_tables_of_state():
     assert decompose._import_checks is state.import_checks
     assert supported._warned is state.fallback_warned
     assert random._seed_logs is state.seed_logs
+    assert early_outputs.early_reads is state.early_reads
+    assert early_outputs.split_plans is state.split_plans
+    assert early_outputs.backward_cuts is state.backward_cuts
+    assert early_outputs.cut_step is state.cut_step
+    assert early_outputs.one_graph_depth is state.one_graph_depth
 
 
 def _fill_every_table():
@@ -62,6 +67,11 @@ def _fill_every_table():
     memory_cache.put(("test",), object())
     debug._state["seen"].append(("key", [], []))
     state.bounds_mode["unchecked"] = 1
+    state.early_reads["key"] = {0}
+    state.split_plans["key"] = None
+    state.backward_cuts.add("subgraph-key")
+    state.cut_step[0] = True
+    state.one_graph_depth[0] = 1
     return y, picked
 
 
@@ -73,13 +83,15 @@ def test_reset_empties_every_table():
               state.scalar_tensors, state.empty_values, state.factory_values,
               state.inplace_checked, state.index_checks, state.host_checks_passed, state.decompose_plans,
               state.import_checks, state.fallback_warned, state.seed_logs,
-              support.DENIED_SIGNATURES, debug._state["seen"]]
+              support.DENIED_SIGNATURES, debug._state["seen"], state.early_reads,
+              state.split_plans, state.backward_cuts]
     assert all(tables) and len(memory_cache) and list(live_storages)
     assert state.trace_seconds[0] > 0 and state.target[0] is not None
     assert support.DENIED != denied and state.decompose_table[1] is not None
     state.reset()
     assert not any(tables) and not len(memory_cache) and not list(live_storages)
     assert state.trace_seconds == [0.0] and state.dispatch_depth == [0]
+    assert state.cut_step == [False] and state.one_graph_depth == [0]
     assert state.target == [None] and state.decompose_table == [None, None]
     assert state.bounds_mode == {"unchecked": 0, "outer": None, "in_graph": 0}
     assert support.DENIED == denied
