@@ -23,7 +23,8 @@ The rest runs on the worker thread alone (``Graph.on_calling_thread``), on
 one core, while the capture of the next step has the other. So a split is
 made only where it can pay and the rest can hide behind the next capture:
 the whole module's last run took at least ``MIN_SECONDS`` and at most as
-long as its step's capture, and the early part is at most
+long as the host took for its step (``sync.mark_step``: since the last one,
+less the waits for graphs to run), and the early part is at most
 ``MAX_EARLY_FRACTION`` of the work (``_weight``). ``LAZY_MLIR_SPLIT=0`` turns it off.
 
 Where the early part is a training step's forward (the loss read, the
@@ -102,7 +103,8 @@ class SplitPlan:
 
 def plan_for(graph: Graph, entry, has_checks: bool, capture_seconds: float) -> SplitPlan | None:
     """The split of ``graph`` (its key's), or None where it does not pay;
-    ``capture_seconds``: how long the step that made it took to capture."""
+    ``capture_seconds``: the host's time for the step that made it (since
+    the last ``mark_step``, less its waits for graphs to run)."""
     reads = early_reads.get(graph.key)
     if not reads or not enabled():
         return None

@@ -13,6 +13,8 @@ thread-local guard that is set only while one ``Module.to`` call runs.
 """
 from __future__ import annotations
 
+import time
+
 from ..graph import debug
 from ..ops import support
 from ..runtime.cache import memory_cache
@@ -30,6 +32,7 @@ factory_values: dict = {}   # (factory, its constant arguments) -> its shared Va
 list_replays: dict = {}     # (id(op), id(first tensor)) -> list_replay.Replay (a list op's record)
 inplace_checked: set = set()  # in-place calls whose shape/dtype check passed
 trace_seconds = [0.0]       # capture time since the last mark_step (TraceTime)
+step_clock = [time.perf_counter(), 0.0]  # sync: the last mark_step's end, seconds since waited for graphs
 dispatch_depth = [0]        # dispatch calls under way (a sync inside one is not capture time)
 
 # -- lm.check_coverage (coverage.py): the dry run in progress, or None. One
@@ -87,6 +90,7 @@ def reset() -> None:
                   fallback_warned, early_reads, split_plans, backward_cuts):
         table.clear()
     trace_seconds[0] = 0.0
+    step_clock[:] = [time.perf_counter(), 0.0]
     dispatch_depth[0] = 0
     cut_step[0] = False
     one_graph_depth[0] = 0

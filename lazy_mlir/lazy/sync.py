@@ -20,7 +20,8 @@ from .. import metrics
 from .capture import emit, value_of
 from ..graph.program import Graph
 from ..graph.ir import DeviceData, Value
-from .state import dispatch_depth, dry_run as _dry_run, target as _target, trace_seconds
+from .state import dispatch_depth, dry_run as _dry_run, step_clock, target as _target, \
+    trace_seconds
 from .supported import note_fallback
 from .tensor import LazyTensor, live_storages
 from ..config import current_config
@@ -46,8 +47,9 @@ def execute(values: list[Value], everything: bool = False,
     """Launch every pending value in ``values`` as one graph (with the index
     checks it can compute; all pending ones with ``everything``). Ends the
     step's hold on the garbage collector (``gc_hold``), once its nodes are
-    freed. ``capture_seconds``: how long capturing them took (default: the
-    capture since the last ``mark_step``). ``on_calling_thread``: the graph
+    freed. ``capture_seconds``: how long capturing them took (``mark_step``:
+    the wall time since the last one, less waits for graphs; default: the
+    dispatch time since then, ``TraceTime``). ``on_calling_thread``: the graph
     runs on the worker thread alone (``Graph.on_calling_thread``)."""
     try:
         _execute(values, everything,
@@ -212,7 +214,11 @@ def to_host(t: torch.Tensor) -> torch.Tensor:
         execute([v])
     if v.data.future is not None:  # read before its graph is known to have run
         early_outputs.note_read(v.data)
-    host = host_of(v.data)
+        started = time.perf_counter()
+        host = host_of(v.data)
+        _waited(time.perf_counter() - started)
+    else:
+        host = host_of(v.data)
     worker.raise_pending_error()  # a graph launched before failed (an index check): say so now
     return host
 
@@ -225,10 +231,20 @@ def mark_step() -> None:
         return _dry_run[0].on_mark_step()
     worker.raise_pending_error()
     metrics.counter_inc("MarkStep")
-    captured = trace_seconds[0]
-    metrics.add_sample("TraceTime", captured)
+    metrics.add_sample("TraceTime", trace_seconds[0])
     trace_seconds[0] = 0.0
-    _launch_live(captured, early_outputs.take_cut())
+    began, waited = step_clock
+    _launch_live(time.perf_counter() - began - waited, early_outputs.take_cut())
+    step_clock[:] = [time.perf_counter(), 0.0]
+
+
+def _waited(seconds: float) -> None:
+    """The host waited ``seconds`` for a graph to run: not part of the step's
+    capture (``mark_step``'s ``capture_seconds``, ``TraceTime`` for a read
+    inside an op, as ``item()``)."""
+    step_clock[1] += seconds
+    if dispatch_depth[0]:
+        trace_seconds[0] -= seconds
 
 
 def launch_before_backward() -> None:
@@ -252,7 +268,11 @@ def _launch_live(capture_seconds: float, on_calling_thread: bool) -> None:
 
 def wait_device_ops() -> None:
     """Block until all launched graphs have run; raise a worker error."""
-    worker.wait_all()
+    started = time.perf_counter()
+    try:
+        worker.wait_all()
+    finally:
+        _waited(time.perf_counter() - started)
 
 
 _tensor._to_host = to_host  # the hook LazyTensor.__repr__ calls (tensor.py)

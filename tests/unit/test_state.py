@@ -30,6 +30,7 @@ def test_modules_use_the_tables_of_state():
     assert device._factory_values is state.factory_values
     assert dispatch._inplace_checked is state.inplace_checked
     assert dispatch.trace_seconds is state.trace_seconds is sync.trace_seconds
+    assert sync.step_clock is state.step_clock
     assert capture._dry_run is dispatch._dry_run is sync._dry_run is coverage._active \
         is bounds._dry_run is state.dry_run
     assert bounds._pending is state.index_checks and host_index._passed is state.host_checks_passed
@@ -72,6 +73,7 @@ def _fill_every_table():
     state.backward_cuts.add("subgraph-key")
     state.cut_step[0] = True
     state.one_graph_depth[0] = 1
+    state.step_clock[1] = 1.0
     return y, picked
 
 
@@ -92,6 +94,7 @@ def test_reset_empties_every_table():
     assert not any(tables) and not len(memory_cache) and not list(live_storages)
     assert state.trace_seconds == [0.0] and state.dispatch_depth == [0]
     assert state.cut_step == [False] and state.one_graph_depth == [0]
+    assert state.step_clock[1] == 0.0
     assert state.target == [None] and state.decompose_table == [None, None]
     assert state.bounds_mode == {"unchecked": 0, "outer": None, "in_graph": 0}
     assert support.DENIED == denied
