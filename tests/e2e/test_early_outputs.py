@@ -74,9 +74,13 @@ def _batches(n, device="cpu", bad_at=None):
     return out
 
 
-def _step(model, opt, ids, labels, device):
+def _token_loss(logits, labels):
+    return F.cross_entropy(logits.flatten(0, 1), labels.flatten())
+
+
+def _step(model, opt, ids, labels, device, loss_fn=_token_loss):
     opt.zero_grad(set_to_none=True)
-    loss = F.cross_entropy(model(ids).flatten(0, 1), labels.flatten())
+    loss = loss_fn(model(ids), labels)
     loss.backward()
     opt.step()
     if device == "lazy":
@@ -206,8 +210,7 @@ def test_compile_train_step_records_a_cut_model_as_one_graph(split):
         want = _step(eager, opt_e, ids, labels, "cpu").item()
         assert _step(lazy, opt_l, lids, llabels, "lazy").item() == pytest.approx(want, rel=1e-5)
     assert c.delta("SplitAtBackward") == 1 and c.delta("SplitLaunch") == 2
-    step = lm.compile_train_step(
-        lazy, lambda out, y: F.cross_entropy(out.flatten(0, 1), y.flatten()), opt_l)
+    step = lm.compile_train_step(lazy, _token_loss, opt_l)
     for (ids, labels), (lids, llabels) in batches[5:]:
         want = _step(eager, opt_e, ids, labels, "cpu").item()
         assert step(lids, llabels).item() == pytest.approx(want, rel=1e-5)
@@ -230,7 +233,7 @@ def test_lm_jit_traces_a_cut_backward_into_its_one_graph(split):
 
     def loss_and_grad(ids, labels):
         lazy.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(lazy(ids).flatten(0, 1), labels.flatten())
+        loss = _token_loss(lazy(ids), labels)
         loss.backward()
         return loss, lazy.head.weight.grad * 1
 
@@ -239,7 +242,7 @@ def test_lm_jit_traces_a_cut_backward_into_its_one_graph(split):
     assert c.delta("SplitLaunch") == 0
     loss, grad = compiled(ids, labels)
     eager.zero_grad(set_to_none=True)
-    want = F.cross_entropy(eager(ids).flatten(0, 1), labels.flatten())
+    want = _token_loss(eager(ids), labels)
     want.backward()
     assert float(loss) == pytest.approx(want.item(), rel=1e-5)
     torch.testing.assert_close(grad, eager.head.weight.grad, rtol=1e-4, atol=1e-5)
@@ -265,12 +268,7 @@ def test_the_gate_times_the_capture_without_the_wait_for_the_read(monkeypatch):
     x, y = torch.randn(512, 512).to("lazy"), torch.randn(512, 512).to("lazy")
     c = Counters()
     for _ in range(5):
-        opt.zero_grad(set_to_none=True)
-        loss = F.mse_loss(model(x), y)
-        loss.backward()
-        opt.step()
-        lm.mark_step()
-        loss.item()
+        _step(model, opt, x, y, "lazy", F.mse_loss).item()
     assert asked and all(capture < seconds / 2 for seconds, capture in asked), asked
     assert c.delta("SplitPlanned") == c.delta("SplitAtBackward") == c.delta("SplitLaunch") == 0
     for table in (early_reads, split_plans, backward_cuts):
