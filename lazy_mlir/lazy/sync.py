@@ -43,18 +43,14 @@ def set_target(name: str) -> None:
 
 
 def execute(values: list[Value], everything: bool = False,
-            capture_seconds: float | None = None, on_calling_thread: bool = False) -> None:
+            on_calling_thread: bool = False) -> None:
     """Launch every pending value in ``values`` as one graph (with the index
     checks it can compute; all pending ones with ``everything``). Ends the
     step's hold on the garbage collector (``gc_hold``), once its nodes are
-    freed. ``capture_seconds``: how long capturing them took (``mark_step``:
-    the wall time since the last one, less waits for graphs; default: the
-    dispatch time since then, ``TraceTime``). ``on_calling_thread``: the graph
-    runs on the worker thread alone (``Graph.on_calling_thread``)."""
+    freed. ``on_calling_thread``: the graph runs on the worker thread alone
+    (``Graph.on_calling_thread``). The split decides with ``step_seconds()``."""
     try:
-        _execute(values, everything,
-                 trace_seconds[0] if capture_seconds is None else capture_seconds,
-                 on_calling_thread)
+        _execute(values, everything, step_seconds(), on_calling_thread)
     finally:
         gc_hold.release()
 
@@ -233,15 +229,21 @@ def mark_step() -> None:
     metrics.counter_inc("MarkStep")
     metrics.add_sample("TraceTime", trace_seconds[0])
     trace_seconds[0] = 0.0
-    began, waited = step_clock
-    _launch_live(time.perf_counter() - began - waited, early_outputs.take_cut())
+    _launch_live(early_outputs.take_cut())
     step_clock[:] = [time.perf_counter(), 0.0]
+
+
+def step_seconds() -> float:
+    """The host's time for the step being captured: the wall time since the
+    last ``mark_step``, less its waits for graphs to run (``_waited``)."""
+    began, waited = step_clock
+    return time.perf_counter() - began - waited
 
 
 def _waited(seconds: float) -> None:
     """The host waited ``seconds`` for a graph to run: not part of the step's
-    capture (``mark_step``'s ``capture_seconds``, ``TraceTime`` for a read
-    inside an op, as ``item()``)."""
+    capture (``step_seconds``; ``TraceTime`` for a read inside an op, as
+    ``item()``)."""
     step_clock[1] += seconds
     if dispatch_depth[0]:
         trace_seconds[0] -= seconds
@@ -253,14 +255,13 @@ def launch_before_backward() -> None:
     while its backward and update are captured (``early_outputs.cut_before``)."""
     if _dry_run[0] is not None:
         return
-    _launch_live(trace_seconds[0], True)
+    _launch_live(True)
     early_outputs.note_cut()
 
 
-def _launch_live(capture_seconds: float, on_calling_thread: bool) -> None:
+def _launch_live(on_calling_thread: bool) -> None:
     storages = list(live_storages)
-    execute([s.value for s in storages], everything=True, capture_seconds=capture_seconds,
-            on_calling_thread=on_calling_thread)
+    execute([s.value for s in storages], everything=True, on_calling_thread=on_calling_thread)
     for s in storages:
         if s.value.data is not None:
             live_storages.discard(s)
