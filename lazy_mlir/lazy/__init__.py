@@ -22,6 +22,7 @@ The modules, bottom to top (each imports only modules listed before it):
 - ``backward``    ``loss.backward()`` as one node (PyTorch's compiled autograd)
 - ``rnn``         ``nn.LSTM``/``nn.GRU`` as one node each way (AutogradLazy kernels)
 - ``attention``   ``F.scaled_dot_product_attention`` as one node each way (AutogradLazy)
+- ``linear``      ``F.linear`` as one node (AutogradLazy)
 - ``device``, ``coverage``, ``render``: the ``lazy`` device's kernels, the
   dry run of ``lm.check_coverage``, pictures of graphs
 

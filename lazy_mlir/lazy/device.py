@@ -18,7 +18,7 @@ from .foreach import prefer_foreach
 from .fused_optim import prefer_fused
 from .dispatch import _copy_
 from .module_ties import keep_ties
-from . import attention, rnn
+from . import attention, linear, rnn
 from .sync import to_host
 from .tensor import LazyTensor, wrap_value
 
@@ -128,6 +128,7 @@ def register() -> None:
             _lib.impl(name, _host_factory(op), "Lazy")
         rnn.register(_lib)  # nn.LSTM / nn.GRU as one node each way (AutogradLazy)
         attention.register(_lib)  # scaled_dot_product_attention, one node each way
+        linear.register(_lib)  # F.linear, one node (not t, view, addmm, view)
     allow_lazy()  # Adam(..., capturable=True) on lazy parameters
     prefer_foreach()  # torch.optim's default update as foreach ops (one node each)
     prefer_fused()  # ... and Adam/AdamW/SGD's as their fused op (one node for all)
