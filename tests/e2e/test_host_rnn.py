@@ -53,7 +53,10 @@ def _train(device: str, steps: int = 3):
     return losses, [g.cpu() for g in grads]
 
 
-@pytest.mark.parametrize("rnn", ["1", "0"], ids=["calls", "loops"])
+# The looped lowering trains like eager in CI through test_lstm_node; this
+# model's looped compile (39 s on 2 cores) runs with the slow tests.
+@pytest.mark.parametrize("rnn", ["1", pytest.param("0", marks=pytest.mark.slow)],
+                         ids=["calls", "loops"])
 def test_lstm_lm_trains_like_eager_with_and_without_calls(monkeypatch, rnn):
     assert not rnn_ops.unrolled(STEPS, 1, 1)  # (the premise: looped, so eligible)
     monkeypatch.setenv("LAZY_MLIR_RNN", rnn)
