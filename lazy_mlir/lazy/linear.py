@@ -8,8 +8,9 @@ for one op), and every transformer layer has six of them. The
 records ``lazy_mlir::linear`` instead (``ops/linear.py``: it becomes eager's
 ``addmm`` before import), under an autograd function whose backward is
 eager's own formulas in aten ops: ``grad @ weight`` for the input,
-``(input^T grad)^T`` for the weight (``addmm``'s ``mat2`` gradient through
-``t``, so the sums are eager's) and ``grad.sum(0)`` for the bias. The
+``grad^T @ input`` for the weight (``mm_mat2_backward`` of the transposed
+weight, then ``t``: eager's sums, and a contiguous gradient) and
+``grad.sum(0)`` for the bias. The
 backward is differentiable (``create_graph=True`` works), and the one-node
 backward (``lazy/backward.py``) traces it once like any formula.
 
@@ -78,7 +79,7 @@ class _Linear(torch.autograd.Function):
         if need_input:
             grad_input = torch.mm(rows, weight).reshape(input.shape)
         if need_weight:
-            grad_weight = torch.mm(input.flatten(0, -2).t(), rows).t()
+            grad_weight = torch.mm(rows.t(), input.flatten(0, -2))
         if need_bias:
             grad_bias = rows.sum(0)
         return grad_input, grad_weight, grad_bias
