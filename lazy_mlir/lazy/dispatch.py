@@ -472,13 +472,27 @@ def _copy_(func, args, kwargs):
             out = aten._to_copy.default(src, dtype=dst.dtype)
         if tuple(out.shape) != tuple(dst.shape):
             out = aten.expand.default(out, list(dst.shape))
-        if dst._view or tuple(out.shape) != tuple(dst.shape) or out is src:
-            out = aten.clone.default(out)
+        layout = _layout_of(dst)
+        if dst._view or tuple(out.shape) != tuple(dst.shape) or out is src or (
+                layout is not None and out.stride() != dst.stride()):
+            # (in dst's layout: a later view of dst is inferred on the value's
+            # strides: AccumulateGrad copies a transposed gradient into a
+            # contiguous .grad)
+            out = aten.clone.default(out, memory_format=layout or torch.preserve_format)
         assign(dst, value_of(out))
     else:
         host = src.detach().to(dst.dtype).expand(dst.shape).contiguous().clone()
         assign(dst, data_value(host))
     return dst
+
+
+def _layout_of(t):
+    """The memory format ``t`` is dense in (contiguous, channels last), or None."""
+    if t.is_contiguous():
+        return torch.contiguous_format
+    if t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last):
+        return torch.channels_last
+    return None
 
 
 def _to_copy(func, args, kwargs):

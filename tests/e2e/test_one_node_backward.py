@@ -119,6 +119,29 @@ def test_a_custom_autograd_function_runs_op_by_op():
     assert lm.metrics.counter_value("backward::ops") == 1
 
 
+def test_a_transposed_gradient_lands_in_grad_laid_out_as_the_parameter():
+    """AccumulateGrad copies a gradient whose layout differs from the
+    parameter's into a new contiguous ``.grad``: the copy must take that
+    layout, or a later view of ``.grad`` (DDP's buckets flatten it) was
+    inferred on the transposed value and raised."""
+    class Double(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, w):
+            return w * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return (g * 2).t().contiguous().t()  # right values, column-major
+
+    flat = []
+    for device in ("lazy", "cpu"):
+        w = torch.arange(6.0).reshape(2, 3).to(device).requires_grad_()
+        Double.apply(w).sin().sum().backward()
+        assert w.grad.is_contiguous()
+        flat.append((w.grad.view(-1) + 1).cpu())
+    torch.testing.assert_close(flat[0], flat[1])
+
+
 def test_create_graph_keeps_autograds_own_path():
     grads = []
     for device in ("lazy", "cpu"):
