@@ -24,16 +24,13 @@ import math
 import torch
 from torch.autograd.function import once_differentiable
 
-from .. import metrics
-from ..config import current_config, switched_on
+from ..config import switched_on
 from ..ops import attention as _attention_ops  # noqa: F401  (defines torch.ops.lazy_mlir.attention)
 from ..ops import attention_host as _attention_host
-from ..ops import support as _support
-from .tensor import LazyTensor
+from . import fused
 
 aten = torch.ops.aten
 ops = torch.ops.lazy_mlir
-_COMPOSITE = torch._C.DispatchKey.CompositeImplicitAutograd
 
 
 def enabled() -> bool:
@@ -48,8 +45,7 @@ def unfused_reason(query, key, value, attn_mask, dropout_p, is_causal,
         return "switched off"
     if is_causal and attn_mask is not None:
         return "mask and causal"  # (PyTorch's path raises its own error)
-    tensors = [t for t in (query, key, value, attn_mask) if t is not None]
-    if not all(isinstance(t, LazyTensor) for t in tensors):
+    if not fused.all_lazy((query, key, value, attn_mask)):
         return "not all lazy"
     if dropout_p > 0:
         return "dropout"
@@ -64,12 +60,7 @@ def unfused_reason(query, key, value, attn_mask, dropout_p, is_causal,
             and query.shape[:-2] == key.shape[:-2] == value.shape[:-2]
             and key.shape[-2] == value.shape[-2] and query.shape[-1] == key.shape[-1]):
         return "shapes"
-    if not current_config().decompositions:
-        return "decompositions off"
-    if not (_support.op_is_supported(ops.attention.default)
-            and _support.op_is_supported(ops.attention_backward.default)):
-        return "denied"
-    return None
+    return fused.compile_reason(ops.attention.default, ops.attention_backward.default)
 
 
 class _Attention(torch.autograd.Function):
@@ -107,10 +98,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     """The ``AutogradLazy`` kernel of ``aten::scaled_dot_product_attention``."""
     why = unfused_reason(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
     if why is not None:
-        metrics.counter_inc(f"attention_unfused::{why}")
-        return aten.scaled_dot_product_attention.default._op_dk(
-            _COMPOSITE, query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
-            enable_gqa=enable_gqa)
+        return fused.composite(
+            "attention", why, aten.scaled_dot_product_attention.default, query, key, value,
+            attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
     lse = _saves_lse(query, key, value, attn_mask)
     tensors = (query, key, value)

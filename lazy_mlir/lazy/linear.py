@@ -24,23 +24,19 @@ from __future__ import annotations
 
 import torch
 
-from .. import metrics
-from ..config import current_config, switched_on
+from ..config import switched_on
 from ..ops import linear as _linear_ops  # noqa: F401  (defines torch.ops.lazy_mlir.linear)
-from ..ops import support as _support
-from .tensor import LazyTensor
+from . import fused
 
 aten = torch.ops.aten
 ops = torch.ops.lazy_mlir
-_COMPOSITE = torch._C.DispatchKey.CompositeImplicitAutograd
 
 
 def unfused_reason(input, weight, bias) -> str | None:
     """Why this call takes PyTorch's composite, or None."""
     if not switched_on("LAZY_MLIR_FUSED_LINEAR"):
         return "switched off"
-    if not (type(input) is LazyTensor and type(weight) is LazyTensor
-            and (bias is None or type(bias) is LazyTensor)):
+    if not fused.all_lazy((input, weight, bias)):
         return "not all lazy"
     dtype = input.dtype
     if not dtype.is_floating_point or weight.dtype != dtype or (
@@ -48,11 +44,7 @@ def unfused_reason(input, weight, bias) -> str | None:
         return "dtypes"
     if input.dim() < 2 or weight.dim() != 2 or (bias is not None and bias.dim() != 1):
         return "shapes"
-    if not current_config().decompositions:
-        return "decompositions off"
-    if not _support.op_is_supported(ops.linear.default):
-        return "denied"
-    return None
+    return fused.compile_reason(ops.linear.default)
 
 
 class _Linear(torch.autograd.Function):
@@ -89,8 +81,7 @@ def linear(input, weight, bias=None):
     """The ``AutogradLazy`` kernel of ``aten::linear``."""
     why = unfused_reason(input, weight, bias)
     if why is not None:
-        metrics.counter_inc(f"linear_unfused::{why}")
-        return aten.linear.default._op_dk(_COMPOSITE, input, weight, bias)
+        return fused.composite("linear", why, aten.linear.default, input, weight, bias)
     if torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad or (
             bias is not None and bias.requires_grad)):
         return _Linear.apply(input, weight, bias)

@@ -37,21 +37,17 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-from .. import metrics
-from ..config import current_config
 from ..ops import rnn as _rnn_ops  # noqa: F401  (defines torch.ops.lazy_mlir.lstm, ...)
 from ..ops import rnn_host as _rnn_host
-from ..ops import support as _support
-from .tensor import LazyTensor
+from . import fused
 
 aten = torch.ops.aten
 ops = torch.ops.lazy_mlir
-_COMPOSITE = torch._C.DispatchKey.CompositeImplicitAutograd
 
 
 def _unfused_reason(name, input, tensors, dropout, train, num_layers) -> str | None:
     """Why this call takes PyTorch's decomposition, or None."""
-    if not all(isinstance(t, LazyTensor) for t in tensors):
+    if not fused.all_lazy(tensors):
         return "not all lazy"
     if input.dim() != 3:
         return "input not 3-d"
@@ -59,18 +55,8 @@ def _unfused_reason(name, input, tensors, dropout, train, num_layers) -> str | N
         return "not float32"
     if dropout > 0 and train and num_layers > 1:
         return "dropout"
-    if not current_config().decompositions:
-        return "decompositions off"
-    packet = getattr(ops, name)
-    if not (_support.op_is_supported(packet.default)
-            and _support.op_is_supported(getattr(ops, name + "_backward").default)):
-        return "denied"
-    return None
-
-
-def _old_path(op, why, args):
-    metrics.counter_inc(f"rnn_unfused::{why}")
-    return op._op_dk(_COMPOSITE, *args)
+    return fused.compile_reason(getattr(ops, name).default,
+                                getattr(ops, name + "_backward").default)
 
 
 def _needs_grad(tensors) -> bool:
@@ -169,7 +155,7 @@ def lstm(input, hx, params, has_biases, num_layers, dropout, train, bidirectiona
     why = "hx not (h0, c0)" if len(hx) != 2 else _unfused_reason(
         "lstm", input, tensors, dropout, train, num_layers)
     if why is not None:
-        return _old_path(aten.lstm.input, why, args)
+        return fused.composite("rnn", why, aten.lstm.input, *args)
     config = _config(input, has_biases, num_layers, bidirectional, batch_first)
     if not _needs_grad(tensors):
         return tuple(ops.lstm.default(input, hx[0], hx[1], list(params), *config)[:3])
@@ -184,7 +170,7 @@ def gru(input, hx, params, has_biases, num_layers, dropout, train, bidirectional
     tensors = [input, hx, *params]
     why = _unfused_reason("gru", input, tensors, dropout, train, num_layers)
     if why is not None:
-        return _old_path(aten.gru.input, why, args)
+        return fused.composite("rnn", why, aten.gru.input, *args)
     config = _config(input, has_biases, num_layers, bidirectional, batch_first)
     if not _needs_grad(tensors):
         return tuple(ops.gru.default(input, hx, list(params), *config)[:2])
