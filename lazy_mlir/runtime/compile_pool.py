@@ -197,6 +197,9 @@ class _Worker:
                 pass
 
 
+_SHUT_DOWN = ("unavailable", "the pool was shut down")
+
+
 class CompilePool:
     """``size`` workers, each run by a thread taking jobs in submission order."""
 
@@ -226,9 +229,14 @@ class CompilePool:
                 self._threads.append(t)
                 t.start()
         self._jobs.put((job, future))
+        if self.closed:  # (no thread may be left to take it)
+            self._answer_queued()
         return future
 
     def _serve(self) -> None:
+        """Answer jobs in turn. Every job taken is answered, even on a pool
+        shut down under it: a future left unset would hang ``wait_for_compiles``
+        for good (a test's ``reset`` during a background compile did)."""
         worker = None
         while True:
             job, future = self._jobs.get()
@@ -236,21 +244,36 @@ class CompilePool:
                 if worker is None or not worker.alive():
                     worker = self._start()
                 answer = worker.compile(job, timeout_seconds(), self)
-            except _Detached:
-                return  # the job was spooled by ``detach``
+            except _Detached:  # the job was spooled by ``detach``
+                answer = _SHUT_DOWN
             except WorkerUnavailable as e:
                 answer = ("unavailable", str(e))
             except CompilerCrash as e:
-                answer = (("unavailable", "the pool was shut down") if self.closed else
-                          ("error", "crash", *_crash_repro(e, job), None))
+                answer = _SHUT_DOWN if self.closed else (
+                    "error", "crash", *_crash_repro(e, job), None)
             except Exception:  # noqa: BLE001 - the pipes closed under us at exit, or a bug
-                if self.closed:
-                    return
-                answer = ("error", "exception", traceback.format_exc(), (), None, None)
-            with self._lock:
-                self.in_flight -= 1
-                self._unanswered.pop(id(future), None)
-            future.set_result(answer)
+                answer = _SHUT_DOWN if self.closed else (
+                    "error", "exception", traceback.format_exc(), (), None, None)
+            self._answer(future, answer)
+            if self.closed:
+                self._answer_queued()
+                return
+
+    def _answer(self, future, answer) -> None:
+        with self._lock:
+            self.in_flight -= 1
+            self._unanswered.pop(id(future), None)
+        future.set_result(answer)
+
+    def _answer_queued(self) -> None:
+        """On a closed pool: the jobs no thread will take are answered
+        'unavailable' (their waiters compile in their own process)."""
+        while True:
+            try:
+                _job, future = self._jobs.get_nowait()
+            except queue.Empty:
+                return
+            self._answer(future, _SHUT_DOWN)
 
     def _start(self) -> _Worker:
         if self.unavailable:
@@ -270,6 +293,7 @@ class CompilePool:
         with self._lock:
             self.closed = True
             workers, self._workers = self._workers, []
+        self._answer_queued()
         for w in workers:
             w.stop()
 

@@ -13,13 +13,14 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
 import lazy_mlir as lm
-from lazy_mlir.runtime import compile_pool
+from lazy_mlir.runtime import compile_pool, module_cache
 from lazy_mlir.runtime.cache import memory_cache
 
 INT8_MATMUL = textwrap.dedent("""
@@ -123,6 +124,32 @@ def test_a_compile_past_its_time_limit_runs_eagerly(workers, monkeypatch, caplog
         assert torch.allclose(_graph(x, -2.0), (x * -2.0).tanh() + 1, atol=1e-6)
     assert "took more than 3 s (LAZY_MLIR_COMPILE_TIMEOUT)" in caplog.text
     assert lm.metrics.counter_value("aten::tanh") == 1
+
+
+def test_a_pool_shut_down_under_background_compiles_answers_them(workers, monkeypatch):
+    """A pool reset with one compile in its worker and one queued (a test's
+    ``reset``): both are answered, so ``wait_for_compiles`` returns. The queued
+    one went unanswered and hung every later wait for good. The graphs then
+    compile again and run compiled."""
+    monkeypatch.setenv("LAZY_MLIR_COMPILE", "background")
+    monkeypatch.setenv("LAZY_MLIR_TEST_WORKER_CRASH", "sleep")
+    x = torch.randn(4, 3)
+    assert torch.allclose(_graph(x, 2.0), (x * 2.0).tanh() + 1, atol=1e-6)  # eager meanwhile
+    assert torch.allclose((x.to("lazy") - 1).exp().cpu(), (x - 1).exp(), atol=1e-6)
+    assert module_cache.compiles_in_flight() == 2
+    pool, deadline = compile_pool.pool(), time.monotonic() + 300
+    while not any(w.job for w in pool._workers) and time.monotonic() < deadline:
+        time.sleep(0.05)  # (until the first job is in the worker, sleeping there)
+    compile_pool.reset()
+    monkeypatch.delenv("LAZY_MLIR_TEST_WORKER_CRASH")
+    module_cache.wait_for_compiles(timeout=120)
+    assert module_cache.compiles_in_flight() == 0
+    assert compile_pool.in_flight() == 0
+    lm.metrics.reset()
+    assert torch.allclose(_graph(x, 2.0), (x * 2.0).tanh() + 1, atol=1e-6)
+    assert torch.allclose((x.to("lazy") - 1).exp().cpu(), (x - 1).exp(), atol=1e-6)
+    assert lm.metrics.counter_value("EagerWhileCompiling") == 0
+    assert lm.metrics.counter_value("CachedCompile") == 2
 
 
 def test_no_workers_compile_in_process_with_one_warning(workers, monkeypatch, caplog):
