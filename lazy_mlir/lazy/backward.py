@@ -37,10 +37,9 @@ from ..ops import subgraph
 from . import tensor as _tensor
 from ..ops import support as _support
 from .capture import _make_scalar
-from .early_outputs import cut_before
 from .kinds import RANDOM
 from .supported import UNSUPPORTED_DTYPES
-from .sync import launch_before_backward
+from .sync import cut_before_backward, launch_before_backward
 from .tensor import LazyTensor
 
 log = logging.getLogger("lazy_mlir")
@@ -161,8 +160,8 @@ class _OneNodeBackward:
         tensors = [t if type(t) is LazyTensor else _lifted(t) for t in (inputs[i] for i in used)]
         if any(t is None for t in tensors):
             return None
-        if cut_before(template):  # (its forward runs while the rest is captured)
-            launch_before_backward()
+        if cut_before_backward(template):  # (its forward runs while the rest is captured)
+            launch_before_backward(template)
         grads = torch.ops.lazy_mlir.subgraph(tensors, template)
         with torch.no_grad():
             for i, g in zip(params, grads):

@@ -48,7 +48,7 @@ from ..config import switched_on
 from ..graph.program import Graph
 from ..ops import subgraph
 from ..graph.ir import DeviceData
-from .state import backward_cuts, cut_step, early_reads, one_graph_depth, split_plans
+from .state import backward_cuts, cut_graphs, cut_step, early_reads, one_graph_depth, split_plans
 
 # The whole module's last run time below which a split cannot repay its
 # second launch (~0.1 ms of Python and a worker hand-off).
@@ -144,16 +144,31 @@ def cut_before(template: str) -> bool:
     return template in backward_cuts and not one_graph_depth[0] and enabled()
 
 
-def note_cut() -> None:
-    cut_step[0] = True
+def note_cut(template: str, forward_key: str | None) -> None:
+    """The step being captured was launched before its backward (``forward_key``:
+    the graph launched then)."""
+    cut_step[0] = template
+    cut_graphs[template] = [forward_key, None]
     metrics.counter_inc("SplitLaunch")
 
 
-def take_cut() -> bool:
-    """Whether the step ``mark_step`` ends was cut before its backward (its
-    rest then runs on the worker thread alone)."""
+def take_cut() -> str | bool:
+    """The template of the backward the step ``mark_step`` ends was cut
+    before (its rest then runs on the worker thread alone), or False."""
     was, cut_step[0] = cut_step[0], False
     return was
+
+
+def note_rest(template: str, rest_key: str | None) -> None:
+    """``mark_step`` launched the rest of a step cut before ``template``."""
+    keys = cut_graphs.get(template)
+    if keys is not None:
+        keys[1] = rest_key
+
+
+def cut_keys(template: str) -> list[str]:
+    """The keys of the graphs the newest step cut before ``template`` launched."""
+    return [k for k in cut_graphs.get(template, ()) if k is not None]
 
 
 @contextlib.contextmanager

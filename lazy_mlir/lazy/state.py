@@ -52,7 +52,8 @@ bounds_mode = {"unchecked": 0, "outer": None, "in_graph": 0}  # context-manager 
 early_reads: dict = {}      # graph key -> positions of outputs read on the host after its launch
 split_plans: dict = {}      # graph key -> its early_outputs.SplitPlan, or None (no split)
 backward_cuts: set = set()  # subgraph templates of backwards a step is launched before
-cut_step = [False]          # the step being captured was launched before its backward
+cut_step = [False]          # the step being captured was launched before its backward: its template
+cut_graphs: dict = {}       # backward template -> keys of the graphs of its newest cut step
 one_graph_depth = [0]       # early_outputs.one_graph() blocks under way: no cut
 
 # -- decompose.py
@@ -87,7 +88,7 @@ def reset() -> None:
     for table in (shape_memo, record_plans, emit_plans, view_plans, scalar_tensors, empty_values,
                   factory_values, list_replays,
                   inplace_checked, host_checks_passed, decompose_plans, import_checks,
-                  fallback_warned, early_reads, split_plans, backward_cuts):
+                  fallback_warned, early_reads, split_plans, backward_cuts, cut_graphs):
         table.clear()
     trace_seconds[0] = 0.0
     step_clock[:] = [time.perf_counter(), 0.0]

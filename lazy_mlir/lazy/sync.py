@@ -43,29 +43,30 @@ def set_target(name: str) -> None:
 
 
 def execute(values: list[Value], everything: bool = False,
-            on_calling_thread: bool = False) -> None:
+            on_calling_thread: bool = False):
     """Launch every pending value in ``values`` as one graph (with the index
     checks it can compute; all pending ones with ``everything``). Ends the
     step's hold on the garbage collector (``gc_hold``), once its nodes are
     freed. ``on_calling_thread``: the graph runs on the worker thread alone
-    (``Graph.on_calling_thread``). The split decides with ``step_seconds()``."""
+    (``Graph.on_calling_thread``). The split decides with ``step_seconds()``.
+    Returns ``launch``'s (graph, entry, checks), or None if nothing was launched."""
     try:
-        _execute(values, everything, step_seconds(), on_calling_thread)
+        return _execute(values, everything, step_seconds(), on_calling_thread)
     finally:
         gc_hold.release()
 
 
 def _execute(values: list[Value], everything: bool, capture_seconds: float,
-             on_calling_thread: bool) -> None:
+             on_calling_thread: bool):
     if _dry_run[0] is not None:  # lm.check_coverage compiles nothing
-        return
+        return None
     # Pending, each once, in order (Values hash by identity).
     roots = [v for v in dict.fromkeys(values) if v.data is None]
     if not roots and not (everything and bounds.pending()):
-        return
+        return None
     started = time.perf_counter()
     try:
-        launch(roots, everything=everything, capture_seconds=capture_seconds,
+        return launch(roots, everything=everything, capture_seconds=capture_seconds,
                on_calling_thread=on_calling_thread)
     finally:
         if dispatch_depth[0]:  # a sync inside an op: not capture time
@@ -229,7 +230,10 @@ def mark_step() -> None:
     metrics.counter_inc("MarkStep")
     metrics.add_sample("TraceTime", trace_seconds[0])
     trace_seconds[0] = 0.0
-    _launch_live(early_outputs.take_cut())
+    cut = early_outputs.take_cut()
+    launched = _launch_live(bool(cut))
+    if cut:
+        early_outputs.note_rest(cut, launched[0].key if launched else None)
     step_clock[:] = [time.perf_counter(), 0.0]
 
 
@@ -249,22 +253,38 @@ def _waited(seconds: float) -> None:
         trace_seconds[0] -= seconds
 
 
-def launch_before_backward() -> None:
+def cut_before_backward(template: str) -> bool:
+    """Whether a backward from ``template`` first launches what is pending
+    (``early_outputs.cut_before``): not while the graphs of its newest cut
+    step still compile. The step whose cut submits them runs them eagerly, as
+    any graph compiling in the background; until both are compiled, steps
+    are not cut and the whole step's module runs (compiled, or it would not
+    have been cut)."""
+    if not early_outputs.cut_before(template):
+        return False
+    target = current_target()
+    config = host_calls.session_config(target, current_config())
+    return not any(still_compiling(k, target, config) for k in early_outputs.cut_keys(template))
+
+
+def launch_before_backward(template: str) -> None:
     """Launch every pending live tensor now, on the worker thread alone: the
     forward of a step whose loss is read right after it, which then runs
     while its backward and update are captured (``early_outputs.cut_before``)."""
     if _dry_run[0] is not None:
         return
-    _launch_live(True)
-    early_outputs.note_cut()
+    launched = _launch_live(True)
+    early_outputs.note_cut(template, launched[0].key if launched else None)
 
 
-def _launch_live(on_calling_thread: bool) -> None:
+def _launch_live(on_calling_thread: bool):
     storages = list(live_storages)
-    execute([s.value for s in storages], everything=True, on_calling_thread=on_calling_thread)
+    launched = execute([s.value for s in storages], everything=True,
+                       on_calling_thread=on_calling_thread)
     for s in storages:
         if s.value.data is not None:
             live_storages.discard(s)
+    return launched
 
 
 def wait_device_ops() -> None:

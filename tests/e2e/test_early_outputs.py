@@ -18,7 +18,8 @@ import torch.nn.functional as F
 import lazy_mlir as lm
 from lazy_mlir.lazy import early_outputs, sync
 from lazy_mlir.lazy.capture import value_of
-from lazy_mlir.lazy.state import backward_cuts, early_reads, split_plans
+from lazy_mlir.lazy.state import backward_cuts, cut_graphs, early_reads, split_plans
+from lazy_mlir.runtime import compile_pool, module_cache
 from lazy_mlir.runtime.cache import memory_cache
 from e2e_helpers import Counters
 
@@ -42,10 +43,10 @@ def split(monkeypatch):
     before the test (the same graph in another test) is remembered."""
     monkeypatch.setattr(early_outputs, "pays", lambda seconds, capture_seconds: True)
     monkeypatch.delenv("LAZY_MLIR_SPLIT", raising=False)
-    for table in (early_reads, split_plans, backward_cuts):
+    for table in (early_reads, split_plans, backward_cuts, cut_graphs):
         table.clear()
     yield
-    for table in (early_reads, split_plans, backward_cuts):
+    for table in (early_reads, split_plans, backward_cuts, cut_graphs):
         table.clear()
 
 
@@ -129,6 +130,51 @@ def test_the_read_loss_comes_from_its_own_graph_and_trains_like_eager(way, monke
     else:
         assert one_core == {False}  # the forward, too, on the worker thread alone
         assert c.delta("backward::one_node") == 8
+
+
+def test_steps_are_not_cut_while_the_cut_graphs_compile(split, monkeypatch):
+    """Compiling in the background: the step that first cuts runs its two new
+    graphs eagerly while they compile. The steps after it run the whole
+    step's compiled module until both are compiled; then they are cut. (Each
+    step ran eagerly while the parts compiled: seconds of a real model's
+    training at eager speed or worse, on a core the compile wanted.)"""
+    monkeypatch.setenv("LAZY_MLIR_COMPILE", "background")
+    monkeypatch.setenv("LAZY_MLIR_COMPILE_WORKERS", "1")
+    monkeypatch.setenv("LAZY_MLIR_CACHE", "0")
+    monkeypatch.setenv("LAZY_MLIR_TEST_WORKER_DELAY", "3")  # (the parts' compiles outlast the steps)
+    compile_pool.reset()
+    memory_cache.clear()
+    try:
+        eager, opt_e, lazy, opt_l = _models()
+        batches = list(zip(_batches(12), _batches(12, "lazy")))
+        module_cache.wait_for_compiles()
+        c, i = Counters(), 0
+
+        def step():
+            nonlocal i
+            (ids, labels), (lids, llabels) = batches[i]
+            want = _step(eager, opt_e, ids, labels, "cpu").item()
+            assert _step(lazy, opt_l, lids, llabels, "lazy").item() == pytest.approx(want, rel=1e-5)
+            i += 1
+
+        while not c.delta("SplitAtBackward"):  # (each step's graphs compiled before the next)
+            step()
+            module_cache.wait_for_compiles()
+            assert i < 6
+        c.snapshot()
+        for _ in range(4):
+            step()
+        assert c.delta("SplitLaunch") == 1  # the first cut, whose two graphs...
+        assert c.delta("EagerWhileCompiling") == 2  # ...ran eagerly; no step after it did
+        module_cache.wait_for_compiles()
+        c.snapshot()
+        step()
+        step()
+        assert c.delta("SplitLaunch") == 2 and c.delta("EagerWhileCompiling") == 0
+        assert c.delta("UncachedCompile") == 0
+        assert not [n for n in lm.metrics.counter_names() if n.startswith("aten::") and c.delta(n)]
+    finally:
+        compile_pool.reset()
 
 
 def _spy_runs(monkeypatch) -> list:
