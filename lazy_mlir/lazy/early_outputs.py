@@ -34,8 +34,9 @@ launches everything pending (``cut_before``, ``sync.launch_before_backward``),
 so the forward runs while the backward and the update are captured, and
 ``mark_step`` launches the rest. The loss is then ready when it is read.
 Both run on the worker thread alone. As for a split, until the cut's two
-graphs are compiled the steps are not cut (``sync.cut_before_backward``). Graphs traced as one (compile_train_step,
-``lm.jit``, export) are never cut (``one_graph``).
+graphs are compiled the steps are not cut (``sync.cut_before_backward``).
+Graphs traced as one (compile_train_step, ``lm.jit``, export) are never cut
+(``one_graph``).
 """
 from __future__ import annotations
 

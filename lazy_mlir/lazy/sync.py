@@ -67,7 +67,7 @@ def _execute(values: list[Value], everything: bool, capture_seconds: float,
     started = time.perf_counter()
     try:
         return launch(roots, everything=everything, capture_seconds=capture_seconds,
-               on_calling_thread=on_calling_thread)
+                      on_calling_thread=on_calling_thread)
     finally:
         if dispatch_depth[0]:  # a sync inside an op: not capture time
             trace_seconds[0] -= time.perf_counter() - started
@@ -231,9 +231,9 @@ def mark_step() -> None:
     metrics.add_sample("TraceTime", trace_seconds[0])
     trace_seconds[0] = 0.0
     cut = early_outputs.take_cut()
-    launched = _launch_live(bool(cut))
+    launched_key = _launch_live(bool(cut))
     if cut:
-        early_outputs.note_rest(cut, launched[0].key if launched else None)
+        early_outputs.note_rest(cut, launched_key)
     step_clock[:] = [time.perf_counter(), 0.0]
 
 
@@ -273,18 +273,18 @@ def launch_before_backward(template: str) -> None:
     while its backward and update are captured (``early_outputs.cut_before``)."""
     if _dry_run[0] is not None:
         return
-    launched = _launch_live(True)
-    early_outputs.note_cut(template, launched[0].key if launched else None)
+    early_outputs.note_cut(template, _launch_live(True))
 
 
-def _launch_live(on_calling_thread: bool):
+def _launch_live(on_calling_thread: bool) -> str | None:
+    """Launch every pending live tensor; the key of the graph launched, if any."""
     storages = list(live_storages)
     launched = execute([s.value for s in storages], everything=True,
                        on_calling_thread=on_calling_thread)
     for s in storages:
         if s.value.data is not None:
             live_storages.discard(s)
-    return launched
+    return launched[0].key if launched else None
 
 
 def wait_device_ops() -> None:

@@ -254,12 +254,13 @@ class CompilePool:
             except Exception:  # noqa: BLE001 - the pipes closed under us at exit, or a bug
                 answer = _SHUT_DOWN if self.closed else (
                     "error", "exception", traceback.format_exc(), (), None, None)
-            self._answer(future, answer)
+            self._settle(future, answer)
             if self.closed:
                 self._answer_queued()
                 return
 
-    def _answer(self, future, answer) -> None:
+    def _settle(self, future, answer) -> None:
+        """Answer one job's future (``_Worker._answer`` reads a worker's)."""
         with self._lock:
             self.in_flight -= 1
             self._unanswered.pop(id(future), None)
@@ -273,7 +274,7 @@ class CompilePool:
                 _job, future = self._jobs.get_nowait()
             except queue.Empty:
                 return
-            self._answer(future, _SHUT_DOWN)
+            self._settle(future, _SHUT_DOWN)
 
     def _start(self) -> _Worker:
         if self.unavailable:
