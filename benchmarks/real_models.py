@@ -2,7 +2,7 @@
 
     python benchmarks/real_models.py [--size tiny|medium] [--models gpt2,bert,...]
         [--backends eager,compile,ts_lazy,lazy_mlir,lazy_mlir_step,lazy_mlir_compile] [--steps N]
-        [--warmup W] [--rounds R] [--out FILE.md] [--log-dir DIR] [--warm-caches]
+        [--warmup W] [--rounds R] [--out FILE.md] [--log-dir DIR] [--warm-caches] [--no-floor]
 
 The models are ``lazy_mlir.tools.real_models``' (GPT-2, BERT, ViT, ResNet
 from transformers configs, an LSTM and an nn.TransformerEncoder language
@@ -29,6 +29,11 @@ compile), min/median/max over ``--steps`` steps after ``--warmup`` untimed
 ones, the median over eager's, and the step-1 loss against eager's. A row
 whose process kept more than ``GROWTH_NOTED_MB`` more resident memory over
 its timed steps says so in its notes (a leak shows there first).
+
+A second table gives each model's compute floor (``_roofline.py``): the
+step's FLOPs at the best float32 matmul rate measured on this host, against
+eager's median. No float32 backend runs a step faster, so a ratio goal below
+it cannot be met here (``--no-floor`` skips it, ~30 s).
 """
 from __future__ import annotations
 
@@ -198,6 +203,8 @@ def parse_args(argv=None):
     p.add_argument("--out", default=None, help="also write the markdown table here")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per subprocess")
     p.add_argument("--log-dir", default=None, help="keep each worker's stdout/stderr here")
+    p.add_argument("--no-floor", action="store_true",
+                   help="skip the compute-floor table (FLOPs at the host's GEMM rate)")
     p.add_argument("--threads", type=int, default=None, help="torch threads per worker")
     p.add_argument("--warm-caches", action="store_true",
                    help="use the user's compile caches (default: a fresh one per worker, so "
@@ -208,6 +215,41 @@ def parse_args(argv=None):
     p.add_argument("--batch", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--_inputs", default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
+
+
+def _roofline_json(*args: str) -> dict:
+    """``_roofline.py``'s answer, from a fresh process (its threads and
+    oneDNN setting stay out of this one)."""
+    import json
+    import subprocess
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_roofline.py")
+    out = subprocess.run([sys.executable, script, *args], capture_output=True, text=True,
+                         check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def floor_markdown(rows: list, specs: list) -> str:
+    """The compute-floor table: per model, its step's GFLOP, the floor at the
+    host's GEMM rate on the eager row's threads, and floor over eager."""
+    import statistics
+
+    from _roofline import floor_ms
+    peak = _roofline_json("--peak")
+    eager = {r.spec: r.res for r in rows if r.backend == "eager" and r.res.get("steady_ms")}
+    title = (f"### Compute floor: a step's FLOPs at this host's best float32 matmul rate, "
+             f"{peak['gflops_per_core']:.0f} GFLOP/s a core ({peak['by']}, one thread)")
+    lines = [title, "",
+             "| model | GFLOP a step | cores | floor (ms) | eager (ms) | floor vs eager |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for spec in specs:
+        gflop = _roofline_json("--flops", spec.name)["gflop"]
+        res = eager.get(spec)
+        cores = res["threads"] if res else os.cpu_count() or 1
+        ms = floor_ms(gflop, peak, cores)
+        e = statistics.median(res["steady_ms"]) if res else None
+        lines.append(f"| {spec.name} | {gflop:.2f} | {cores} | {H._fmt(ms)} | "
+                     f"{H._fmt(e) if e else '-'} | {f'{ms / e:.2f}x' if e else '-'} |")
+    return "\n".join(lines) + "\n"
 
 
 def _choices(text, known, what):
@@ -260,6 +302,13 @@ def main(argv=None) -> int:
              f"{'warm' if a.warm_caches else 'cold (empty)'} compile caches; "
              + H.environment_line(load0, t_start))
     H.print_report(rows, f"real models, {a.size}", title, a.out)
+    if not a.no_floor:
+        floor = floor_markdown(rows, specs)
+        print()
+        print(floor)
+        if a.out:
+            with open(a.out, "a") as f:
+                f.write("\n" + floor)
     return 0
 
 
