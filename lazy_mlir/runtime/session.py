@@ -538,8 +538,13 @@ class LoadedModule:
         arguments came back as results, which results lie in an argument."""
         buffers = [a._buffer_view.get_buffer() for a in run]
         results = [o._buffer_view.get_buffer() for o in outs]
+        # An argument returned unchanged (``passthrough``) comes back as its
+        # own buffer, unwritten: only another result in it makes it aliased
+        # (an aot forward returns 19 of GPT-2's weights for its backward).
+        unchanged = frozenset(self.passthrough)
         self.aliased = frozenset(i for i, b in enumerate(buffers)
-                                 if any(r == b for r in results))
+                                 if any(r == b and (k, i) not in unchanged
+                                        for k, r in enumerate(results)))
         self._copied = tuple(sorted(self.aliased.union(self.clobbered)))
         self.views = (invoke.views_of_arguments(self.session, run, outs)
                       if self.session.host_memory else ())

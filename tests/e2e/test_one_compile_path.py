@@ -93,6 +93,33 @@ def test_jit_loads_with_mark_steps_protections():
     assert b.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
     assert a2.tolist() == [0.0, 1.0, -1.0, -1.0, -1.0, -1.0]
     assert a.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]  # the caller's tensor is not written
+    b, a2 = fn(a, x)  # (later calls copy `a` first: a result is written into it)
+    assert (b.tolist(), a2.tolist()) == ([0.0, 1.0, 2.0, 3.0, 4.0, 5.0], [0.0, 1.0] + [-1.0] * 4)
+    assert a.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+def _count_device_copies(monkeypatch) -> list:
+    copies, copy = [], session.Session.copy_on_device
+    monkeypatch.setattr(session.Session, "copy_on_device",
+                        lambda self, array: copies.append(1) or copy(self, array))
+    return copies
+
+
+def test_an_argument_returned_unchanged_is_not_copied_before_each_call(monkeypatch):
+    # An aot forward returns the weights its backward reads: IREE hands back
+    # their own buffers, unwritten, so no call needs a copy of them.
+    def f(w, x):
+        return w, torch.tanh(x @ w)
+
+    w, x = torch.randn(4, 4), torch.randn(3, 4)
+    fn = lm.jit(f).lower(w, x, target="cpu").compile()
+    assert fn.compiled.passthrough == ((0, 0),)
+    fn(w, x)  # (the first call runs on copies of every argument)
+    copies = _count_device_copies(monkeypatch)
+    same, y = fn(w, x)
+    assert copies == []
+    assert torch.equal(same, w)
+    torch.testing.assert_close(y, torch.tanh(x @ w))
 
 
 def test_jit_refuses_a_graph_iree_would_compute_wrongly():
