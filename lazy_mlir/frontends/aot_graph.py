@@ -130,18 +130,38 @@ class _Specialized:
         hosts = [args[i] for i in self.tensor_pos]
         args.clear()
         arrays = [self._to_device(j, h) for j, h in enumerate(hosts)]
-        outs = iter(self.entry(*arrays))
-        ranges = _imported_ranges(arrays) if session.zero_copy else None
+        entry = self.entry
+        outs = iter(entry(*arrays))
+        returned = dict(entry.passthrough)  # result -> the argument it is, unchanged
+        in_arguments = self._results_in_arguments(arrays)
         results = []
+        k = -1
         for kind, value in self.outputs:
             if kind != "t":
                 results.append(value)
                 continue
-            out = session.to_host(next(outs), value)
-            if ranges is not None and _inside(ranges, out):
+            array, k = next(outs), k + 1
+            if k in returned:  # the caller's own tensor (as inductor returns it)
+                results.append(hosts[returned[k]])
+                continue
+            out = session.to_host(array, value)
+            if in_arguments(k, out):
                 out = out.clone()  # an argument's memory: the caller may outlive it
             results.append(out)
         return results
+
+    def _results_in_arguments(self, arrays):
+        """``(k, result) -> bool``: whether result ``k`` lies in the memory of
+        an argument imported from the host: the views the module found at its
+        first call (``LoadedModule.views``), else the arguments' ranges."""
+        if not self.session.zero_copy:
+            return lambda k, out: False
+        views = self.entry.views
+        if views is not None:
+            viewing = frozenset(r for r, _ in views)
+            return lambda k, out: k in viewing
+        ranges = _imported_ranges(arrays)
+        return lambda k, out: _inside(ranges, out)
 
 
     def _to_device(self, j: int, host: torch.Tensor):
