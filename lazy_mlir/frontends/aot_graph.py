@@ -172,7 +172,7 @@ class _Specialized:
             return seen[2]
         array = self.session.to_device(host)
         imported = getattr(array, "_lazy_mlir_host", None)
-        if imported is not None and imported[1].ctypes.data == host.data_ptr():
+        if imported is not None and imported[2] == host.data_ptr():
             self._imports[j] = (weakref.ref(host), host.data_ptr(), array)
         else:  # copied (not contiguous, converted): a copy goes stale
             self._imports[j] = None
@@ -223,7 +223,7 @@ def _imported_ranges(arrays):
     for a in arrays:
         host = getattr(a, "_lazy_mlir_host", None)
         if host is not None and host[1].nbytes:
-            start = host[1].ctypes.data
+            start = host[2]
             ranges.append((start, start + host[1].nbytes))
     ranges.sort()
     return [r[0] for r in ranges], [r[1] for r in ranges]

@@ -269,8 +269,9 @@ class Session:
         else:
             arr = host.numpy()
         metrics.counter_inc("TransferToDevice", arr.nbytes)
-        if self.zero_copy and arr.nbytes and arr.ctypes.data % ZERO_COPY_ALIGNMENT == 0:
-            out = self._import(arr)
+        address = host.data_ptr()  # (arr's: numpy's ``ctypes.data`` costs a microsecond)
+        if self.zero_copy and arr.nbytes and address % ZERO_COPY_ALIGNMENT == 0:
+            out = self._import(arr, address)
             if out is not None:
                 metrics.counter_inc("ZeroCopyToDevice", arr.nbytes)
                 return out
@@ -286,19 +287,17 @@ class Session:
             out = self._empties[key] = self._upload(host)
         return out
 
-    def _import(self, arr: np.ndarray):
-        """A device array over ``arr``'s memory (kept alive by the buffer),
-        or None when the device will not import it."""
+    def _import(self, arr: np.ndarray, address: int):
+        """A device array over ``arr``'s memory, which starts at ``address``
+        (kept alive by the buffer), or None when the device will not import it."""
         rt = self.rt
-        from iree.runtime.array_interop import map_dtype_to_element_type
-        element_type = map_dtype_to_element_type(arr.dtype)
+        element_type = _element_type(arr.dtype)
         if element_type is None:
             return None
+        memory, usage = _import_flags()
         try:
             buf = self.device.allocator.import_host_allocation(
-                arr.reshape(-1).view(np.uint8),
-                memory_type=rt.MemoryType.DEVICE_LOCAL | rt.MemoryType.HOST_VISIBLE,
-                allowed_usage=rt.BufferUsage.DEFAULT | rt.BufferUsage.MAPPING_SCOPED)
+                arr.reshape(-1).view(np.uint8), memory_type=memory, allowed_usage=usage)
         except Exception as e:
             log.debug("lazy-mlir: host import refused (%s); copying", e)
             return None
@@ -307,7 +306,7 @@ class Session:
                              override_dtype=arr.dtype)
         # The binding keeps ``arr`` alive through the Python wrapper ``buf``
         # only, not through the buffer itself: hold both as long as the array.
-        out._lazy_mlir_host = (buf, arr)
+        out._lazy_mlir_host = (buf, arr, address)
         return out
 
     # -- device -> host ------------------------------------------------------
@@ -322,12 +321,14 @@ class Session:
         view = array._buffer_view
         raw = self._read(view)
         metrics.counter_inc("TransferFromDevice", view.byte_length)
-        out = self._reinterpret(raw, view, spec)
+        if raw.dtype == spec.dtype and raw.shape == spec.shape:  # (DLPack's, as it is)
+            return raw
+        out = self._reinterpret(raw.reshape(-1), view, spec)
         return out.reshape(spec.shape)
 
     def _read(self, view) -> torch.Tensor:
-        """The buffer view's bytes as a flat host tensor of its element type
-        (uint8 when torch has none)."""
+        """The buffer view's elements as a host tensor: of its shape and
+        element type when DLPack reads it in place, else its flat bytes."""
         buf = view.get_buffer()
         if self.host_memory and buf.memory_type() & int(self.rt.MemoryType.HOST_VISIBLE):
             try:
@@ -335,7 +336,6 @@ class Session:
             except Exception as e:  # an element type DLPack cannot express
                 log.debug("lazy-mlir: DLPack read failed (%s); copying", e)
             else:
-                out = out.reshape(-1)
                 if self.zero_copy:
                     metrics.counter_inc("ZeroCopyFromDevice", view.byte_length)
                     return out
@@ -409,7 +409,7 @@ class Session:
         if owner is None:  # not made by a session: let IREE read it
             host = torch.from_numpy(np.ascontiguousarray(array.to_host()))
         else:
-            raw = owner._read(view)
+            raw = owner._read(view).reshape(-1)
             metrics.counter_inc("TransferFromDevice", view.byte_length)
             host = (raw if raw.dtype == torch.uint8 else raw.view(torch.uint8)).view(
                 _torch_dtype(view.element_type))
@@ -427,6 +427,21 @@ class Session:
         new_view = rt.HalBufferView(dst, list(view.shape), view.element_type)
         return rt.DeviceArray(self.device, new_view, implicit_host_transfer=True,
                               override_dtype=array.dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _import_flags():
+    """(memory type, allowed usage) of host memory imported by ``Session._import``."""
+    import iree.runtime as rt
+    return (rt.MemoryType.DEVICE_LOCAL | rt.MemoryType.HOST_VISIBLE,
+            rt.BufferUsage.DEFAULT | rt.BufferUsage.MAPPING_SCOPED)
+
+
+@functools.lru_cache(maxsize=None)
+def _element_type(dtype: np.dtype):
+    """IREE's element type of a numpy dtype (None where it has none)."""
+    from iree.runtime.array_interop import map_dtype_to_element_type
+    return map_dtype_to_element_type(dtype)
 
 
 INT64_ON_DEVICE = 2 ** 30 - 1
