@@ -119,6 +119,8 @@ class _Specialized:
         # tensors each step; their memory is imported, not copied, so the
         # array made at the last call still reads their current contents.
         self._imports: list = [None] * len(self.tensor_pos)
+        # result -> the argument it is, returned unchanged (given back as is)
+        self._returned = dict(getattr(self.entry, "passthrough", ()))
         if not isinstance(self.entry, _Eager):
             from ..runtime.session import session_for
             self.session = session_for(target)
@@ -130,9 +132,8 @@ class _Specialized:
         hosts = [args[i] for i in self.tensor_pos]
         args.clear()
         arrays = [self._to_device(j, h) for j, h in enumerate(hosts)]
-        entry = self.entry
-        outs = iter(entry(*arrays))
-        returned = dict(entry.passthrough)  # result -> the argument it is, unchanged
+        outs = iter(self.entry(*arrays))
+        returned = self._returned
         in_arguments = self._results_in_arguments(arrays)
         results = []
         k = -1
@@ -162,7 +163,6 @@ class _Specialized:
             return lambda k, out: k in viewing
         ranges = _imported_ranges(arrays)
         return lambda k, out: _inside(ranges, out)
-
 
     def _to_device(self, j: int, host: torch.Tensor):
         """The device array of input ``j``: the one imported at an earlier
