@@ -121,6 +121,7 @@ class _Specialized:
         self._imports: list = [None] * len(self.tensor_pos)
         # result -> the argument it is, returned unchanged (given back as is)
         self._returned = dict(getattr(self.entry, "passthrough", ()))
+        self._viewing: frozenset | None = None  # (``_views_of_arguments``, after a call)
         if not isinstance(self.entry, _Eager):
             from ..runtime.session import session_for
             self.session = session_for(target)
@@ -134,7 +135,8 @@ class _Specialized:
         arrays = [self._to_device(j, h) for j, h in enumerate(hosts)]
         outs = iter(self.entry(*arrays))
         returned = self._returned
-        in_arguments = self._results_in_arguments(arrays)
+        viewing = self._views_of_arguments()
+        ranges = _imported_ranges(arrays) if viewing is None else None
         results = []
         k = -1
         for kind, value in self.outputs:
@@ -146,23 +148,22 @@ class _Specialized:
                 results.append(hosts[returned[k]])
                 continue
             out = session.to_host(array, value)
-            if in_arguments(k, out):
+            if (k in viewing) if ranges is None else _inside(ranges, out):
                 out = out.clone()  # an argument's memory: the caller may outlive it
             results.append(out)
         return results
 
-    def _results_in_arguments(self, arrays):
-        """``(k, result) -> bool``: whether result ``k`` lies in the memory of
-        an argument imported from the host: the views the module found at its
-        first call (``LoadedModule.views``), else the arguments' ranges."""
-        if not self.session.zero_copy:
-            return lambda k, out: False
-        views = self.entry.views
-        if views is not None:
-            viewing = frozenset(r for r, _ in views)
-            return lambda k, out: k in viewing
-        ranges = _imported_ranges(arrays)
-        return lambda k, out: _inside(ranges, out)
+    def _views_of_arguments(self) -> frozenset | None:
+        """The results that lie in the memory of an argument imported from the
+        host, as the module found at its first call (``LoadedModule.views``);
+        None where it could not tell (then each call checks address ranges)."""
+        if self._viewing is None:
+            views = self.entry.views
+            if not self.session.zero_copy:
+                self._viewing = frozenset()
+            elif views is not None:
+                self._viewing = frozenset(r for r, _ in views)
+        return self._viewing
 
     def _to_device(self, j: int, host: torch.Tensor):
         """The device array of input ``j``: the one imported at an earlier
