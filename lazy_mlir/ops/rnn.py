@@ -168,7 +168,7 @@ def _backward_weight(w_hh, unroll: bool):
 def _times(g, w, unroll: bool):
     """``g @ w_hh`` from ``_backward_weight``'s ``w``: in a loop as
     ``g @ (w_hh^T)^T``, whose right operand IREE reads by rows, twice as fast
-    there as by columns (``passes/loop_matmuls`` keeps the transposes from
+    there as by columns (``passes/data_tiling`` keeps the transposes from
     folding back)."""
     return g @ w if unroll else F.linear(g, w)
 

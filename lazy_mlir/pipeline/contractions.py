@@ -3,15 +3,19 @@
 The cpu target data-tiles a graph only when it has a large matmul
 (``targets.Target.large_matmul_flags``): packing each operand into 16-wide
 panels costs a copy per matmul, and the microkernels earn it back only on
-big ones. Read from the text, not the bindings: ``linalg.matmul`` and
-``linalg.batch_matmul`` print their operand types in one fixed form.
+big ones. A batch matmul of small matmuls does not count: the cpu target
+never data-tiles it (``passes/data_tiling``). Read from the text, not the
+bindings: ``linalg.matmul`` and ``linalg.batch_matmul`` print their operand
+types in one fixed form.
 """
 from __future__ import annotations
 
 import math
 import re
 
-# (an attribute dict may come first: ``passes/loop_matmuls``' hint)
+from ..passes.data_tiling import tiled_batch_matmul
+
+# (an attribute dict may come first: ``passes/data_tiling``' hint)
 _MATMUL = re.compile(r"linalg\.(batch_)?matmul (?:\{[^}]*\} )?"
                      r"ins\([^:]*: tensor<([0-9x]+)x[a-z]+[0-9]*>, "
                      r"tensor<([0-9x]+)x[a-z]+[0-9]*>")
@@ -19,11 +23,14 @@ _MATMUL = re.compile(r"linalg\.(batch_)?matmul (?:\{[^}]*\} )?"
 
 def largest_matmul(linalg_text: str) -> int:
     """Multiply-adds of the largest static ``linalg.matmul`` or
-    ``linalg.batch_matmul`` (0 if none): the LHS's elements times the RHS's
-    last dimension. Matmuls with indexing maps or dynamic sizes are not read."""
+    ``linalg.batch_matmul`` that the cpu target would data-tile (0 if none):
+    the LHS's elements times the RHS's last dimension. Matmuls with indexing
+    maps or dynamic sizes are not read."""
     best = 0
     for m in _MATMUL.finditer(linalg_text):
         lhs = [int(d) for d in m.group(2).split("x")]
         rhs = [int(d) for d in m.group(3).split("x")]
+        if m.group(1) and not tiled_batch_matmul(lhs, rhs):
+            continue
         best = max(best, math.prod(lhs) * rhs[-1])
     return best

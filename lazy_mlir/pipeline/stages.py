@@ -178,7 +178,7 @@ def lower_torch(torch_stage: Stage, config: PipelineConfig, target: str | None =
 def _linalg_edits(config: PipelineConfig, target: str | None) -> list[tuple]:
     """(name, how a rewrite reads in the text, edit, what it rewrites) of the project's
     linalg-stage passes for ``target``, in order: the large matmuls become calls
-    before ``loop_matmuls`` decides which of the others keep data tiling."""
+    before ``data_tiling`` decides which of the others keep data tiling."""
     edits = []
     if config.direct_convs(target):
         from ..passes.conv_channels_last import CALL_PREFIX, to_channels_last
@@ -187,8 +187,8 @@ def _linalg_edits(config: PipelineConfig, target: str | None) -> list[tuple]:
         from ..passes.host_blas import CALL_PREFIX as BLAS_PREFIX, matmuls_as_calls
         edits.append(("host_blas", BLAS_PREFIX, matmuls_as_calls, "matmuls"))
     if target == "cpu":
-        from ..passes.loop_matmuls import HINT, untile_loop_matmuls
-        edits.append(("loop_matmuls", HINT, untile_loop_matmuls, "matmuls kept tiled"))
+        from ..passes.data_tiling import HINT, choose_tiled_matmuls
+        edits.append(("data_tiling", HINT, choose_tiled_matmuls, "matmuls kept tiled"))
         from ..passes.column_sums import CALL_PREFIX as SUMS, column_sums_in_two_stages
         edits.append(("column_sums", SUMS, column_sums_in_two_stages, "column sums"))
     return edits

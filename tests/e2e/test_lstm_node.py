@@ -97,7 +97,7 @@ def test_long_sequences_run_as_loops_over_blocks_of_steps(monkeypatch):
     """From ``loops.NEST_STEPS`` time steps each recurrence is an outer loop
     over blocks of steps around an inner loop (17 steps: 4 blocks of 4 and
     a tail step, ``loops.scan``), data-tiled only outside the loops
-    (``passes/loop_matmuls``): the loss and every gradient as eager's, no op
+    (``passes/data_tiling``): the loss and every gradient as eager's, no op
     run eagerly."""
     steps = 17
     monkeypatch.setattr(rnn_ops, "UNROLL_STEPS", 0)  # loops (the node says so)

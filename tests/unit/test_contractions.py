@@ -15,6 +15,9 @@ BIG = ("%9 = linalg.matmul ins(%a, %b : tensor<512x1024xf32>, tensor<1024x128xf3
        " outs(%8 : tensor<512x128xf32>) -> tensor<512x128xf32>\n")
 BATCH = ("%2 = linalg.batch_matmul ins(%x, %y : tensor<4x64x32xf16>, tensor<4x32x8xf16>)"
          " outs(%1 : tensor<4x64x8xf16>) -> tensor<4x64x8xf16>\n")
+ALIGNED_BATCH = BATCH.replace("x8x", "x16x")
+BIG_BATCH = ("%3 = linalg.batch_matmul ins(%x, %y : tensor<2x1024x1024xf32>, tensor<2x1024x512xf32>)"
+             " outs(%1 : tensor<2x1024x512xf32>) -> tensor<2x1024x512xf32>\n")
 MAPPED = ("%5 = linalg.matmul indexing_maps = [#map, #map1, #map2] ins(%a, %b : "
           "tensor<4096x4096xf32>, tensor<4096x4096xf32>) outs(%c : tensor<4096x4096xf32>)\n")
 DYNAMIC = ("%6 = linalg.matmul ins(%a, %b : tensor<?x4096xf32>, tensor<4096x4096xf32>)"
@@ -25,9 +28,13 @@ def test_largest_matmul_reads_static_named_matmuls():
     assert largest_matmul("") == 0
     assert largest_matmul(SMALL) == 43 * 9 * 32
     assert largest_matmul(SMALL + BIG) == 512 * 1024 * 128 == LARGE_MATMUL_MACS
+    # a batch of small aligned matmuls is never data-tiled (passes/data_tiling), a batch of
+    # big ones is, and so is one whose 8 columns the packs pad
+    assert largest_matmul(ALIGNED_BATCH) == 0
     assert largest_matmul(BATCH) == 4 * 64 * 32 * 8
+    assert largest_matmul(BIG_BATCH) == 2 * 1024 * 1024 * 512
     assert largest_matmul(MAPPED + DYNAMIC) == 0  # not read: no guess at their sizes
-    # with loop_matmuls' data-tiling hint
+    # with data_tiling's hint
     hinted = BIG.replace("linalg.matmul ins", "linalg.matmul {iree.opt.data_tiling} ins")
     assert hinted != BIG and largest_matmul(hinted) == LARGE_MATMUL_MACS
 

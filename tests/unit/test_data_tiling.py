@@ -1,7 +1,8 @@
-"""``passes/loop_matmuls``: in a module with a matmul inside a loop, the cpu
+"""``passes/data_tiling``: in a module with a matmul inside a loop, the cpu
 target data-tiles only the matmuls outside loops (IREE would pack the loop's
 weight at every iteration), and a transpose made outside a loop reaches it
-unfolded; IREE computes what eager does."""
+unfolded; a batch of small matmuls (attention) is not data-tiled beside a large
+matmul; IREE computes what eager does."""
 import iree.compiler as ic
 import iree.runtime as rt
 import numpy as np
@@ -13,8 +14,8 @@ from lazy_mlir.config import PipelineConfig
 from lazy_mlir.dialects import linalg_edit as E
 from lazy_mlir.dialects.torch_import import import_fx
 from lazy_mlir.ops.loops import as_traced_loops, scan
-from lazy_mlir.passes.loop_matmuls import HINT
-from lazy_mlir.pipeline.stages import Provenance, Stage, lower_torch
+from lazy_mlir.passes.data_tiling import HINT, tiled_batch_matmul
+from lazy_mlir.pipeline.stages import Provenance, Stage, iree_flags, lower_torch
 from lazy_mlir.targets import CPU
 
 STEPS, B, H = 6, 2, 8
@@ -62,7 +63,7 @@ def _linalg(fn, target="cpu") -> str:
 def test_only_matmuls_outside_loops_are_data_tiled_and_results_match_eager():
     stage = _linalg(recurrence)
     text = stage.text
-    assert "loop_matmuls" in stage.provenance.built_by
+    assert "data_tiling" in stage.provenance.built_by
     matmuls = [line for line in text.splitlines() if "linalg.matmul" in line]
     hinted = [line for line in matmuls if HINT in line]
     assert len(matmuls) == 3 and len(hinted) == 1 and "3xf32" in hinted[0]
@@ -85,5 +86,49 @@ def test_modules_without_a_loop_matmul_are_left_alone():
     def plain(x, h, w, head):
         return (x.reshape(-1, H) @ w) @ head, h
     stage = _linalg(plain)
-    assert HINT not in stage.text and "loop_matmuls" not in stage.provenance.built_by
+    assert HINT not in stage.text and "data_tiling" not in stage.provenance.built_by
     assert HINT not in _linalg(recurrence, target="vulkan").text  # the cpu target only
+
+
+def attention_and_projection(q, k, x, w):
+    """A batch of small matmuls (attention scores) beside a large matmul."""
+    return torch.softmax(q @ k.transpose(1, 2), -1), x @ w
+
+
+def _attention_inputs():
+    g = torch.Generator().manual_seed(0)
+    return (torch.randn(8, 32, 16, generator=g), torch.randn(8, 32, 16, generator=g),
+            torch.randn(1024, 512, generator=g), torch.randn(512, 256, generator=g) / 20)
+
+
+def test_a_batch_of_small_matmuls_is_not_data_tiled_beside_a_large_matmul():
+    gm = make_fx(attention_and_projection, tracing_mode="fake")(*_attention_inputs())
+    stage = lower_torch(Stage("torch", str(import_fx(gm)), Provenance("test", 0.0)),
+                        PipelineConfig(), "cpu")[-1]
+    text = stage.text
+    assert "data_tiling" in stage.provenance.built_by
+    batch = [line for line in text.splitlines() if "linalg.batch_matmul" in line]
+    matmul = [line for line in text.splitlines() if "linalg.matmul" in line]
+    assert len(batch) == 1 and HINT not in batch[0]
+    assert len(matmul) == 1 and HINT in matmul[0]
+    flags = iree_flags(CPU, PipelineConfig(), (stage,))
+    assert "--iree-opt-data-tiling" in flags  # the large matmul keeps the graph data-tiled
+    stream = ic.compile_str(text, extra_args=flags + ["--compile-to=stream"]).decode()
+    encodes = {line.split("::@")[1].split()[0] for line in stream.splitlines()
+               if "stream.cmd.dispatch @" in line and "_encode_" in line}
+    # packs of x and w, none of the attention's 8x32x16 operands
+    assert any("encode_1024x512" in e for e in encodes), encodes
+    assert not any("encode_8x" in e for e in encodes), encodes
+    module = rt.load_vm_flatbuffer(ic.compile_str(text, extra_args=flags), driver="local-sync")
+    got = module.main(*[a.numpy() for a in _attention_inputs()])
+    for g, want in zip(got, attention_and_projection(*_attention_inputs())):
+        np.testing.assert_allclose(g.to_host(), want.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_which_batch_matmuls_are_worth_their_packs():
+    assert not tiled_batch_matmul([64, 128, 64], [64, 64, 128])  # attention, 128 positions
+    assert tiled_batch_matmul([64, 65, 64], [64, 64, 65])  # rows not in whole vectors: padded
+    assert tiled_batch_matmul([64, 128, 64], [64, 64, 120])  # nor columns
+    assert tiled_batch_matmul([4, 1024, 512], [4, 512, 1024])  # 2^29 a matmul
+    assert not tiled_batch_matmul([4, 512, 1024], [4, 1024, 512])  # 2^28
+    assert tiled_batch_matmul(None, [4, 512, 1024])  # dynamic: IREE's default
