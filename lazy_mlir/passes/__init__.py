@@ -5,7 +5,7 @@
 - fx-level rewrites chosen by target: ``conv_matmul`` (im2col + matmul),
   ``pool_elementwise``, ``channels_last_pointwise``, ``normalize_dims``,
   ``float_eq``, ``mixed_precision`` (bf16).
-- MLIR-level: ``conv_channels_last`` and ``data_tiling`` (linalg, through
+- MLIR-level: ``conv_channels_last``, ``data_tiling`` and ``strided_transposes`` (linalg, through
   ``dialects.linalg_edit``), ``bitcast`` (``view(dtype)`` in torch-dialect text for IREE's torch input).
 
 Passes run MLIR only through ``dialects``; they import nothing above ``ops``.

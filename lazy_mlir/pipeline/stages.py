@@ -169,16 +169,17 @@ def lower_torch(torch_stage: Stage, config: PipelineConfig, target: str | None =
     for name, mark in calls:
         linalg = _noted(linalg, f"{name} ({linalg.text.count(mark)} calls)")
     for what, mark, _, unit in edits:
-        rewritten = linalg.text.count(mark)
+        rewritten = mark(linalg.text) if callable(mark) else linalg.text.count(mark)
         if rewritten:
             linalg = _noted(linalg, f"{what} ({rewritten} {unit})")
     return torch_stage, backend, linalg
 
 
 def _linalg_edits(config: PipelineConfig, target: str | None) -> list[tuple]:
-    """(name, how a rewrite reads in the text, edit, what it rewrites) of the project's
-    linalg-stage passes for ``target``, in order: the large matmuls become calls
-    before ``data_tiling`` decides which of the others keep data tiling."""
+    """(name, how a rewrite reads in the text (or a function counting it there),
+    edit, what it rewrites) of the project's linalg-stage passes for ``target``,
+    in order: the large matmuls become calls before ``data_tiling`` decides
+    which of the others keep data tiling."""
     edits = []
     if config.direct_convs(target):
         from ..passes.conv_channels_last import CALL_PREFIX, to_channels_last
@@ -189,6 +190,9 @@ def _linalg_edits(config: PipelineConfig, target: str | None) -> list[tuple]:
     if target == "cpu":
         from ..passes.data_tiling import HINT, choose_tiled_matmuls
         edits.append(("data_tiling", HINT, choose_tiled_matmuls, "matmuls kept tiled"))
+        from ..passes.strided_transposes import count_in, unfuse_strided_transposes
+        edits.append(("strided_transposes", count_in, unfuse_strided_transposes,
+                      "transposes unfused"))
         from ..passes.column_sums import CALL_PREFIX as SUMS, column_sums_in_two_stages
         edits.append(("column_sums", SUMS, column_sums_in_two_stages, "column sums"))
     return edits
