@@ -12,8 +12,7 @@ from .torch_import import func_d, ir
 
 __all__ = ["ops_named", "shape", "element_type", "int_list", "zero_pad", "add_functions",
            "call_instead", "in_loop", "mark", "FUSION_BARRIER", "barrier_into", "barrier_before",
-           "producer",
-           "i64_array", "zero_fill", "printed_with"]
+           "producer", "i64_array", "zero_fill", "printed_with"]
 
 
 def ops_named(module: ir.Module, name: str) -> list:

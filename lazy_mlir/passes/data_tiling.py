@@ -58,12 +58,13 @@ unpacked ms (B x M x N x K), AMD EPYC Zen 4, 2026-11-29:
 - 4x512x512x1024 (2^28 a matmul): 13.6-13.8 / 12.5-12.9
 - 4x1024x1024x512 (2^29): 24.7-26.8 / 28.7-29.1; 4x1024x1024x1024: 44.3 / 62-71
 
-Only for rows and columns in whole 16-float vectors (``ALIGNED``): where
-neither is, IREE's unpacked code can be much slower (ViT's 65 positions:
-64x65x65x64 0.44-0.48 / 0.93-1.14) and the packs pad them; with one of them
+Only where rows and columns both fill whole 16-float vectors (``ALIGNED``).
+Where neither does, IREE's unpacked code can be much slower and the packs pad
+them (ViT's 65 positions: 64x65x65x64 0.44-0.48 / 0.93-1.14; the medium ViT's
+step module ran 272 -> 280 ms with its batch matmuls unpacked). With one side
 aligned it was as fast or faster (64x65x64x65 0.54-0.64 / 0.55-0.65,
 64x65x128x64 1.45-2.34 / 0.87-0.99, 64x128x65x64 0.95-1.01 / 0.92-0.97), but
-the rule keeps to the cases measured in whole models.
+no whole model was measured so.
 """
 
 ALIGNED = 16  # float32 lanes of an AVX-512 vector
