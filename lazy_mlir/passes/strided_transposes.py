@@ -11,9 +11,9 @@ channels-last transpose for the weight gradient took 1.57 ms of a 36 ms step
 module. Alone, IREE's transpose is tiled in vector blocks: the elementwise op
 and the transpose apart took 0.23-0.34 ms against 2.0-2.8 fused
 (``iree-benchmark-module``, 2 threads), and the whole step module went from
-44.7 to 42.0 ms (in-process, alternated, medians of 10). With a barrier on
+44.7 to 42.1 ms (in-process, alternated, medians of 10). With a barrier on
 every transpose of an elementwise result, also the nearer ones (16 B-1 KiB
-apart), the module ran the same 42.0 ms: the rule keeps to the far ones.
+apart), the module ran 42.0 ms: the rule keeps to the far ones.
 """
 from __future__ import annotations
 
