@@ -82,7 +82,7 @@ def test_only_matmuls_outside_loops_are_data_tiled_and_results_match_eager():
         np.testing.assert_allclose(got.to_host(), want.numpy(), rtol=1e-5, atol=1e-5)
 
 
-def test_modules_without_a_loop_matmul_are_left_alone():
+def test_modules_without_a_loop_or_a_small_batch_matmul_are_left_alone():
     def plain(x, h, w, head):
         return (x.reshape(-1, H) @ w) @ head, h
     stage = _linalg(plain)
