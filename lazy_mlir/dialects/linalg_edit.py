@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .torch_import import func_d, ir
 
-__all__ = ["ops_named", "shape", "element_type", "int_list", "zero_pad", "add_functions",
+__all__ = ["ops_named", "shape", "element_type", "element_bytes", "int_list", "zero_pad", "add_functions",
            "call_instead", "in_loop", "mark", "FUSION_BARRIER", "barrier_into", "barrier_before",
            "producer", "i64_array", "zero_fill", "printed_with"]
 
@@ -38,6 +38,11 @@ def shape(value) -> list[int] | None:
 def element_type(value) -> str:
     """``f32``, ``bf16``, ...: the element type of a ranked tensor value."""
     return str(ir.RankedTensorType(value.type).element_type)
+
+
+def element_bytes(value) -> int:
+    """Bytes of one element of a ranked tensor value (a bit-wide one counts 1)."""
+    return max(1, ir.RankedTensorType(value.type).element_type.width // 8)
 
 
 def int_list(op, attribute: str) -> list[int] | None:

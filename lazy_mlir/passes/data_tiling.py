@@ -85,16 +85,15 @@ def choose_tiled_matmuls(module) -> int:
     """Hint the named matmuls worth data tiling when some matmul is not;
     returns how many matmuls stay unpacked (0: the module is unchanged)."""
     ops = [op for name in DATA_TILED for op in E.ops_named(module, name)]
-    looped = [op for op in ops if E.in_loop(op)]
-    small = [op for op in ops if op.name == "linalg.batch_matmul" and not E.in_loop(op)
-             and not tiled_batch_matmul(E.shape(op.operands[0]), E.shape(op.operands[1]))]
-    untiled = {id(op) for op in looped + small}
-    if untiled:
-        for op in ops:
-            if id(op) not in untiled:
+    looped = [E.in_loop(op) for op in ops]
+    tiled = [not inside and (op.name != "linalg.batch_matmul" or tiled_batch_matmul(
+        E.shape(op.operands[0]), E.shape(op.operands[1]))) for op, inside in zip(ops, looped)]
+    if not all(tiled):
+        for op, keep in zip(ops, tiled):
+            if keep:
                 E.mark(op, HINT)
-    if looped:
+    if any(looped):
         for op in E.ops_named(module, "linalg.transpose"):
             if not E.in_loop(op):
                 E.barrier_into(op.results[0], ("scf.for",))
-    return len(untiled)
+    return tiled.count(False)

@@ -41,16 +41,11 @@ def unfuse_strided_transposes(module) -> int:
             continue
         if "reduction" in str(made_by.attributes["iterator_types"]):
             continue
-        apart = math.prod(shape[perm[-1] + 1:]) * _element_bytes(E.element_type(source))
+        apart = math.prod(shape[perm[-1] + 1:]) * E.element_bytes(source)
         if apart >= FAR_BYTES:
             E.barrier_before(op, 0)
             count += 1
     return count
-
-
-def _element_bytes(element_type: str) -> int:
-    digits = "".join(c for c in element_type if c.isdigit())
-    return max(1, int(digits) // 8) if digits else 4
 
 
 def count_in(linalg_text: str) -> int:
