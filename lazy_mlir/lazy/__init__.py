@@ -23,6 +23,7 @@ The modules, bottom to top (each imports only modules listed before it):
 - ``rnn``         ``nn.LSTM``/``nn.GRU`` as one node each way (AutogradLazy kernels)
 - ``attention``   ``F.scaled_dot_product_attention`` as one node each way (AutogradLazy)
 - ``linear``      ``F.linear`` as one node (AutogradLazy)
+- ``mha``         ``nn.MultiheadAttention``'s self-attention with fewer views (wraps the F function)
 - ``device``, ``coverage``, ``render``: the ``lazy`` device's kernels, the
   dry run of ``lm.check_coverage``, pictures of graphs
 

@@ -19,6 +19,7 @@ from .fused_optim import prefer_fused
 from .dispatch import _copy_
 from .module_ties import keep_ties
 from . import attention, linear, rnn
+from .mha import prefer_split_heads
 from .sync import to_host
 from .tensor import LazyTensor, wrap_value
 
@@ -133,3 +134,4 @@ def register() -> None:
     prefer_foreach()  # torch.optim's default update as foreach ops (one node each)
     prefer_fused()  # ... and Adam/AdamW/SGD's as their fused op (one node for all)
     keep_ties()  # tied weights stay tied through model.to("lazy")
+    prefer_split_heads()  # nn.MultiheadAttention's self-attention with fewer views

@@ -1,0 +1,156 @@
+"""``nn.MultiheadAttention``'s self-attention on the lazy device with its heads
+split by one view and one permute (``lazy/mha.py``), against eager PyTorch:
+outputs and gradients for each mask form and layout, fewer recorded ops than
+PyTorch's function, PyTorch's function for what is not taken (and with
+``LAZY_MLIR_FUSED_MHA=0``), and the suite's encoder training like eager."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import lazy_mlir as lm
+from lazy_mlir.lazy import mha as lazy_mha
+from lazy_mlir.lazy import tensor as lazy_tensor
+from lazy_mlir.tools.real_models import real_model
+from e2e_helpers import Counters, assert_trains_like_eager
+
+L, B, E, H = 5, 2, 8, 2
+
+
+def _module(batch_first: bool) -> nn.MultiheadAttention:
+    torch.manual_seed(0)
+    return nn.MultiheadAttention(E, H, batch_first=batch_first)
+
+
+def _mask(kind):
+    if kind == "causal":
+        return nn.Transformer.generate_square_subsequent_mask(L)
+    if kind == "float":
+        return torch.randn(L, L, generator=torch.Generator().manual_seed(1))
+    if kind == "bool":
+        return torch.rand(L, L, generator=torch.Generator().manual_seed(1)) > 0.7
+    return None
+
+
+def _run(mha, x, mask, device, **kwargs):
+    """Output and the gradients of x and every weight, after a weighted sum."""
+    mha = mha.to(device)
+    x = x.detach().to(device).requires_grad_()
+    out, weights = mha(x, x, x, attn_mask=None if mask is None else mask.to(device),
+                       need_weights=kwargs.pop("need_weights", False), **kwargs)
+    (out * torch.arange(out.numel(), dtype=out.dtype).reshape(out.shape).to(device)
+     .cos()).sum().backward()
+    return [out, x.grad, *[p.grad for p in mha.parameters()]]
+
+
+def _lazy_as_eager(batch_first, mask_kind, **kwargs) -> dict:
+    """The lazy run's results are eager's; returns the mha counters it moved."""
+    shape = (B, L, E) if batch_first else (L, B, E)
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(0))
+    mask = _mask(mask_kind)
+    causal = kwargs.pop("is_causal", False)
+    expected = _run(_module(batch_first), x, mask, "cpu", is_causal=causal, **dict(kwargs))
+    c = Counters()
+    actual = _run(_module(batch_first), x, mask, "lazy", is_causal=causal, **kwargs)
+    lm.mark_step()
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a.cpu(), e, rtol=1e-5, atol=1e-5)
+    return {n: c.delta(n) for n in lm.metrics.counter_names()
+            if n.startswith(("lazy::mha", "mha_unfused::", "aten::")) and c.delta(n)}
+
+
+@pytest.mark.parametrize("batch_first,mask_kind,causal", [
+    (True, None, False), (False, None, False), (True, "causal", True), (False, "float", False),
+    (True, "bool", False)])
+def test_split_heads_as_eager(batch_first, mask_kind, causal):
+    """(The module turns a boolean mask into a float one before the function.)"""
+    assert _lazy_as_eager(batch_first, mask_kind, is_causal=causal) == {"lazy::mha": 1}
+
+
+def test_attention_weights_take_pytorchs_function():
+    assert _lazy_as_eager(True, None, need_weights=True) == {"mha_unfused::weights asked for": 1}
+
+
+def test_a_key_padding_mask_takes_pytorchs_function():
+    padding = torch.tensor([[False] * (L - 1) + [True]] * B)
+    x = torch.randn(B, L, E, generator=torch.Generator().manual_seed(0))
+    expected = _run(_module(True), x, None, "cpu", key_padding_mask=padding)
+    c = Counters()
+    actual = _run(_module(True), x, None, "lazy", key_padding_mask=padding.to("lazy"))
+    lm.mark_step()
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a.cpu(), e, rtol=1e-5, atol=1e-5)
+    assert c.delta("mha_unfused::key padding mask") == 1 and c.delta("lazy::mha") == 0
+
+
+def test_switched_off_records_pytorchs_views(monkeypatch):
+    """The same call through PyTorch's function records over twice the ops."""
+    x = torch.randn(B, L, E, generator=torch.Generator().manual_seed(0)).to("lazy")
+    mha = _module(True).to("lazy")
+
+    def recorded(fused: str) -> int:
+        monkeypatch.setenv("LAZY_MLIR_FUSED_MHA", fused)
+        seen = []
+        original = lazy_tensor.LazyTensor.__torch_dispatch__.__func__
+
+        def spy(cls, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return original(cls, func, types, args, kwargs)
+        monkeypatch.setattr(lazy_tensor.LazyTensor, "__torch_dispatch__", classmethod(spy))
+        mha(x, x, x, need_weights=False)
+        monkeypatch.undo()
+        return len(seen)
+    fused, unfused = recorded("1"), recorded("0")
+    assert fused <= 12 and 2 * fused <= unfused, (fused, unfused)
+
+
+def test_unfused_reasons():
+    x = torch.randn(L, B, E).to("lazy")
+    mha = _module(False).to("lazy")
+    w, b, ow, ob = mha.in_proj_weight, mha.in_proj_bias, mha.out_proj.weight, mha.out_proj.bias
+
+    def reason(query=x, key=None, value=None, **kw):
+        args = dict(num_heads=H, in_proj_weight=w, in_proj_bias=b, bias_k=None, bias_v=None,
+                    add_zero_attn=False, out_proj_weight=ow, out_proj_bias=ob,
+                    key_padding_mask=None, need_weights=False, attn_mask=None,
+                    use_separate_proj_weight=False, static_k=None, static_v=None,
+                    is_causal=False)
+        args.update(kw)
+        key = query if key is None else key
+        return lazy_mha.unfused_reason(query, key, key if value is None else value, **args)
+    assert reason() is None
+    assert reason(query=x.cpu()) == "not all lazy"
+    assert reason(key=x + 1) == "not self attention"
+    assert reason(use_separate_proj_weight=True) == "separate projections"
+    assert reason(add_zero_attn=True) == "extra keys"
+    assert reason(query=x[:, 0]) == "shapes"
+    assert reason(num_heads=3) == "shapes"
+    assert reason(attn_mask=torch.zeros(B * H, L, L, device="lazy")) == "mask"
+    assert reason(attn_mask=torch.zeros(L, L, dtype=torch.bool, device="lazy")) == "mask"
+    assert reason(attn_mask=torch.zeros(L, L, device="lazy"), is_causal=True) is None
+    assert reason(is_causal=True) == "causal without a mask"
+
+
+def test_eager_tensors_keep_pytorchs_function():
+    """The wrapper is transparent for CPU tensors: same results, no counter."""
+    x = torch.randn(B, L, E)
+    c = Counters()
+    out = _module(True)(x, x, x, need_weights=False)[0]
+    expected = F.multi_head_attention_forward.__wrapped__(
+        x.transpose(0, 1), x.transpose(0, 1), x.transpose(0, 1), E, H,
+        *[getattr(_module(True), n) for n in ("in_proj_weight", "in_proj_bias")],
+        None, None, False, 0.0, _module(True).out_proj.weight, _module(True).out_proj.bias,
+        need_weights=False)[0].transpose(0, 1)
+    torch.testing.assert_close(out, expected)
+    assert not [n for n in lm.metrics.counter_names() if "mha" in n and c.delta(n)]
+
+
+def test_encoder_trains_like_eager():
+    """The suite's tiny ``nn.TransformerEncoder`` (2 layers), 3 AdamW steps:
+    eager's losses and weights, every attention call taken, no op run eagerly."""
+    c = assert_trains_like_eager(real_model("transformer", "tiny"))
+    counts = {n: c.delta(n) for n in lm.metrics.counter_names() if c.delta(n)}
+    assert counts.get("lazy::mha") == 6 and not [n for n in counts if n.startswith(
+        ("mha_unfused::", "aten::"))], counts
