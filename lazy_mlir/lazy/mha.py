@@ -25,6 +25,7 @@ errors then apply. Each call taken counts ``lazy::mha``.
 from __future__ import annotations
 
 import functools
+import inspect
 
 import torch
 import torch.nn.functional as F
@@ -123,5 +124,11 @@ def prefer_split_heads() -> None:
             v_proj_weight=v_proj_weight, static_k=static_k, static_v=static_v,
             average_attn_weights=average_attn_weights, is_causal=is_causal)
 
+    if _parameters(original) != _parameters(multi_head_attention_forward):
+        return  # another PyTorch's signature: its function is left as it is
     multi_head_attention_forward._lazy_mlir_split_heads = True
     F.multi_head_attention_forward = multi_head_attention_forward
+
+
+def _parameters(function) -> list[str]:
+    return list(inspect.signature(function, follow_wrapped=False).parameters)

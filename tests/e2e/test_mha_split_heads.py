@@ -154,3 +154,10 @@ def test_encoder_trains_like_eager():
     counts = {n: c.delta(n) for n in lm.metrics.counter_names() if c.delta(n)}
     assert counts.get("lazy::mha") == 6 and not [n for n in counts if n.startswith(
         ("mha_unfused::", "aten::"))], counts
+
+
+def test_the_wrapper_has_pytorchs_signature():
+    """Installed with the device, and only over the function it was written for."""
+    assert F.multi_head_attention_forward._lazy_mlir_split_heads
+    assert lazy_mha._parameters(F.multi_head_attention_forward) == lazy_mha._parameters(
+        F.multi_head_attention_forward.__wrapped__)
