@@ -24,11 +24,12 @@ errors then apply. Each call taken counts ``lazy::mha``.
 """
 from __future__ import annotations
 
-import functools
 import inspect
+from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 from .. import metrics
 from ..config import switched_on
@@ -90,20 +91,26 @@ def self_attention(query, num_heads, in_proj_weight, in_proj_bias, dropout_p, ou
                     out_proj_bias)
 
 
-def prefer_split_heads() -> None:
-    """Wrap ``F.multi_head_attention_forward`` (once per process)."""
-    original = F.multi_head_attention_forward
-    if getattr(original, "_lazy_mlir_split_heads", False):
-        return
+_original = None  # PyTorch's F.multi_head_attention_forward, once wrapped
 
-    @functools.wraps(original)
-    def multi_head_attention_forward(
-            query, key, value, embed_dim_to_check, num_heads, in_proj_weight, in_proj_bias,
-            bias_k, bias_v, add_zero_attn, dropout_p, out_proj_weight, out_proj_bias,
-            training=True, key_padding_mask=None, need_weights=True, attn_mask=None,
-            use_separate_proj_weight=False, q_proj_weight=None, k_proj_weight=None,
-            v_proj_weight=None, static_k=None, static_v=None, average_attn_weights=True,
-            is_causal=False):
+
+def multi_head_attention_forward(
+        query: Tensor, key: Tensor, value: Tensor, embed_dim_to_check: int, num_heads: int,
+        in_proj_weight: Optional[Tensor], in_proj_bias: Optional[Tensor],
+        bias_k: Optional[Tensor], bias_v: Optional[Tensor], add_zero_attn: bool,
+        dropout_p: float, out_proj_weight: Tensor, out_proj_bias: Optional[Tensor],
+        training: bool = True, key_padding_mask: Optional[Tensor] = None,
+        need_weights: bool = True, attn_mask: Optional[Tensor] = None,
+        use_separate_proj_weight: bool = False, q_proj_weight: Optional[Tensor] = None,
+        k_proj_weight: Optional[Tensor] = None, v_proj_weight: Optional[Tensor] = None,
+        static_k: Optional[Tensor] = None, static_v: Optional[Tensor] = None,
+        average_attn_weights: bool = True, is_causal: bool = False,
+) -> Tuple[Tensor, Optional[Tensor]]:
+    """PyTorch's ``F.multi_head_attention_forward``, but ``self_attention``
+    for the lazy calls it can take. TorchScript compiles only the last
+    statement (``torch.jit.is_scripting()`` is a constant to it): a scripted
+    ``nn.MultiheadAttention`` is PyTorch's, and saves as PyTorch's."""
+    if not torch.jit.is_scripting():
         if type(query) is LazyTensor:  # (one check for everyone else)
             why = unfused_reason(query, key, value, num_heads, in_proj_weight, in_proj_bias,
                                  bias_k, bias_v, add_zero_attn, out_proj_weight, out_proj_bias,
@@ -115,20 +122,26 @@ def prefer_split_heads() -> None:
                                       out_proj_weight, out_proj_bias, training, attn_mask,
                                       is_causal), None
             metrics.counter_inc(f"mha_unfused::{why or 'shapes'}")
-        return original(
-            query, key, value, embed_dim_to_check, num_heads, in_proj_weight, in_proj_bias,
-            bias_k, bias_v, add_zero_attn, dropout_p, out_proj_weight, out_proj_bias,
-            training=training, key_padding_mask=key_padding_mask, need_weights=need_weights,
-            attn_mask=attn_mask, use_separate_proj_weight=use_separate_proj_weight,
-            q_proj_weight=q_proj_weight, k_proj_weight=k_proj_weight,
-            v_proj_weight=v_proj_weight, static_k=static_k, static_v=static_v,
-            average_attn_weights=average_attn_weights, is_causal=is_causal)
+    return _original(
+        query, key, value, embed_dim_to_check, num_heads, in_proj_weight, in_proj_bias,
+        bias_k, bias_v, add_zero_attn, dropout_p, out_proj_weight, out_proj_bias,
+        training=training, key_padding_mask=key_padding_mask, need_weights=need_weights,
+        attn_mask=attn_mask, use_separate_proj_weight=use_separate_proj_weight,
+        q_proj_weight=q_proj_weight, k_proj_weight=k_proj_weight, v_proj_weight=v_proj_weight,
+        static_k=static_k, static_v=static_v, average_attn_weights=average_attn_weights,
+        is_causal=is_causal)
 
-    if _parameters(original) != _parameters(multi_head_attention_forward):
-        return  # another PyTorch's signature: its function is left as it is
-    multi_head_attention_forward._lazy_mlir_split_heads = True
+
+def prefer_split_heads() -> None:
+    """Put ``multi_head_attention_forward`` in PyTorch's place (once per
+    process; not over a function of another signature)."""
+    global _original
+    if F.multi_head_attention_forward is multi_head_attention_forward or _parameters(
+            F.multi_head_attention_forward) != _parameters(multi_head_attention_forward):
+        return
+    _original = F.multi_head_attention_forward
     F.multi_head_attention_forward = multi_head_attention_forward
 
 
 def _parameters(function) -> list[str]:
-    return list(inspect.signature(function, follow_wrapped=False).parameters)
+    return list(inspect.signature(function).parameters)

@@ -138,7 +138,7 @@ def test_eager_tensors_keep_pytorchs_function():
     x = torch.randn(B, L, E)
     c = Counters()
     out = _module(True)(x, x, x, need_weights=False)[0]
-    expected = F.multi_head_attention_forward.__wrapped__(
+    expected = lazy_mha._original(
         x.transpose(0, 1), x.transpose(0, 1), x.transpose(0, 1), E, H,
         *[getattr(_module(True), n) for n in ("in_proj_weight", "in_proj_bias")],
         None, None, False, 0.0, _module(True).out_proj.weight, _module(True).out_proj.bias,
@@ -158,6 +158,18 @@ def test_encoder_trains_like_eager():
 
 def test_the_wrapper_has_pytorchs_signature():
     """Installed with the device, and only over the function it was written for."""
-    assert F.multi_head_attention_forward._lazy_mlir_split_heads
-    assert lazy_mha._parameters(F.multi_head_attention_forward) == lazy_mha._parameters(
-        F.multi_head_attention_forward.__wrapped__)
+    assert F.multi_head_attention_forward is lazy_mha.multi_head_attention_forward
+    assert lazy_mha._parameters(lazy_mha._original) == lazy_mha._parameters(
+        F.multi_head_attention_forward)
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")
+def test_torchscript_gets_pytorchs_function(tmp_path):
+    """A scripted encoder layer compiles, runs and saves as without the wrapper."""
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(E, H, 16, dropout=0.0, batch_first=True)
+    x = torch.randn(B, L, E)
+    scripted = torch.jit.script(layer)
+    torch.jit.save(scripted, tmp_path / "layer.pt")
+    loaded = torch.jit.load(tmp_path / "layer.pt")
+    torch.testing.assert_close(loaded(x), layer(x))
