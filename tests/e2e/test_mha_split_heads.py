@@ -34,12 +34,14 @@ def _mask(kind):
     return None
 
 
-def _run(mha, x, mask, device, **kwargs):
-    """Output and the gradients of x and every weight, after a weighted sum."""
+def _run(mha, x, mask, device, need_weights=False, **kwargs):
+    """Output and the gradients of x and every weight, after a weighted sum
+    (tensor keyword arguments, a key padding mask, go to ``device`` too)."""
     mha = mha.to(device)
     x = x.detach().to(device).requires_grad_()
-    out, weights = mha(x, x, x, attn_mask=None if mask is None else mask.to(device),
-                       need_weights=kwargs.pop("need_weights", False), **kwargs)
+    kwargs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+    out, _ = mha(x, x, x, attn_mask=None if mask is None else mask.to(device),
+                 need_weights=need_weights, **kwargs)
     (out * torch.arange(out.numel(), dtype=out.dtype).reshape(out.shape).to(device)
      .cos()).sum().backward()
     return [out, x.grad, *[p.grad for p in mha.parameters()]]
@@ -50,10 +52,9 @@ def _lazy_as_eager(batch_first, mask_kind, **kwargs) -> dict:
     shape = (B, L, E) if batch_first else (L, B, E)
     x = torch.randn(*shape, generator=torch.Generator().manual_seed(0))
     mask = _mask(mask_kind)
-    causal = kwargs.pop("is_causal", False)
-    expected = _run(_module(batch_first), x, mask, "cpu", is_causal=causal, **dict(kwargs))
+    expected = _run(_module(batch_first), x, mask, "cpu", **kwargs)
     c = Counters()
-    actual = _run(_module(batch_first), x, mask, "lazy", is_causal=causal, **kwargs)
+    actual = _run(_module(batch_first), x, mask, "lazy", **kwargs)
     lm.mark_step()
     for a, e in zip(actual, expected):
         torch.testing.assert_close(a.cpu(), e, rtol=1e-5, atol=1e-5)
@@ -75,14 +76,8 @@ def test_attention_weights_take_pytorchs_function():
 
 def test_a_key_padding_mask_takes_pytorchs_function():
     padding = torch.tensor([[False] * (L - 1) + [True]] * B)
-    x = torch.randn(B, L, E, generator=torch.Generator().manual_seed(0))
-    expected = _run(_module(True), x, None, "cpu", key_padding_mask=padding)
-    c = Counters()
-    actual = _run(_module(True), x, None, "lazy", key_padding_mask=padding.to("lazy"))
-    lm.mark_step()
-    for a, e in zip(actual, expected):
-        torch.testing.assert_close(a.cpu(), e, rtol=1e-5, atol=1e-5)
-    assert c.delta("mha_unfused::key padding mask") == 1 and c.delta("lazy::mha") == 0
+    assert _lazy_as_eager(True, None, key_padding_mask=padding) == {
+        "mha_unfused::key padding mask": 1}
 
 
 def test_switched_off_records_pytorchs_views(monkeypatch):
@@ -135,15 +130,14 @@ def test_unfused_reasons():
 
 def test_eager_tensors_keep_pytorchs_function():
     """The wrapper is transparent for CPU tensors: same results, no counter."""
-    x = torch.randn(B, L, E)
+    x, mha = torch.randn(B, L, E), _module(True)
     c = Counters()
-    out = _module(True)(x, x, x, need_weights=False)[0]
+    out = mha(x, x, x, need_weights=False)[0]
+    seq_first = x.transpose(0, 1)
     expected = lazy_mha._original(
-        x.transpose(0, 1), x.transpose(0, 1), x.transpose(0, 1), E, H,
-        *[getattr(_module(True), n) for n in ("in_proj_weight", "in_proj_bias")],
-        None, None, False, 0.0, _module(True).out_proj.weight, _module(True).out_proj.bias,
-        need_weights=False)[0].transpose(0, 1)
-    torch.testing.assert_close(out, expected)
+        seq_first, seq_first, seq_first, E, H, mha.in_proj_weight, mha.in_proj_bias, None, None,
+        False, 0.0, mha.out_proj.weight, mha.out_proj.bias, need_weights=False)[0]
+    torch.testing.assert_close(out, expected.transpose(0, 1))
     assert not [n for n in lm.metrics.counter_names() if "mha" in n and c.delta(n)]
 
 
