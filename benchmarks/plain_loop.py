@@ -10,8 +10,12 @@ For each model of ``lazy_mlir.tools.real_models`` runs the README's loop
 ``--steps`` more, one phase at a time: capture (the step's Python, every aten
 op recorded), ``mark_step`` (graph build, key, cache lookup, launch) and
 ``loss.item()`` (waits for the run, reads the loss back). Rows: recorded ops
-per step (``lazy::`` counters), capture and mark_step in microseconds per op
-(wall), their sum in the capturing thread's CPU time (``time.thread_time``,
+per step (``lazy::`` counters: a fused node such as ``linear`` or an
+optimizer's foreach update counts once), the aten ops the same step runs in
+eager PyTorch (counted under a ``TorchDispatchMode``: the issue's "recorded
+ops" before nodes were fused, the denominator that stays fixed between
+versions) and capture + mark_step thread CPU in microseconds per eager op,
+capture and mark_step in microseconds per recorded op (wall), their sum in the capturing thread's CPU time (``time.thread_time``,
 which a loaded machine inflates less; its mean too, where Python's full
 garbage collections show, one step in 10-20 paying 0.15-0.2 s),
 the same per step in milliseconds (ops per step differ between versions: a
@@ -38,6 +42,7 @@ import sys
 import time
 
 import lazy_mlir as lm
+from torch.utils._python_dispatch import TorchDispatchMode
 from lazy_mlir.tools.real_models import MODEL_NAMES, real_model
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _harness, beside
@@ -57,9 +62,32 @@ def _loop(rm, device):
     return H.cycling_step(rm, model, opt, batches)
 
 
+class _CountOps(TorchDispatchMode):
+    """Counts the aten ops run under it."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops += 1
+        return func(*args, **(kwargs or {}))
+
+
+def eager_ops_per_step(rm) -> int:
+    """Aten ops one eager step of ``rm`` runs (after a first step, which
+    creates the optimizer's state)."""
+    step = _loop(rm, "cpu")
+    step()
+    with _CountOps() as counter:
+        step()
+    return counter.ops
+
+
 def measure(name: str, size: str, steps: int, warmup: int, profile: int, eager: bool,
             floor: bool = False):
     rm = real_model(name, size)
+    eager_ops = eager_ops_per_step(rm)
     lazy_step = _loop(rm, "lazy")
     eager_step = _loop(rm, "cpu") if eager else None
     floor_step = floor_loop(rm) if floor else None
@@ -123,7 +151,8 @@ def measure(name: str, size: str, steps: int, warmup: int, profile: int, eager: 
     floor_col = (f"{pair(floor_cpu, 1e3)} ({med(cpu) / med(floor_cpu):.2f}x)" if floor_cpu
                  else "-")
     eager_ms = pair(ref, 1e3) if ref else "-"
-    return (f"| {name}-{size} | {ops:.0f} | {pair(cap, per=ops)} | {pair(sync, per=ops)} | "
+    return (f"| {name}-{size} | {ops:.0f} | {eager_ops} | {pair(cpu, per=eager_ops)} | "
+            f"{pair(cap, per=ops)} | {pair(sync, per=ops)} | "
             f"{pair(cpu, per=ops)} / mean {statistics.mean(cpu) * 1e6 / ops:.1f} | "
             f"{pair(cpu, 1e3)} / mean {statistics.mean(cpu) * 1e3:.1f} | {floor_col} | "
             f"{len(full)} | "
@@ -143,10 +172,11 @@ def main() -> None:
     a = ap.parse_args()
     rows = [measure(m.strip(), a.size, a.steps, a.warmup, a.profile, not a.no_eager, a.floor)
             for m in a.models.split(",")]
-    print("| model | ops/step | capture us/op | mark_step us/op | capture+mark_step thread CPU us/op "
+    print("| model | ops/step | eager ops/step | capture+mark_step thread CPU us/eager op "
+          "| capture us/op | mark_step us/op | capture+mark_step thread CPU us/op "
           "| the same, ms/step | no-op subclass floor ms/step (lazy/floor) | full GCs | item ms | lazy step ms | eager step ms | lazy/eager "
           "| fallbacks | recompiles |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---" * 16 + "|")
     print("\n".join(rows))
 
 
