@@ -13,9 +13,14 @@ A step whose loss is read right after it is launched as one graph
 module ran against its capture, which a test cannot count on; the tests of
 the split force it (tests/e2e/test_early_outputs.py, tests/models).
 """
+import importlib.util
 import os
+import sys
+from pathlib import Path
 
 import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 os.environ.setdefault("LAZY_MLIR_COMPILE", "wait")
 os.environ.setdefault("LAZY_MLIR_COMPILE_WORKERS", "0")
@@ -42,10 +47,31 @@ def _private_cache_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def load_benchmark():
+    """``load_benchmark("name")``: ``benchmarks/name.py`` as a module, for the
+    tests that check what a benchmark times. Registered in ``sys.modules``
+    (dataclasses look their module up), loaded with ``benchmarks/`` on the
+    path (scripts import their neighbours, ``_harness``, ``_floor``)."""
+    def load(name: str):
+        spec = importlib.util.spec_from_file_location(f"_benchmark_{name}",
+                                                      BENCHMARKS / f"{name}.py")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod
+        sys.path.insert(0, str(BENCHMARKS))
+        try:
+            spec.loader.exec_module(mod)
+        finally:
+            sys.path.remove(str(BENCHMARKS))
+        return mod
+    return load
+
+
+@pytest.fixture(scope="session")
 def vulkan_session():
     """lazy-mlir's session on the Vulkan target (lavapipe in CI), or a skip
     saying why there is none."""
     import iree.runtime as rt
+
     from lazy_mlir.runtime.session import DeviceUnavailableError, session_for
     from lazy_mlir.targets import get_target
     drivers = rt.query_available_drivers()

@@ -4,13 +4,9 @@ several times (a weight gradient's batch slices share theirs) is counted once
 per call."""
 from __future__ import annotations
 
-import importlib.util
 import shutil
-from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "dispatch_profile.py"
 
 # The same matmul on two pairs of arguments: one executable, dispatched twice.
 TWO_MATMULS = """
@@ -28,22 +24,19 @@ func.func @main(%a: tensor<64x64xf32>, %b: tensor<64x64xf32>, %c: tensor<64x64xf
 """
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("dispatch_profile", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+@pytest.fixture
+def bench(load_benchmark):
+    return load_benchmark("dispatch_profile")
 
 
 @pytest.mark.skipif(shutil.which("iree-benchmark-module") is None,
                     reason="needs the IREE runtime tools")
 @pytest.mark.parametrize("isolated", [False, True])
-def test_a_reused_executable_is_counted_per_call(tmp_path, capsys, isolated):
+def test_a_reused_executable_is_counted_per_call(tmp_path, capsys, isolated, bench):
     mlir = tmp_path / "two_matmuls.mlir"
     mlir.write_text(TWO_MATMULS)
-    mod = _load()
     flags = ["--iree-hal-target-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=host"]
-    res = mod.profile(mlir, flags, threads=1, min_time=0.01, isolated=isolated)
+    res = bench.profile(mlir, flags, threads=1, min_time=0.01, isolated=isolated)
     rows = {name: (ms, n, tiles) for name, ms, n, tiles in res["dispatches"]}
     matmuls = [name for name in rows if "matmul_64x64x64" in name]
     assert len(matmuls) == 1, rows
@@ -51,14 +44,14 @@ def test_a_reused_executable_is_counted_per_call(tmp_path, capsys, isolated):
     assert n == 2 and ms > 0 and res["module_ms"] > 0
     assert (tiles is None) == isolated and (isolated or tiles >= 1)
     argv = [str(mlir), *(f"--flag={f}" for f in flags), "--threads", "1", "--min-time", "0.01"]
-    assert mod.main(argv + (["--isolated"] if isolated else [])) == 0
+    assert bench.main(argv + (["--isolated"] if isolated else [])) == 0
     out = capsys.readouterr().out
     assert f"{len(rows)} executables, {sum(n for _, n, _ in rows.values())} dispatches" in out
 
 
-def test_contractions_get_their_gflops():
+def test_contractions_get_their_gflops(bench):
     """From the loop ranges in IREE's dispatch name: 2 x their product FLOPs."""
-    gflops = _load().gflops
+    gflops = bench.gflops
     assert gflops("main_dispatch_1_matmul_128x1024x1024_f32", 2.0) == "134"
     assert gflops("main_dispatch_31_batch_matmul_32x16x150x200_f32", 0.5) == "61"
     assert gflops("main_dispatch_5_conv_64x24x24x64x3x3x32_f32", 13.1) == "104"
@@ -67,10 +60,10 @@ def test_contractions_get_their_gflops():
     assert gflops("main_dispatch_2_transpose_64x32x9_f32", 1.0) == ""
 
 
-def test_empty_inputs_get_no_splat():
+def test_empty_inputs_get_no_splat(bench):
     """iree-benchmark-module refuses ``0xf32=0`` (a splat into no elements): a
     step module's empty arguments (an optimizer's unused state) go as ``0xf32``."""
-    inputs = _load()._main_inputs(
+    inputs = bench._main_inputs(
         "func.func @main(%a: tensor<2x3xf32>, %b: tensor<0xf32>, %c: tensor<f32>, "
         "%d: tensor<4x0x2xi64>) -> tensor<f32> {")
     assert inputs == ["2x3xf32=0", "0xf32", "f32=0", "4x0x2xi64"]

@@ -2,19 +2,11 @@
 eager CPU, a bare Python __torch_dispatch__ subclass, and the lazy device."""
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
-from pathlib import Path
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "host_overhead.py"
 
 
-def test_floors_are_measured_for_eager_a_bare_subclass_and_lazy():
-    spec = importlib.util.spec_from_file_location("_host_overhead_under_test", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
+def test_floors_are_measured_for_eager_a_bare_subclass_and_lazy(load_benchmark):
+    mod = load_benchmark("host_overhead")
     line = mod.floors(n=20, trials=5)
     eager, bare, lazy = (float(v) for v in re.findall(r"([\d.]+) us", line))
     # A Python dispatch costs more than the C++ kernel call it wraps, and the

@@ -3,27 +3,15 @@ TN matmuls (written as torch-mlir lowers ``a @ b``, ``a @ b.t()`` and
 ``a.t() @ b``) compile with the cpu target's flags and compute those products."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "matmul_kernels.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("matmul_kernels", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
 
 @pytest.mark.parametrize("kind", ["NN", "NT", "TN"])
-def test_the_benchmarked_matmul_is_the_named_product(kind):
+def test_the_benchmarked_matmul_is_the_named_product(kind, load_benchmark):
     import iree.compiler as ic
     import iree.runtime as rt
-    bench = _load()
+    bench = load_benchmark("matmul_kernels")
     m, n, k = 8, 24, 16
     text, inputs = bench.matmul_mlir(m, n, k, kind)
     shapes = [tuple(int(d) for d in i.split("=")[0].split("x")[:-1]) for i in inputs]

@@ -3,20 +3,8 @@
 with the cpu target's flags and compute AdamW's update of every tensor."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "tied_update.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("tied_update", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _adamw(p, m, g, q, decay, step_size, bias2_sqrt):
@@ -27,10 +15,10 @@ def _adamw(p, m, g, q, decay, step_size, bias2_sqrt):
 
 
 @pytest.mark.parametrize("tied", [False, True])
-def test_each_module_computes_adamws_update_of_every_tensor(tied):
+def test_each_module_computes_adamws_update_of_every_tensor(tied, load_benchmark):
     import iree.compiler as ic
     import iree.runtime as rt
-    bench = _load()
+    bench = load_benchmark("tied_update")
     tensors, numel = 2, 64
     text = bench.update_mlir(tensors, numel, tied)
     assert ("iree.abi.output" in text) == tied

@@ -2,27 +2,13 @@
 that round, and the table gives their median and range."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
-HARNESS = Path(__file__).resolve().parents[2] / "benchmarks" / "_harness.py"
-
-
-def _harness():
-    spec = importlib.util.spec_from_file_location("_bench_harness_under_test", HARNESS)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
-
 
 def _res(steps, first=100.0):
     return {"steady_ms": steps, "first_ms": first, "losses": [1.0, 0.9], "load": 0.5}
 
 
-def test_rounds_are_paired_with_eager_round_by_round():
-    H = _harness()
+def test_rounds_are_paired_with_eager_round_by_round(load_benchmark):
+    H = load_benchmark("_harness")
     spec = H.Spec("mlp", 128, 3)
     # The machine slows down in round 2: both backends take twice as long,
     # and the paired ratio stays 0.5 where the pooled medians give 0.6x.
@@ -37,8 +23,8 @@ def test_rounds_are_paired_with_eager_round_by_round():
     assert cells[1][7] == "0.50x (0.50-0.50)"
 
 
-def test_one_round_keeps_the_plain_ratio_and_a_failed_round_fails_the_row():
-    H = _harness()
+def test_one_round_keeps_the_plain_ratio_and_a_failed_round_fails_the_row(load_benchmark):
+    H = load_benchmark("_harness")
     spec = H.Spec("cnn", 64, 3)
     eager, lazy = H.merge_rounds([_res([10, 10, 10])]), H.merge_rounds([_res([8, 9, 9])])
     assert "round_ms" not in lazy and H.paired_ratio(lazy, eager) is None
