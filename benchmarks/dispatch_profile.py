@@ -19,6 +19,11 @@ the workgroups (tiles) of one dispatch.
 (``--iree-hal-dump-executable-benchmarks-to``) and times it alone: warm
 inputs, no neighbour; on a 2-core machine its sum ran 1.5-2x the module.
 
+A graph that calls PyTorch's kernels (``runtime/host_calls.py``: the LSTM's
+oneDNN layers, host BLAS, flash attention) runs only inside lazy-mlir's
+process: it is refused with the switch that dumps it compiled whole
+(``LAZY_MLIR_RNN=0 LAZY_MLIR_DUMP_DIR=dump ...``).
+
 For contractions (``matmul_MxNxK``, ``batch_matmul_BxMxNxK``,
 ``conv_NxOHxOWxFxKHxKWxC`` in IREE's dispatch name) it prints GFLOP/s, the
 figure to hold against the machine's limit.
@@ -38,6 +43,11 @@ from pathlib import Path
 # matmul_MxNxK, batch_matmul_BxMxNxK, matmul_like_..., conv_NxOHxOWxFxKHxKWxC.
 _CONTRACTION = re.compile(r"(?:matmul(?:_like)?|conv)_(\d+(?:x\d+){2,})_")
 _MAIN = re.compile(r"func\.func @main\((.*?)\)\s*->", re.S)
+# Calls into lazy-mlir's host modules (PyTorch's kernels: runtime/host_calls.py),
+# each with the switch that compiles the graph without them.
+_HOST_CALL = re.compile(r"call @(lazy_mlir_(?:blas|rnn|attention))\.")
+_HOST_SWITCH = {"lazy_mlir_blas": "LAZY_MLIR_BLAS=0", "lazy_mlir_rnn": "LAZY_MLIR_RNN=0",
+                "lazy_mlir_attention": "LAZY_MLIR_HOST_ATTENTION=0"}
 _TENSOR = re.compile(r"tensor<([^>]*)>")
 _STAT = re.compile(r"^\s*host_execute (\S+)\s+count=(\d+) total=([\d.]+) (ns|us|ms|s) "
                    r".*?tiles=(\d+)", re.M)
@@ -99,6 +109,19 @@ def _source(path: Path, graph: int | None) -> tuple[Path, list[str]]:
     return path / f"{g['index']:04d}-linalg.mlir", list(g["flags"])
 
 
+def refuse_host_calls(mlir: str) -> None:
+    """A module that calls PyTorch's kernels runs only inside lazy-mlir's
+    process: ``iree-benchmark-module`` cannot load the host module it
+    imports. Say so, and how to dump the graph without the calls."""
+    modules = sorted(set(_HOST_CALL.findall(mlir)))
+    if modules:
+        switches = " ".join(_HOST_SWITCH[m] for m in modules)
+        raise SystemExit(
+            f"dispatch_profile: this graph calls PyTorch's kernels through "
+            f"{', '.join(modules)}, which iree-benchmark-module cannot load; dump it "
+            f"again with {switches} (the same graph, compiled whole) to profile it")
+
+
 def _statistics(vmfb: Path, threads: int, min_time: float, inputs: list[str],
                 calls: dict[str, int]) -> list[tuple[str, float, int, float]]:
     """(entry point, ms a dispatch, dispatches a call of main, tiles a dispatch)
@@ -136,6 +159,7 @@ def profile(mlir: Path, flags: list[str], threads: int, min_time: float,
             isolated: bool = False) -> dict:
     """``dispatches``: (entry point, ms a dispatch, dispatches a call, tiles a
     dispatch or None); ``untimed``; ``module_ms``: the whole call."""
+    refuse_host_calls(mlir.read_text())
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         whole = tmp / "whole.vmfb"

@@ -67,3 +67,17 @@ def test_empty_inputs_get_no_splat(bench):
         "func.func @main(%a: tensor<2x3xf32>, %b: tensor<0xf32>, %c: tensor<f32>, "
         "%d: tensor<4x0x2xi64>) -> tensor<f32> {")
     assert inputs == ["2x3xf32=0", "0xf32", "f32=0", "4x0x2xi64"]
+
+
+def test_a_graph_that_calls_pytorchs_kernels_is_refused_with_its_switch(bench):
+    """iree-benchmark-module cannot load lazy-mlir's host modules: the error
+    names the switch that dumps the same graph without the calls."""
+    with pytest.raises(SystemExit, match="LAZY_MLIR_HOST_ATTENTION=0 LAZY_MLIR_RNN=0"):
+        bench.refuse_host_calls(
+            "%0:4 = call @lazy_mlir_rnn.lstm_layer(%a) : ...\n"
+            "%1 = call @lazy_mlir_attention.flash(%b) : ...\n")
+    with pytest.raises(SystemExit, match="LAZY_MLIR_BLAS=0"):  # inside a wrapper's body
+        bench.refuse_host_calls("%r = func.call @lazy_mlir_blas.matmul(%ad, %bd, %ta, %tb)")
+    # A function of the module's own (passes/column_sums.py) is no host call.
+    bench.refuse_host_calls("%2 = call @lazy_mlir_column_sum_1024x512_over1_to_512(%c)")
+    bench.refuse_host_calls(TWO_MATMULS)
