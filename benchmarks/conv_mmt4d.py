@@ -19,21 +19,18 @@ a convolution into ``mmt4d`` by itself.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
+from _iree_bench import main_ms  # (beside this file)
 
 from lazy_mlir.targets import host_cpu_flags
 
 FLAGS = ["--iree-hal-target-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=host",
          "--iree-llvmcpu-enable-ukernels=all"]
-MALLOC = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 40),
-          "MALLOC_ARENA_MAX": "1"}  # as runtime/host_memory.py sets them
 # The panel width: the host's f32 vector lanes. The mmt4d ukernel computes wrong
 # results for a tile wider than the target's vectors (16 on an AVX2 host).
 P = 16 if "avx512f" in host_cpu_flags() else 8
@@ -156,16 +153,6 @@ def weight_grad(n, h, c, o):
     return ref, packed, [(n, h, h, c), (m, o)]
 
 
-def _ms(vmfb: Path, inputs: list[Path], min_time: float) -> float:
-    out = subprocess.run(
-        ["iree-benchmark-module", f"--module={vmfb}", "--device=local-task",
-         "--task_topology_group_count=2", "--function=main", "--benchmark_format=json",
-         f"--benchmark_min_time={min_time}", *[f"--input=@{p}" for p in inputs]],
-        capture_output=True, text=True, check=True, env={**os.environ, **MALLOC}).stdout
-    b = [r for r in json.loads(out)["benchmarks"] if r.get("run_type") != "aggregate"][0]
-    return b["real_time"] * {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[b["time_unit"]]
-
-
 def _run(vmfb: Path, inputs: list[Path], out: Path) -> np.ndarray:
     subprocess.run(["iree-run-module", f"--module={vmfb}", "--device=local-task",
                     "--function=main", *[f"--input=@{p}" for p in inputs], f"--output=@{out}"],
@@ -198,7 +185,7 @@ def main(argv=None) -> int:
             src.write_text(text)
             subprocess.run(["iree-compile", str(src), "-o", str(vmfb), *FLAGS, *extra], check=True)
             outs[form] = _run(vmfb, inputs, work / f"{name[0]}_{len(times)}_out.npy")
-            times[form] = _ms(vmfb, inputs, a.min_time)
+            times[form] = main_ms(vmfb, [f"@{p}" for p in inputs], a.min_time)
         (f1, t1), (f2, t2) = times.items()
         a1, a2 = outs.values()
         err = float(np.abs(a1 - a2).max() / max(np.abs(a1).max(), 1e-30))

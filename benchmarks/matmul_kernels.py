@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _iree_bench import MS_PER_UNIT, cpu_flags  # (beside this file)
+
 # M x N x K of the medium GPT-2/BERT/encoder step: QKV, attention output,
 # MLP up and down (forward, NN); their input gradients (NT) and weight
 # gradients (TN) have the same three sizes in another order.
@@ -65,12 +67,6 @@ def matmul_mlir(m: int, n: int, k: int, kind: str) -> tuple[str, list[str]]:
     return text, [f"{a}=1", f"{b}=1"]
 
 
-def cpu_flags() -> list[str]:
-    from lazy_mlir.targets import get_target
-    target = get_target("cpu")
-    return [f"--iree-hal-target-backends={target.backend}", *target.flags]
-
-
 def iree_ms(m, n, k, kind, flags, threads, reps, tmp: Path) -> tuple[float, float]:
     """(CPU ms, wall ms) medians of one matmul compiled with ``flags``."""
     text, inputs = matmul_mlir(m, n, k, kind)
@@ -88,7 +84,7 @@ def iree_ms(m, n, k, kind, flags, threads, reps, tmp: Path) -> tuple[float, floa
          f"--benchmark_repetitions={reps}", "--benchmark_format=json"],
         capture_output=True, text=True, check=True).stdout
     runs = [b for b in json.loads(out)["benchmarks"] if b.get("run_type") != "aggregate"]
-    scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+    scale = MS_PER_UNIT
     return (statistics.median(b["cpu_time"] * scale[b["time_unit"]] for b in runs),
             statistics.median(b["real_time"] * scale[b["time_unit"]] for b in runs))
 

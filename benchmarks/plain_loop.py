@@ -15,8 +15,9 @@ optimizer's foreach update counts once), the aten ops the same step runs in
 eager PyTorch (counted under a ``TorchDispatchMode``: the issue's "recorded
 ops" before nodes were fused, the denominator that stays fixed between
 versions) and capture + mark_step thread CPU in microseconds per eager op,
-capture and mark_step in microseconds per recorded op (wall), their sum in the capturing thread's CPU time (``time.thread_time``,
-which a loaded machine inflates less; its mean too, where Python's full
+capture and mark_step in microseconds per recorded op (wall), their sum in
+the capturing thread's CPU time (``time.thread_time``, which a loaded
+machine inflates less; its mean too, where Python's full
 garbage collections show, one step in 10-20 paying 0.15-0.2 s),
 the same per step in milliseconds (ops per step differ between versions: a
 foreach node does a whole optimizer update), the number of Python's full
@@ -41,8 +42,9 @@ import statistics
 import sys
 import time
 
-import lazy_mlir as lm
 from torch.utils._python_dispatch import TorchDispatchMode
+
+import lazy_mlir as lm
 from lazy_mlir.tools.real_models import MODEL_NAMES, real_model
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _harness, beside

@@ -22,8 +22,6 @@ output line before writing it and leaves the inputs' lines dead in the cache.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
 import subprocess
 import sys
@@ -31,8 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-MALLOC = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 40),
-          "MALLOC_ARENA_MAX": "1"}  # as runtime/host_memory.py sets them
+from _iree_bench import cpu_flags, main_ms  # (beside this file)
+
 BYTES_PER_ELEMENT = 28  # read p, grad, exp_avg, exp_avg_sq; write p, exp_avg, exp_avg_sq
 SCALARS = ("decay", "step_size", "bias2_sqrt")
 
@@ -81,25 +79,6 @@ def update_mlir(tensors: int, numel: int, tied: bool) -> str:
             f"  return {', '.join(results)} : {types}\n}}\n")
 
 
-def cpu_flags() -> list[str]:
-    from lazy_mlir.targets import get_target
-    target = get_target("cpu")
-    return [f"--iree-hal-target-backends={target.backend}", *target.flags]
-
-
-def iree_ms(vmfb: Path, tensors: int, numel: int) -> float:
-    """Median wall ms of one call of ``main`` (2 local-task workers)."""
-    inputs = [f"--input={numel}xf32=0.5"] * (4 * tensors) + ["--input=f32=1"] * len(SCALARS)
-    out = subprocess.run(
-        ["iree-benchmark-module", f"--module={vmfb}", "--device=local-task",
-         "--task_topology_group_count=2", "--function=main", *inputs,
-         "--benchmark_min_time=1s", "--benchmark_format=json"],
-        capture_output=True, text=True, check=True, env={**os.environ, **MALLOC}).stdout
-    runs = [b for b in json.loads(out)["benchmarks"] if b.get("run_type") != "aggregate"]
-    scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
-    return statistics.median(b["real_time"] * scale[b["time_unit"]] for b in runs)
-
-
 def eager_ms(tensors: int, numel: int) -> float:
     """Median wall ms of ``torch.optim.AdamW(fused=True).step()`` on the same tensors."""
     import torch
@@ -135,7 +114,8 @@ def main(argv=None) -> int:
             vmfbs[kind] = vmfb
         for _ in range(a.rounds):
             for kind, vmfb in vmfbs.items():
-                times[kind].append(iree_ms(vmfb, a.tensors, a.numel))
+                inputs = [f"{a.numel}xf32=0.5"] * (4 * a.tensors) + ["f32=1"] * len(SCALARS)
+                times[kind].append(main_ms(vmfb, inputs, min_time=1.0))
             times["eager fused AdamW"].append(eager_ms(a.tensors, a.numel))
     print(f"{a.tensors} AdamW updates of {a.numel} float32 elements ({gbytes * 1e3:.0f} MB moved); "
           f"medians of {a.rounds} alternated rounds, 2 threads\n")
