@@ -47,7 +47,7 @@ SCOPES = (CAPTURE, IMPORT, TARGET)
 DOMAINS = (
     "attention", "bessel", "bessel_jy", "distance", "elementwise", "embedding_bag", "foreach", "index",
     "linalg_cholesky", "linalg_det", "linalg_lu", "linalg_qr", "linear", "lowering", "nn",
-    "optim", "precise", "random_fills", "reductions", "rnn", "sort_scan", "special", "special_gamma",
+    "optim", "precise", "random_fills", "reductions", "restride", "rnn", "sort_scan", "special", "special_gamma",
     "subgraph",
 )
 
