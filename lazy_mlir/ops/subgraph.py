@@ -82,6 +82,13 @@ def make_template(fn, example_inputs: list[torch.Tensor]) -> Template:
     with mode:
         gm = make_fx(torch.func.functionalize(fresh, remove="mutations"),
                      pre_dispatch=False)(*fakes)
+        if any(_mutates(n) for n in gm.graph.nodes):
+            # A kernel run below functionalization (compiled autograd's
+            # SiLU backward: ``empty_like``, ``fill_``, ``sub_``) recorded
+            # in-place ops; a second pass sees them as calls and removes
+            # them (torch-mlir refuses ``copy_`` on value tensors).
+            gm = make_fx(torch.func.functionalize(gm, remove="mutations"),
+                         pre_dispatch=False)(*fakes)
         outs = fresh(*fakes)
     if any(n.op == "get_attr" for n in gm.graph.nodes):
         # (a tensor the function closed over: a constant the key cannot see,
@@ -94,6 +101,11 @@ def make_template(fn, example_inputs: list[torch.Tensor]) -> Template:
     template = Template(f"subgraph-{digest}", gm, inputs, outputs)
     TEMPLATES.setdefault(template.key, template)
     return TEMPLATES[template.key]
+
+
+def _mutates(node: fx.Node) -> bool:
+    return (node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
+            and node.target._schema.is_mutable)
 
 
 def template(key: str) -> Template:
