@@ -60,8 +60,28 @@ def backward(tensor, gradient=None, retain_graph=None, create_graph=False, input
     if (create_graph or inputs is not None or _tensor.hooked or not enabled()
             or _ca.in_compiled_autograd_region or _distributed()):
         return torch.Tensor.backward(tensor, gradient, retain_graph, create_graph, inputs)
-    with _compiled_autograd():
-        return torch.Tensor.backward(tensor, gradient, retain_graph)
+    try:
+        with _compiled_autograd():
+            return torch.Tensor.backward(tensor, gradient, retain_graph)
+    except RuntimeError as e:
+        # Compiled autograd refuses some graphs while collecting them, before
+        # any formula runs (an in-place op on a view: "view_fn not supported
+        # by compiled autograd", MobileNet's ReLU6): autograd's own engine
+        # runs those, op by op.
+        if "compiled autograd" not in str(e):
+            raise
+        metrics.counter_inc("backward::ops")
+        _log_once(f"lazy-mlir: backward runs op by op: {e}")
+    return torch.Tensor.backward(tensor, gradient, retain_graph, create_graph, inputs)
+
+
+_logged: set[str] = set()
+
+
+def _log_once(message: str) -> None:
+    if message not in _logged:
+        _logged.add(message)
+        log.info(message)
 
 
 def _distributed() -> bool:
