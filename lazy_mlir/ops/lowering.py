@@ -22,6 +22,7 @@ does not lower to linalg (they failed to compile and fell back).
 - ``take``: PyTorch's decomposition reads a 0-d index on the host.
 - ``nonzero_static``: no lowering; a cumsum ranks the nonzeros, a scatter
   writes their coordinates.
+- ``constant_pad_nd`` with negative padding (a crop): a slice first.
 - ``as_strided`` to a 0-d result (``empty_permuted(())``): one element of
   the flat input (torch-mlir's rank-0 lowering crashes the process).
 """
@@ -332,6 +333,23 @@ def as_strided(x, size, stride, storage_offset=None):
     if len(size) != 0:
         return NotImplemented
     return aten.select.int(aten.reshape.default(x, [-1]), 0, storage_offset or 0)
+
+
+@register_decomposition(aten.constant_pad_nd.default, scope=IMPORT)
+def constant_pad_nd(x, pad, value=0):
+    """Negative padding crops: torch-mlir lowers it to a ``tensor.pad`` with
+    negative sizes, which IREE refuses ("expected offsets to be
+    non-negative"; the input gradient of a padded depthwise convolution,
+    MobileNet). The crop as a slice, then the positive padding."""
+    if all(p >= 0 for p in pad):
+        return NotImplemented
+    for i in range(len(pad) // 2):
+        dim = x.dim() - 1 - i
+        low, high = pad[2 * i], pad[2 * i + 1]
+        if low < 0 or high < 0:
+            start, end = max(-low, 0), x.shape[dim] - max(-high, 0)
+            x = aten.slice.Tensor(x, dim, start, max(end, start))
+    return aten.constant_pad_nd.default(x, [max(p, 0) for p in pad], value)
 
 
 _FROM_TORCH = [

@@ -171,3 +171,12 @@ def test_addbmm_integers(counters):
     x, b1, b2 = (torch.randint(-9, 9, s) for s in ((1,), (4, 2, 3), (4, 3, 5)))
     _compiled(lambda t, u, v: (torch.addbmm(t, u, v), torch.addbmm(t, u, v, beta=2, alpha=-3)),
               x, b1, b2, counters=counters)
+
+
+def test_negative_padding_crops(counters):
+    """``constant_pad_nd`` with negative pads (the input gradient of a padded
+    depthwise convolution) as a slice and a pad: IREE refuses a negative
+    ``tensor.pad``."""
+    x = torch.randn(2, 3, 5, 6)
+    _compiled(lambda t: (F.pad(t, (-1, 2, -2, -1)), F.pad(t, (1, -3), value=0.5)),
+              x, counters=counters)
