@@ -20,6 +20,7 @@ from .frontends import debug, torch_lazy as _torch_lazy
 from .frontends.jit import jit
 from .frontends.train_step import compile_train_step
 from .lazy.coverage import check_coverage
+from .lazy import device_module as _device_module
 from .lazy.device import lazy_device, register as _register
 from .lazy.sync import mark_step, set_target, wait_device_ops
 from .runtime.host_memory import keep_freed_memory_if_default_target_is_host
@@ -27,6 +28,7 @@ from .runtime.host_memory import keep_freed_memory_if_default_target_is_host
 keep_freed_memory_if_default_target_is_host()  # before any lazy-mlir thread mallocs
 
 _register()
+_device_module.register()  # torch.lazy: random state, synchronize (torch.utils.checkpoint)
 if _torch_lazy.requested():
     _torch_lazy.install()
 
