@@ -20,8 +20,9 @@ from .frontends import debug, torch_lazy as _torch_lazy
 from .frontends.jit import jit
 from .frontends.train_step import compile_train_step
 from .lazy.coverage import check_coverage
-from .lazy import device_module as _device_module
+from .lazy import device_module as _device_module, serialization
 from .lazy.device import lazy_device, register as _register
+from .lazy.serialization import save_as_cpu as save
 from .lazy.sync import mark_step, set_target, wait_device_ops
 from .runtime.host_memory import keep_freed_memory_if_default_target_is_host
 
@@ -29,10 +30,11 @@ keep_freed_memory_if_default_target_is_host()  # before any lazy-mlir thread mal
 
 _register()
 _device_module.register()  # torch.lazy: random state, synchronize (torch.utils.checkpoint)
+serialization.register()   # torch.load(f, map_location="lazy")
 if _torch_lazy.requested():
     _torch_lazy.install()
 
 __all__ = ["lazy_device", "mark_step", "wait_device_ops", "metrics", "debug", "set_target",
            "jit", "export", "distributed", "check_coverage", "export_train_step",
-           "compile_train_step", "PipelineConfig", "set_config"]
+           "compile_train_step", "PipelineConfig", "set_config", "save", "serialization"]
 __version__ = "0.1.0"

@@ -26,10 +26,13 @@ The modules, bottom to top (each imports only modules listed before it):
 - ``mha``         ``nn.MultiheadAttention``'s self-attention with fewer views (wraps the F function)
 - ``device``, ``coverage``, ``render``: the ``lazy`` device's kernels, the
   dry run of ``lm.check_coverage``, pictures of graphs
+- ``serialization``, ``device_module``: saving lazy tensors (``torch.save``,
+  ``lm.save``, ``lm.serialization``); ``torch.lazy``, the device's runtime
+  module (random state, ``synchronize``)
 
 Hooks: ``tensor._dispatch`` (set by ``dispatch``), ``tensor._to_host``
-(set by ``sync``) and ``tensor._backward`` (set by ``backward``). Importing
-this package imports all three, so they are set before any lazy tensor
-exists.
+(set by ``sync``), ``tensor._backward`` (set by ``backward``) and
+``tensor._reduce`` (set by ``serialization``). Importing this package
+imports all four, so they are set before any lazy tensor exists.
 """
-from . import backward, dispatch, sync  # noqa: F401  (install the hooks in tensor.py)
+from . import backward, dispatch, serialization, sync  # noqa: F401  (the hooks in tensor.py)

@@ -30,6 +30,7 @@ def _not_installed(*args, **kwargs):
 _dispatch = _not_installed  # dispatch.dispatch(func, args, kwargs): routes every aten op
 _to_host = _not_installed   # sync.to_host(t): the host value of a lazy tensor (repr)
 _backward = torch.Tensor.backward  # backward.backward: the backward as one node
+_reduce = _not_installed    # serialization.reduce_ex(t, proto): how pickle writes a lazy tensor
 hooked: weakref.WeakSet = weakref.WeakSet()  # lazy tensors with a backward hook
 
 
@@ -129,6 +130,11 @@ class LazyTensor(torch.Tensor):
     def register_post_accumulate_grad_hook(self, hook):
         hooked.add(self)
         return super().register_post_accumulate_grad_hook(hook)
+
+    # Pickled as its value, a CPU tensor (``torch.save``): the graph behind
+    # it holds locks and compiled modules, which no file can.
+    def __reduce_ex__(self, proto):
+        return _reduce(self, proto)
 
     def tolist(self):
         return self.cpu().tolist()

@@ -1,0 +1,205 @@
+"""Saving and loading lazy tensors: ``torch.save`` / ``torch.load`` (default
+``weights_only=True``, ``map_location`` cpu and lazy, a process without
+lazy-mlir), ``load_state_dict``, ``lm.save`` and the streaming
+``lm.serialization.save`` / ``load``."""
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import zipfile
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import lazy_mlir as lm
+from e2e_helpers import Counters
+
+LAZY = torch.device("lazy", 0)
+
+
+def _trained(pending: bool):
+    """A tiny model and its Adam after two steps on the lazy device; with
+    ``pending``, a third step recorded and not launched."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 3)).to("lazy")
+    opt = torch.optim.Adam(model.parameters(), lr=0.05)
+    x, y = torch.randn(4, 6).to("lazy"), torch.randn(4, 3).to("lazy")
+    for step in range(3 if pending else 2):
+        opt.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        opt.step()
+        if step < 2:
+            lm.mark_step()
+    return model, opt
+
+
+def _host(obj):
+    """``obj`` with every tensor copied to the CPU (the expected values)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, dict):
+        return {k: _host(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_host(v) for v in obj)
+    return obj
+
+
+def _assert_same(loaded, original, device=None):
+    """Equal structures, each tensor with its original's value, on
+    ``device`` (None: the original's device; Adam's ``step`` is a CPU one)."""
+    if isinstance(original, torch.Tensor):
+        assert isinstance(loaded, torch.Tensor), loaded
+        assert loaded.device == (device or original.device), (loaded.device, original.device)
+        assert torch.equal(loaded.detach().cpu(), original.detach().cpu())
+    elif isinstance(original, dict):
+        assert loaded.keys() == original.keys()
+        for k in original:
+            _assert_same(loaded[k], original[k], device)
+    elif isinstance(original, (list, tuple)):
+        assert len(loaded) == len(original)
+        for a, b in zip(loaded, original):
+            _assert_same(a, b, device)
+    else:
+        assert loaded == original
+
+
+def test_torch_save_computes_pending_values_in_one_graph(tmp_path):
+    model, opt = _trained(pending=True)
+    counters = Counters()
+    obj = {"model": model.state_dict(), "opt": opt.state_dict()}
+    path = tmp_path / "ckpt.pt"
+    torch.save(obj, path)
+    # The pending step ran as the graph of the step before it: no compile.
+    assert counters.delta("MarkStep") == 1
+    assert counters.delta("UncachedCompile") == 0, counters.delta("UncachedCompile")
+    with zipfile.ZipFile(path) as z:  # ordinary tensors: no lazy-mlir class in the file
+        pickled = z.read(next(n for n in z.namelist() if n.endswith("data.pkl")))
+    assert b"lazy_mlir" not in pickled and b"LazyTensor" not in pickled
+    _assert_same(torch.load(path), obj)  # weights_only=True, each on the device saved from
+    # (a tensor saved from the CPU, Adam's step, stays there: see serialization.py)
+    _assert_same(torch.load(path, map_location="lazy"), obj)
+    _assert_same(torch.load(path, map_location="cpu"), obj, torch.device("cpu"))
+    assert torch.load(path)["opt"]["param_groups"] == opt.state_dict()["param_groups"]
+
+
+def test_a_view_is_saved_as_its_value(tmp_path):
+    base = torch.arange(12.0).reshape(3, 4).to("lazy")
+    view = base[:, 1:3].t()
+    torch.save({"view": view, "base": base}, tmp_path / "v.pt")
+    loaded = torch.load(tmp_path / "v.pt")
+    _assert_same(loaded, {"view": view, "base": base})
+    loaded["view"].mul_(0)  # no longer a view of the loaded base
+    assert torch.equal(loaded["base"].cpu(), torch.arange(12.0).reshape(3, 4))
+
+
+def test_a_process_without_lazy_mlir_loads_on_the_cpu(tmp_path):
+    x = torch.arange(12.0).reshape(3, 4)
+    path = tmp_path / "t.pt"
+    torch.save({"t": (x.to("lazy") * 2).requires_grad_(), "n": 3}, path)
+    code = (f"import sys, torch; d = torch.load({str(path)!r}, map_location='cpu'); "
+            "assert 'lazy_mlir' not in sys.modules; t = d['t']; "
+            "assert t.device.type == 'cpu' and t.requires_grad and d['n'] == 3; "
+            "print(t.detach().sum().item())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert float(out.stdout) == (x * 2).sum().item()
+
+
+def test_whole_module_round_trip(tmp_path):
+    model, _ = _trained(pending=False)
+    path = tmp_path / "model.pt"
+    torch.save(model, path)
+    expected = _host(model.state_dict())
+    for kwargs, device in (({"weights_only": False}, LAZY),
+                           ({"weights_only": False, "map_location": "cpu"}, torch.device("cpu"))):
+        loaded = torch.load(path, **kwargs)
+        assert all(isinstance(p, nn.Parameter) and p.requires_grad for p in loaded.parameters())
+        _assert_same(loaded.state_dict(), expected, device)
+    # The default weights_only=True reads it once the module classes are allowed,
+    # as for a CPU model: the file names no lazy-mlir class.
+    with torch.serialization.safe_globals([nn.Sequential, nn.Linear, nn.ReLU]):
+        loaded = torch.load(path)
+    _assert_same(loaded.state_dict(), expected, LAZY)
+    x = torch.randn(2, 6)
+    torch.testing.assert_close(loaded(x.to("lazy")).cpu(), model(x.to("lazy")).cpu())
+
+
+def test_pickle_round_trip_and_parameters():
+    model, _ = _trained(pending=False)
+    weight = model[0].weight
+    copy = pickle.loads(pickle.dumps(weight))
+    assert isinstance(copy, nn.Parameter) and copy.device == LAZY and copy.requires_grad
+    assert torch.equal(copy.detach().cpu(), weight.detach().cpu())
+
+
+def test_load_state_dict_from_cpu_and_lazy_tensors():
+    source, _ = _trained(pending=False)
+    expected = _host(source.state_dict())
+    for sd in (expected, source.state_dict()):
+        torch.manual_seed(7)
+        target = nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 3)).to("lazy")
+        target.load_state_dict(sd)
+        _assert_same(target.state_dict(), expected, LAZY)
+
+
+def test_lm_save_writes_cpu_tensors(tmp_path):
+    model, opt = _trained(pending=True)
+    path = tmp_path / "host.pt"
+    lm.save({"model": model.state_dict(), "opt": opt.state_dict()}, path)
+    loaded = torch.load(path)  # weights_only=True
+    _assert_same(loaded, _host({"model": model.state_dict(), "opt": opt.state_dict()}),
+                 torch.device("cpu"))
+    torch.save(model, tmp_path / "m.pt")  # a whole module: its parameters as CPU ones
+    lm.save(model, tmp_path / "m.pt")
+    loaded = torch.load(tmp_path / "m.pt", weights_only=False)
+    assert all(type(p) is nn.Parameter and p.device.type == "cpu" for p in loaded.parameters())
+
+
+def test_streaming_save_and_load(tmp_path):
+    model, opt = _trained(pending=True)
+    cpu_tensor = torch.arange(5)
+    obj = {"model": model.state_dict(), "opt": opt.state_dict(), "cpu": cpu_tensor,
+           "twice": [model[0].bias, model[0].bias]}
+    path = str(tmp_path / "ckpt")
+    lm.serialization.save(obj, path)
+    expected = _host(obj)
+    files = sorted(os.listdir(path))
+    # One file per distinct tensor (the bias saved twice is written once), and
+    # an index without tensor data.
+    distinct = len(model.state_dict()) + 2 * len(opt.state_dict()["state"]) + 1 + 1
+    steps = sum(isinstance(s["step"], torch.Tensor) for s in opt.state_dict()["state"].values())
+    assert len(files) == distinct + steps + 1 and "index.pt" in files
+    assert os.path.getsize(os.path.join(path, "index.pt")) < 8192
+    loaded = lm.serialization.load(path)  # each to the device it was saved from
+    _assert_same(loaded["model"], expected["model"], LAZY)
+    assert loaded["cpu"].device.type == "cpu" and torch.equal(loaded["cpu"], cpu_tensor)
+    assert loaded["twice"][0] is loaded["twice"][1]
+    _assert_same(lm.serialization.load(path, device="cpu"), expected, torch.device("cpu"))
+    on_lazy = lm.serialization.load(path, device="lazy")
+    _assert_same(on_lazy["opt"]["state"], expected["opt"]["state"], LAZY)
+    with pytest.raises(RuntimeError, match="lm.serialization.load"):
+        torch.load(os.path.join(path, "index.pt"), weights_only=False)
+
+
+def test_streaming_whole_module_and_replacing(tmp_path):
+    model, _ = _trained(pending=False)
+    path = str(tmp_path / "model")
+    lm.serialization.save({"old": torch.zeros(3)}, path)
+    lm.serialization.save(model, path)  # replaces the earlier save
+    assert not [n for n in os.listdir(tmp_path) if n != "model"]  # no temporary left
+    with pytest.raises(Exception):  # a module is not a weights-only object
+        lm.serialization.load(path)
+    loaded = lm.serialization.load(path, weights_only=False)
+    assert all(isinstance(p, nn.Parameter) and p.device == LAZY for p in loaded.parameters())
+    _assert_same(loaded.state_dict(), _host(model.state_dict()), LAZY)
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "keep.txt").write_text("mine")
+    with pytest.raises(FileExistsError):
+        lm.serialization.save({"t": torch.ones(1)}, str(foreign))
+    assert (foreign / "keep.txt").read_text() == "mine"
