@@ -8,6 +8,11 @@ It also points ``torch._lazy.mark_step / wait_device_ops / metrics.*`` at
 lazy-mlir (``frontends/torch_lazy.py``; ``LAZY_MLIR_TORCH_LAZY_API=0``
 leaves them alone), and ``torch.compile(m, backend="lazy_mlir")`` reaches the
 same compiler (``frontends/dynamo.py``, registered by an entry point).
+It registers ``torch.lazy``, the device's runtime module (random state,
+``synchronize``: ``torch.utils.checkpoint`` and ``torch.random.fork_rng``
+use it), and lets ``torch.save`` / ``torch.load`` take lazy tensors;
+``lm.save`` writes them as CPU tensors, ``lm.serialization.save / load``
+one tensor at a time (``lazy/serialization.py``).
 """
 from __future__ import annotations
 
