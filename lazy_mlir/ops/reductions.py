@@ -176,7 +176,8 @@ def segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, ax
 # - a range given as ``min > max``, or a non-finite one, raises in eager: not
 #   decomposed (falls back and raises there).
 #
-# Only float32/float64, and a bounded (elements x bins) one-hot comparison.
+# Float32/float64, and integers as CUDA's kernel bins them (the CPU has no
+# integer histc); a bounded (elements x bins) one-hot comparison.
 
 _FLOATS = (torch.float32, torch.float64)
 _MAX_ONE_HOT = 1 << 24
@@ -212,9 +213,50 @@ def _bin_counts(x, lo, hi, bins: int, weight=None):
     return aten.sum.dim_IntList(aten.where.self(hot, aten.unsqueeze.default(weight, 1), zero), [0])
 
 
+_INTEGERS = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+
+
+def _histc_integers(x, bins: int, min, max):
+    """``histc`` of integers as CUDA's kernel computes it (ATen's CPU kernel
+    has none, so a fallback could not run it either; ``transformers``' MoE
+    layers count tokens per expert so off the CPU): the bounds truncated to
+    integers, equal bounds from the data, widened by 1 if still equal; an
+    element in ``[lo, hi]`` falls in bin ``(x - lo) * bins // (hi - lo)``
+    (in int64: CUDA's arithmetic in the input dtype may overflow), the last
+    bin keeping its right edge. Counts in the input dtype."""
+    lo_i, hi_i = int(min), int(max)
+    if lo_i > hi_i:
+        return NotImplemented  # eager raises
+    if x.numel() == 0:
+        return torch.zeros([bins], dtype=x.dtype, device=x.device)
+    flat = aten._to_copy.default(aten.reshape.default(x, [-1]), dtype=torch.int64)
+    if lo_i == hi_i:
+        lo, hi = aten.amin.default(flat, [0]), aten.amax.default(flat, [0])
+    else:
+        lo = torch.full((), lo_i, dtype=torch.int64, device=x.device)
+        hi = torch.full((), hi_i, dtype=torch.int64, device=x.device)
+    same = aten.eq.Tensor(lo, hi)
+    lo = aten.where.self(same, aten.sub.Scalar(lo, 1), lo)
+    hi = aten.where.self(same, aten.add.Scalar(hi, 1), hi)
+    valid = aten.logical_and.default(aten.ge.Tensor(flat, lo), aten.le.Tensor(flat, hi))
+    offset = aten.where.self(valid, aten.sub.Tensor(flat, lo), torch.zeros(
+        (), dtype=torch.int64, device=x.device))
+    pos = aten.div.Tensor_mode(aten.mul.Scalar(offset, bins), aten.sub.Tensor(hi, lo),
+                               rounding_mode="floor")
+    pos = aten.clamp_max.default(pos, bins - 1)
+    edges = aten.arange.default(bins, dtype=torch.int64, device=x.device)
+    hot = aten.logical_and.default(aten.eq.Tensor(aten.unsqueeze.default(pos, 1), edges),
+                                   aten.unsqueeze.default(valid, 1))
+    counts = aten.sum.dim_IntList(aten._to_copy.default(hot, dtype=torch.int64), [0])
+    return aten._to_copy.default(counts, dtype=x.dtype)
+
+
 @register_decomposition(aten.histc.default, scope=CAPTURE)
 def histc(x, bins=100, min=0, max=0):
     """``torch.histc`` (module docstring)."""
+    if x.dtype in _INTEGERS and isinstance(bins, int) and 0 < bins and \
+            x.numel() * bins <= _MAX_ONE_HOT:
+        return _histc_integers(x, bins, min, max)
     if x.dtype not in _FLOATS or not isinstance(bins, int) or bins <= 0:
         return NotImplemented
     if x.numel() * bins > _MAX_ONE_HOT or (bins + 1) % 16 == 0:

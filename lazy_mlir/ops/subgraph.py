@@ -75,13 +75,15 @@ def make_template(fn, example_inputs: list[torch.Tensor]) -> Template:
 
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     fakes = [_fake_like(mode, t) for t in example_inputs]
+    decomposed: list = []
+    table = {op: _noting(fn, decomposed) for op, fn in _capture_table().items()}
 
     def fresh(*args):
         # An output that is an input would be the node's input: a copy.
         return tuple(o.clone() if any(o is a for a in args) else o for o in fn(*args))
     with mode:
         gm = make_fx(torch.func.functionalize(fresh, remove="mutations"),
-                     pre_dispatch=False)(*fakes)
+                     decomposition_table=table, pre_dispatch=False)(*fakes)
         if any(_mutates(n) for n in gm.graph.nodes):
             # A kernel run below functionalization (compiled autograd's
             # SiLU backward: ``empty_like``, ``fill_``, ``sub_``) recorded
@@ -89,7 +91,9 @@ def make_template(fn, example_inputs: list[torch.Tensor]) -> Template:
             # them (torch-mlir refuses ``copy_`` on value tensors).
             gm = make_fx(torch.func.functionalize(gm, remove="mutations"),
                          pre_dispatch=False)(*fakes)
-        outs = fresh(*fakes)
+        # eager's layouts, unless an op was decomposed (its meta kernel may
+        # refuse these inputs): then the traced graph's
+        outs = gm(*fakes) if decomposed else fresh(*fakes)
     if any(n.op == "get_attr" for n in gm.graph.nodes):
         # (a tensor the function closed over: a constant the key cannot see,
         # and an attribute the graph it is spliced into does not have)
@@ -101,6 +105,22 @@ def make_template(fn, example_inputs: list[torch.Tensor]) -> Template:
     template = Template(f"subgraph-{digest}", gm, inputs, outputs)
     TEMPLATES.setdefault(template.key, template)
     return TEMPLATES[template.key]
+
+
+def _capture_table() -> dict:
+    """Our CAPTURE-scope decompositions of the ops the compiler cannot take:
+    a template decomposes them as capture does op by op (``_grouped_mm``,
+    whose meta kernel refuses float32, could not be traced otherwise)."""
+    from .registry import CAPTURE, build_table
+    from .support import op_is_supported
+    return {op: fn for op, fn in build_table(CAPTURE).items() if not op_is_supported(op)}
+
+
+def _noting(fn, calls: list):
+    def decomposition(*args, **kwargs):
+        calls.append(fn)
+        return fn(*args, **kwargs)
+    return decomposition
 
 
 def _mutates(node: fx.Node) -> bool:
