@@ -22,7 +22,7 @@ from .kinds import kind as _kind
 from .state import dry_run as _dry_run, emit_plans as _emit_plans
 from .state import empty_values as _empty_values, scalar_tensors as _scalar_data
 from .tensor import LazyTensor, live_storages, wrap_value
-from .views import IDENTITY, scatter
+from .views import IDENTITY, write_back
 
 aten = torch.ops.aten
 LAZY_TYPE = "lazy"
@@ -113,9 +113,7 @@ def assign(t: LazyTensor, new: Value) -> None:
         chain = [storage.value]
         for step in t._view[:-1]:
             chain.append(apply_view(chain[-1], step))
-        for step, base in zip(reversed(t._view), reversed(chain)):
-            new_base = scatter(emit, step, base, new)
-            new = new_base
+        new = write_back(emit, t._view, chain, new, t)  # (may raise: nothing written yet)
     storage.value = new
     storage.version += 1
     t._cache = None
