@@ -1,13 +1,15 @@
-"""``view(dtype)`` between types of one width, as a bitcast.
+"""``view(dtype)`` as a bitcast.
 
 torch-mlir 20261001 has no linalg lowering for ``torch.aten.view.dtype``
 (the linalg pipeline fails on it). IREE's own torch input conversion takes
 the TorchConversion ops that torch-mlir's Python bindings cannot parse, so
 a graph holding such views is handed to IREE at the torch backend contract
-with each view written as ``to_builtin_tensor``, ``arith.bitcast``,
-``from_builtin_tensor`` (``pipeline/stages.py``). Views that change the
-width (float32 as uint8) or involve bool are left alone: such a graph still
-fails to compile and falls back, as before.
+with each view written as ``to_builtin_tensor``, a bitcast,
+``from_builtin_tensor`` (``pipeline/stages.py``): ``arith.bitcast`` between
+types of one width, ``flow.tensor.bitcast`` (the same bytes, another shape)
+where the width changes (float32 as uint8: the last dimension scaled, as
+``view(dtype)`` scales it). Views that involve bool are left alone: such a
+graph still fails to compile and falls back, as before.
 """
 from __future__ import annotations
 
@@ -28,23 +30,35 @@ def _tensor(shape: str, elem: str) -> str:
     return f"tensor<{shape.replace(',', 'x')}x{elem}>" if shape else f"tensor<{elem}>"
 
 
+def _bits(shape: str, elem: tuple) -> int:
+    n = 1
+    for d in shape.split(",") if shape else ():
+        n *= int(d)
+    return n * elem[1]
+
+
 def view_dtype_as_bitcast(text: str) -> str | None:
     """``text`` with every ``view.dtype`` written as a bitcast, or None when
-    some view is not a same-width bitcast."""
+    some view is not one (bool, a dynamic shape, a form the pattern does not
+    know)."""
     count = [0]
 
     def rewrite(m: re.Match) -> str:
         src, dst = _BUILTIN.get(m["src_t"]), _BUILTIN.get(m["dst_t"])
-        if src is None or dst is None or src[1] != dst[1] or m["shape"] != m["shape2"]:
+        if src is None or dst is None or _bits(m["shape"], src) != _bits(m["shape2"], dst):
             raise _NotABitcast
         i, res = m["indent"], m["res"]
         vt_in = f"!torch.vtensor<[{m['shape']}],{m['src_t']}>"
-        vt_out = f"!torch.vtensor<[{m['shape']}],{m['dst_t']}>"
-        t_in, t_out = _tensor(m["shape"], src[0]), _tensor(m["shape"], dst[0])
+        vt_out = f"!torch.vtensor<[{m['shape2']}],{m['dst_t']}>"
+        t_in, t_out = _tensor(m["shape"], src[0]), _tensor(m["shape2"], dst[0])
         count[0] += 1
         tmp = f"%lazy_mlir_bits{count[0]}"  # "%0_x" is not an SSA name: a fresh name
+        if src[1] == dst[1]:  # (one width: the same shape, each element cast)
+            cast = f"arith.bitcast {tmp}_in : {t_in} to {t_out}"
+        else:  # the same bytes in another shape
+            cast = f"flow.tensor.bitcast {tmp}_in : {t_in} -> {t_out}"
         return (f"{i}{tmp}_in = torch_c.to_builtin_tensor {m['src']} : {vt_in} -> {t_in}\n"
-                f"{i}{tmp} = arith.bitcast {tmp}_in : {t_in} to {t_out}\n"
+                f"{i}{tmp} = {cast}\n"
                 f"{i}{res} = torch_c.from_builtin_tensor {tmp} : {t_out} -> {vt_out}")
     try:
         out, n = _VIEW_DTYPE.subn(rewrite, text)

@@ -1,5 +1,5 @@
-"""``view(dtype)`` of one width compiles as a bitcast (``dialects/bitcast.py``,
-through IREE's torch input) and so do the ops PyTorch writes with it:
+"""``view(dtype)`` compiles as a bitcast (``passes/bitcast.py``, through
+IREE's torch input; one of another width too) and so do the ops PyTorch writes with it:
 ``signbit`` and ``copysign``, exact for -0.0 and NaN signs."""
 from __future__ import annotations
 
@@ -33,6 +33,11 @@ def test_signbit_and_copysign(counters):
     _no_fallback(counters)
 
 
-def test_width_changing_view_falls_back(counters):
-    x = torch.tensor([1.0, -2.0])
+def test_width_changing_view_compiles(counters):
+    # (flow.tensor.bitcast: the same bytes in another shape; fell back before)
+    x = torch.tensor([[1.0, -2.0], [0.1, 3e38]])
     assert torch.equal(lazy(x).view(torch.uint8).cpu(), x.view(torch.uint8))
+    u8 = lazy(x).view(torch.uint8) + 1
+    assert torch.equal(u8.view(torch.int16).view(torch.float32).cpu(),
+                       (x.view(torch.uint8) + 1).view(torch.float32))
+    _no_fallback(counters)
