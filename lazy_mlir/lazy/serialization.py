@@ -19,8 +19,8 @@ view is saved as its value: the file does not say it viewed another tensor.
   A tensor saved from the CPU has a CPU storage and PyTorch rebuilds it on
   its storage's device: ``map_location="lazy"`` leaves it on the CPU
   (``model.load_state_dict`` copies it to the lazy device; ``load`` below
-  moves every tensor). Like ``tensor.cpu()``, the value is copied only
-  where the device keeps it apart from the host.
+  moves every tensor). The value is read in place where the device's memory
+  is the host's (the cpu target), copied where it is not.
 - ``lm.save(obj, f)`` (``save_as_cpu``, the seeds' ``ltm.save``): the same
   file with every lazy tensor as a CPU tensor: it loads as CPU tensors.
 - ``save(obj, path)`` / ``load(path, device=None)`` (``lm.serialization``,
@@ -115,8 +115,12 @@ def reduce_ex(t: LazyTensor, proto: int):
     """``LazyTensor.__reduce_ex__``: the tensor as PyTorch pickles one of a
     device without storage, its value a CPU tensor (see the module doc)."""
     param = _is_param(t)
+    # A tensor object of its own (``detach``): the rebuild sets its
+    # ``requires_grad``, and with ``map_location="cpu"`` returns it as the
+    # loaded tensor, so two lazy tensors reading one host value (a tensor and
+    # its ``detach()``) must not share one; they share its storage, as in eager.
     rebuild = (torch._utils._rebuild_device_tensor_from_cpu_tensor,
-               (host_value(t), t.dtype, str(t.device), t.requires_grad and not param))
+               (host_value(t).detach(), t.dtype, str(t.device), t.requires_grad and not param))
     if param:
         return (torch._utils._rebuild_parameter,
                 (_Reduced(*rebuild), t.requires_grad, collections.OrderedDict()))

@@ -250,3 +250,14 @@ def test_resume_training_from_a_checkpoint(tmp_path):
     assert step(resumed, resumed_opt) == pytest.approx(expected, rel=1e-6)
     for a, b in zip(resumed.parameters(), model.parameters()):
         torch.testing.assert_close(a.detach().cpu(), b.detach().cpu())
+
+
+def test_a_tensor_and_its_detach_load_as_two_tensors(tmp_path):
+    """They read one host value: on the CPU they share its storage, as in
+    eager, but stay two tensors, each with its own requires_grad."""
+    a = torch.ones(3).to("lazy").requires_grad_()
+    torch.save({"a": a, "d": a.detach()}, tmp_path / "a.pt")
+    for where in ("cpu", None):
+        loaded = torch.load(tmp_path / "a.pt", map_location=where)
+        assert loaded["a"] is not loaded["d"]
+        assert loaded["a"].requires_grad and not loaded["d"].requires_grad
