@@ -19,7 +19,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2] / "lazy_mlir"
 # Bottom to top. Packages in one row are independent of each other.
 LAYERS = [
     ("lazy_mlir.metrics", "lazy_mlir.config", "lazy_mlir.targets",
-     "lazy_mlir.host_gemm"),  # facts (this machine's too), counters
+     "lazy_mlir.host_gemm", "lazy_mlir.models"),  # facts (this machine's too), counters; model zoos
     ("lazy_mlir.graph",),      # the captured program: Values, nodes, keys
     ("lazy_mlir.dialects",),   # MLIR bindings: contexts, import, pass-manager runs
     ("lazy_mlir.ops",),        # how an aten op reaches the torch dialect

@@ -1,0 +1,33 @@
+"""One model of the sweep: how to build it, feed it and take its loss."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn as nn
+
+
+@dataclass(frozen=True)
+class Entry:
+    """``make()``: the model, weights drawn from ``torch.manual_seed(0)``;
+    ``batch(step)``: the step's CPU inputs (a dict of keyword arguments);
+    ``loss(model, batch)``: forward and loss. ``family``: the group the
+    report counts it in (``causal-lm``, ``image-classification``, ``nn``...)."""
+
+    name: str
+    family: str
+    make: Callable[[], nn.Module]
+    batch: Callable[[int], dict]
+    loss: Callable[[nn.Module, dict], torch.Tensor]
+
+
+def seeded(build: Callable[[], nn.Module], seed: int = 0) -> Callable[[], nn.Module]:
+    def make():
+        torch.manual_seed(seed)
+        return build()
+    return make
+
+
+def generator(step: int) -> torch.Generator:
+    return torch.Generator().manual_seed(1000 + step)

@@ -1,0 +1,144 @@
+"""Every ``transformers`` architecture a task mapping lists, at a tiny size
+derived mechanically from its default config.
+
+For each task (causal LM, masked LM, seq2seq LM, sequence, image and audio
+classification) the installed ``transformers``' auto mapping names a model
+class per model type; the config is the type's default with every size
+field the shrink table knows set small (hidden 64, 2 layers, 2 heads, 1
+key-value head, 128-wide feed-forward, vocabulary 256, 32x32 images),
+per-layer lists cut to the layer count, token ids kept inside the
+vocabulary, dropout left at the config's default. A type whose tiny config
+does not build, or whose model does not train eagerly, is reported as such
+by the runner, not left out silently.
+"""
+from __future__ import annotations
+
+import torch
+
+from .entry import Entry, generator, seeded
+
+BATCH, SEQ, VOCAB, IMAGE = 2, 16, 256, 32
+HIDDEN, LAYERS, HEADS, FFN = 64, 2, 2, 128
+
+# config attribute -> tiny value (set only where the default config has it)
+_SIZES = {
+    "vocab_size": VOCAB,
+    "hidden_size": HIDDEN, "d_model": HIDDEN, "n_embd": HIDDEN, "embed_dim": HIDDEN,
+    "dim": HIDDEN, "emb_dim": HIDDEN, "word_embed_proj_dim": HIDDEN, "embedding_size": HIDDEN,
+    "num_hidden_layers": LAYERS, "n_layer": LAYERS, "num_layers": LAYERS, "n_layers": LAYERS,
+    "encoder_layers": LAYERS, "decoder_layers": LAYERS, "num_decoder_layers": LAYERS,
+    "num_attention_heads": HEADS, "n_head": HEADS, "n_heads": HEADS, "num_heads": HEADS,
+    "encoder_attention_heads": HEADS, "decoder_attention_heads": HEADS,
+    "num_key_value_heads": 1, "num_kv_heads": 1, "multi_query_group_num": 1,
+    "intermediate_size": FFN, "ffn_dim": FFN, "encoder_ffn_dim": FFN, "decoder_ffn_dim": FFN,
+    "d_ff": FFN, "n_inner": FFN, "hidden_dim": FFN, "moe_intermediate_size": FFN,
+    "shared_expert_intermediate_size": FFN,
+    "head_dim": HIDDEN // HEADS, "d_kv": HIDDEN // HEADS, "kv_channels": HIDDEN // HEADS,
+    "num_local_experts": 4, "num_experts": 4, "n_routed_experts": 4,
+    "max_position_embeddings": 128, "n_positions": 128, "max_seq_len": 128,
+    "image_size": IMAGE, "num_channels": 3, "num_labels": 3,
+    "num_mel_bins": 16,
+}
+# list-valued per-stage fields of vision models -> (per-stage value, stages)
+_STAGES = {"hidden_sizes": [16, 32], "depths": [1, 1], "embed_dims": [16, 32],
+           "num_heads": None, "sr_ratios": [2, 1]}
+
+TASKS = {  # family -> auto mapping name
+    "causal-lm": "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
+    "masked-lm": "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
+    "seq2seq-lm": "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
+    "image-classification": "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",
+    "audio-classification": "MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES",
+}
+
+
+def tiny_config(model_type: str):
+    """The default config of ``model_type`` with its sizes made tiny."""
+    from transformers import CONFIG_MAPPING
+    cfg = CONFIG_MAPPING[model_type]()
+    for key, value in _SIZES.items():
+        if isinstance(getattr(cfg, key, None), int) and not isinstance(getattr(cfg, key), bool):
+            setattr(cfg, key, value)
+    for key, stages in _STAGES.items():
+        current = getattr(cfg, key, None)
+        if isinstance(current, (list, tuple)) and current:
+            setattr(cfg, key, list(stages) if stages else [HEADS] * 2)
+    if isinstance(getattr(cfg, "num_stages", None), int):
+        cfg.num_stages = 2
+    layers = next((getattr(cfg, k) for k in ("num_hidden_layers", "n_layer", "num_layers")
+                   if isinstance(getattr(cfg, k, None), int)), LAYERS)
+    for key in ("layer_types", "block_types", "attention_layers"):
+        value = getattr(cfg, key, None)
+        if isinstance(value, (list, tuple)) and len(value) > layers:
+            setattr(cfg, key, list(value[:layers]))
+    for key in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id",
+                "sep_token_id", "cls_token_id", "mask_token_id"):
+        value = getattr(cfg, key, None)
+        if isinstance(value, int) and value >= VOCAB:
+            setattr(cfg, key, VOCAB - 1 - ("pad" in key))
+    if getattr(cfg, "pad_token_id", None) is None and hasattr(cfg, "pad_token_id"):
+        cfg.pad_token_id = 0  # (sequence classification of a batch > 1 needs one)
+    return cfg
+
+
+def _token_batch(step: int) -> dict:
+    ids = torch.randint(3, VOCAB - 2, (BATCH, SEQ), generator=generator(step))
+    return {"input_ids": ids, "labels": ids.clone()}
+
+
+def _image_batch(cfg):
+    side = getattr(cfg, "image_size", IMAGE)
+    side = side if isinstance(side, int) else IMAGE
+    channels = getattr(cfg, "num_channels", 3)
+
+    def batch(step: int) -> dict:
+        g = generator(step)
+        return {"pixel_values": torch.randn(BATCH, channels, side, side, generator=g),
+                "labels": torch.randint(0, cfg.num_labels, (BATCH,), generator=g)}
+    return batch
+
+
+def _audio_batch(model_cls, cfg):
+    name = getattr(model_cls, "main_input_name", "input_values")
+
+    def batch(step: int) -> dict:
+        g = generator(step)
+        if name == "input_features":
+            x = torch.randn(BATCH, getattr(cfg, "num_mel_bins", 16), 3000 if
+                            "whisper" in cfg.model_type else 64, generator=g)
+        else:
+            x = torch.randn(BATCH, 4000, generator=g)
+        return {name: x, "labels": torch.randint(0, cfg.num_labels, (BATCH,), generator=g)}
+    return batch
+
+
+def _loss(model, batch):
+    return model(**batch).loss
+
+
+def entries() -> list[Entry]:
+    """One entry per (family, model type) of the installed ``transformers``."""
+    import transformers
+    import transformers.models.auto.modeling_auto as auto
+    out = []
+    for family, mapping in TASKS.items():
+        for model_type, class_name in sorted(getattr(auto, mapping).items()):
+            if not isinstance(class_name, str) or not hasattr(transformers, class_name):
+                continue
+            out.append(_entry(family, model_type, class_name))
+    return out
+
+
+def _entry(family: str, model_type: str, class_name: str) -> Entry:
+    def build():
+        import transformers
+        return getattr(transformers, class_name)(tiny_config(model_type))
+
+    def batch(step: int) -> dict:
+        if family in ("image-classification",):
+            return _image_batch(tiny_config(model_type))(step)
+        if family == "audio-classification":
+            import transformers
+            return _audio_batch(getattr(transformers, class_name), tiny_config(model_type))(step)
+        return _token_batch(step)
+    return Entry(f"hf/{family}/{model_type}", family, seeded(build), batch, _loss)

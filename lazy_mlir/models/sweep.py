@@ -1,0 +1,36 @@
+"""The sweep's entries, by name: ``torch.nn`` blocks, then every
+``transformers`` architecture (``hf_tiny``)."""
+from __future__ import annotations
+
+from .entry import Entry
+
+
+def all_entries(hf: bool = True) -> list[Entry]:
+    from . import nn_blocks
+    out = nn_blocks.entries()
+    if hf:
+        try:
+            from . import hf_tiny
+        except ImportError:  # (transformers not installed: the nn blocks only)
+            return out
+        out += hf_tiny.entries()
+    return out
+
+
+def by_name(name: str) -> Entry:
+    hf = name.startswith("hf/")
+    for entry in all_entries(hf=hf):
+        if entry.name == name:
+            return entry
+    raise KeyError(f"lazy-mlir: no sweep entry {name!r} (python -m lazy_mlir.tools.sweep --list)")
+
+
+# A sample for CI: one entry per root cause fixed (the comment says which).
+CI_SAMPLE = (
+    "nn/conv2d",                              # convolutions, depthwise
+    "nn/lstm",                                # recurrent layers with dropout between
+    "hf/image-classification/convnext",       # a view of a restrided layer_norm (ops/restride.py)
+    "hf/causal-lm/llama",                     # SiLU backward's in-place ops (ops/subgraph.py)
+    "hf/image-classification/mobilenet_v2",   # backward refused by compiled autograd; negative pads
+    "hf/causal-lm/mixtral",                   # integer histc, _grouped_mm
+)

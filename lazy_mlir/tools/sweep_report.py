@@ -1,0 +1,103 @@
+"""The sweep's markdown report: counts against the issue's goals, then a
+row per entry (``tools/sweep.py --report``)."""
+from __future__ import annotations
+
+import pathlib
+import statistics
+
+MODES = ("plain", "train_step")
+TOLERANCE = 1e-2  # largest relative loss difference from eager over the steps
+
+
+def verdict(rec: dict, mode: str) -> str:
+    """``crash``, ``eager-graph`` (a whole graph ran eagerly), ``fallback``,
+    ``mismatch``, ``recompiles`` or ``ok`` for one mode of a run entry."""
+    out = rec.get(mode) or {}
+    if "crash" in out:
+        return "crash"
+    if out.get("eager_graphs"):
+        return "eager-graph"
+    if out.get("fallback_ops"):
+        return "fallback"
+    if out.get("loss_difference", 0) > TOLERANCE:
+        return "mismatch"
+    if out.get("compiles_after_warmup"):
+        return "recompiles"
+    return "ok"
+
+
+def _ratio(rec: dict, mode: str) -> float | None:
+    out, eager = rec.get(mode) or {}, rec.get("eager") or {}
+    if out.get("step_ms") and eager.get("step_ms"):
+        return out["step_ms"] / eager["step_ms"]
+    return None
+
+
+def summary(records: dict[str, dict]) -> list[str]:
+    ran = [r for r in records.values() if r.get("status") == "ran"]
+    lines = [f"- entries recorded: {len(records)}; trained eagerly and run: {len(ran)}; "
+             + ", ".join(f"{s}: {sum(r.get('status') == s for r in records.values())}"
+                         for s in ("eager-fails", "hang", "died"))]
+    for mode in MODES:
+        counts: dict[str, int] = {}
+        for r in ran:
+            v = verdict(r, mode)
+            counts[v] = counts.get(v, 0) + 1
+        clean = sum(1 for r in ran if verdict(r, mode) in ("ok", "recompiles", "mismatch")
+                    and not (r.get(mode) or {}).get("fallback_ops"))
+        ratios = [x for x in (_ratio(r, mode) for r in ran if verdict(r, mode) == "ok") if x]
+        med = f"{statistics.median(ratios):.2f}x" if ratios else "-"
+        share = f"{100 * clean / len(ran):.0f}%" if ran else "-"
+        lines.append(f"- **{mode}**: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+                     + f"; zero fallback ops: {clean}/{len(ran)} ({share}); "
+                     f"median step vs eager (ok entries): {med}")
+    return lines
+
+
+def _cell(rec: dict, mode: str) -> str:
+    out = rec.get(mode) or {}
+    v = verdict(rec, mode)
+    if v == "crash":
+        return f"crash: {out['crash'][:90]}"
+    parts = [v]
+    if out.get("fallback_ops"):
+        top = sorted(out["fallbacks"].items(), key=lambda kv: -kv[1])[:3]
+        parts.append(f"{out['fallback_ops']} fb ({', '.join(k for k, _ in top)})")
+    ratio = _ratio(rec, mode)
+    if ratio:
+        parts.append(f"{ratio:.2f}x")
+    if out.get("compiles"):
+        parts.append(f"{out['compiles']} c / {out.get('compile_s', 0):.0f} s")
+    if out.get("loss_difference", 0) > TOLERANCE:
+        parts.append(f"Δ{out['loss_difference']:.1e}")
+    return " · ".join(parts)
+
+
+def table(records: dict[str, dict]) -> list[str]:
+    rows = ["| entry | eager ms | plain loop | compile_train_step | ops/step |",
+            "|---|---:|---|---|---:|"]
+    for name in sorted(records):
+        rec = records[name]
+        if rec.get("status") != "ran":
+            rows.append(f"| {name} | - | {rec.get('status')}: {rec.get('error', '')[:100]} | | |")
+            continue
+        ops = (rec.get("plain") or {}).get("ops_per_step", "")
+        rows.append(f"| {name} | {rec['eager']['step_ms']} | {_cell(rec, 'plain')} | "
+                    f"{_cell(rec, 'train_step')} | {ops} |")
+    return rows
+
+
+def write_report(records: dict[str, dict], path: pathlib.Path) -> str:
+    text = "\n".join([
+        "# Model sweep", "",
+        "Written by `python -m lazy_mlir.tools.sweep --report` from `results.jsonl`. "
+        "Each entry trains 6 steps with AdamW eagerly and on the lazy device "
+        "(`LAZY_MLIR_COMPILE=wait`): the plain loop with `mark_step()`, and "
+        "`lm.compile_train_step`. Verdicts: `crash` (the lazy program raised where eager "
+        "runs), `eager-graph` (a whole graph ran eagerly), `fallback` (ops ran eagerly), "
+        f"`mismatch` (a loss differs from eager's by more than {TOLERANCE:g} relative), "
+        "`recompiles` (a compile after the first two steps), `ok`. Cells: verdict, "
+        "fallback ops, step time against eager (after warm-up), compiles / compile seconds.",
+        "", "## Summary", "", *summary(records), "", "## Entries", "", *table(records), ""])
+    path.write_text(text)
+    return text
