@@ -63,6 +63,13 @@ def tiny_config(model_type: str):
         current = getattr(cfg, key, None)
         if isinstance(current, (list, tuple)) and current:
             setattr(cfg, key, list(stages) if stages else [HEADS] * 2)
+    for key in ("num_experts_per_tok", "num_experts_per_token", "top_k", "moe_top_k",
+                "moe_topk", "num_selected_experts"):
+        if isinstance(getattr(cfg, key, None), int):
+            setattr(cfg, key, min(getattr(cfg, key), 2))  # (of 4 experts)
+    for key in ("n_group", "topk_group"):  # grouped routing: one group
+        if isinstance(getattr(cfg, key, None), int):
+            setattr(cfg, key, 1)
     if isinstance(getattr(cfg, "num_stages", None), int):
         cfg.num_stages = 2
     layers = next((getattr(cfg, k) for k in ("num_hidden_layers", "n_layer", "num_layers")

@@ -88,6 +88,8 @@ def main(argv=None) -> int:
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per entry")
     p.add_argument("--results", type=pathlib.Path, default=RESULTS)
     p.add_argument("--redo", action="store_true", help="run recorded entries again")
+    p.add_argument("--redo-status", action="append", default=[],
+                   help="run again the recorded entries of this status (eager-fails, died, hang)")
     p.add_argument("--report", action="store_true", help="write REPORT.md beside the results")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -104,7 +106,7 @@ def main(argv=None) -> int:
         print("\n".join(names))
         return 0
     done = {} if args.redo else recorded(args.results)
-    todo = [n for n in names if n not in done]
+    todo = [n for n in names if n not in done or done[n].get("status") in args.redo_status]
     args.results.parent.mkdir(parents=True, exist_ok=True)
     for i, name in enumerate(todo):
         rec = run_child(name, args.steps, args.timeout)
