@@ -41,7 +41,7 @@ from .supported import UNSUPPORTED_DTYPES, dtypes_supported
 from .sync import current_target, to_host
 from ..targets import narrows_int64
 from .tensor import LazyTensor, new_view, wrap_value
-from .views import functional_view_op
+from .views import check_write, functional_view_op
 
 aten = torch.ops.aten
 
@@ -356,6 +356,8 @@ def _mutating(func, args, kwargs):
         self = args[0]
         if fn is None:
             return fallback.run_eagerly(func, args, kwargs)
+        if self._view:  # (eager's refusals of overlapping views: views.check_write)
+            check_write(self, func, args, kwargs)
         # Check shapes and dtypes the way the in-place kernel would.
         flat, tree = argtree.flatten(args, kwargs)
         key = _checked_key(op_info(func), flat, tree)
@@ -466,6 +468,8 @@ def _copy_(func, args, kwargs):
         return dst
     if 0 in dst.shape and tuple(src.shape) == tuple(dst.shape) and _dry_run[0] is None:
         return dst  # nothing to write (``torch.tensor([], device="lazy")``'s copy)
+    if dst._view:
+        check_write(dst, func, args, kwargs)
     if isinstance(src, LazyTensor):
         out = src
         if src.dtype != dst.dtype:
@@ -511,6 +515,8 @@ def _random(func, args, kwargs):
     """Random fills are drawn on the host from PyTorch's CPU generator, so
     ``torch.manual_seed`` gives the same numbers as eager CPU."""
     t = args[0]
+    if t._view:
+        check_write(t, func, args, kwargs)
     flat, tree = tree_flatten((args[1:], kwargs))
     host_flat = [to_host(a) if isinstance(a, LazyTensor) else a for a in flat]
     hargs, hkwargs = tree_unflatten(host_flat, tree)

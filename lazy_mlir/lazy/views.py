@@ -24,6 +24,9 @@ eager's result depends on the order its kernel visits memory.
 from __future__ import annotations
 
 import torch
+from torch.utils._pytree import tree_map
+
+from ..graph.ir import DeviceData, TensorSpec, Value
 
 aten = torch.ops.aten
 
@@ -72,8 +75,32 @@ _INVERTIBLE = _RESHAPES | {"t", "transpose", "swapaxes", "swapdims", "permute", 
 
 
 def has_inverse(op) -> bool:
-    """Whether ``scatter`` writes a view made by ``op`` back by itself."""
-    return op.__name__.split(".")[0] in _INVERTIBLE
+    """Whether ``scatter`` writes a view made by ``op`` back by itself (kept
+    on the op: an OpOverload's ``__hash__`` is a Python call)."""
+    try:
+        return op._lazy_mlir_inverse
+    except AttributeError:
+        how = op.__name__.split(".")[0] in _INVERTIBLE
+    try:
+        op._lazy_mlir_inverse = how
+    except (AttributeError, TypeError):
+        pass
+    return how
+
+
+def by_map_from(steps) -> int | None:
+    """The first of ``steps`` written back by element map: the first with no
+    inverse of its own, or the storage itself (0) when one is an
+    ``as_strided``, whose strides address the storage, not its input; None
+    when every step has an inverse."""
+    first = None
+    for i, s in enumerate(steps):
+        if not has_inverse(s[0]):
+            if s[0].__name__.startswith("as_strided"):
+                return 0
+            if first is None:
+                first = i
+    return first
 
 
 def write_back(emit, steps, chain, new, view):
@@ -86,7 +113,7 @@ def write_back(emit, steps, chain, new, view):
     (``scatter``). Records nodes only; raises (recording nothing into the
     storage) a write eager refuses or whose result depends on eager's
     memory order (overlapping views: see the module's docstring)."""
-    first = next((i for i, s in enumerate(steps) if not has_inverse(s[0])), None)
+    first = by_map_from(steps)
     if first is not None:
         new = _write_by_map(emit, steps[first:], chain[first], new, view)
         steps, chain = steps[:first], chain[:first]
@@ -153,17 +180,14 @@ def _dense(one, v):
 
 
 # ------------------------------------------------- writing by element map
-# Ops whose written value is the same at every element: writing it through
-# an overlapping view gives eager's result whatever the order.
-_UNIFORM = {aten.fill.Scalar, aten.fill.Tensor, aten.zero.default}
-# What eager raises for an in-place op on a tensor with a stride-0 dimension.
-EAGER_OVERLAP_ERROR = (
-    "unsupported operation: more than one element of the written-to tensor refers to a "
-    "single memory location. Please clone() the tensor before performing the operation.")
+# In-place ops whose written value is one value at every element: through a
+# view whose elements overlap, eager's result does not depend on which
+# write of an element comes last (a ``copy_`` of one element is one too).
+_ORDER_FREE = {aten.fill_.Scalar, aten.fill_.Tensor, aten.zero_.default}
 # Steps that keep the element order and only rename shapes: applied on the
-# index tensor as ``reshape`` (a ``view`` valid on the tensor's own strides
-# need not be on the index tensor's).
+# index tensor as ``reshape`` where its layout allows no ``view``.
 _AS_RESHAPE = {"view", "_unsafe_view", "_reshape_alias"}
+_approved = [None]  # the view whose overlapping write check_write let through
 
 
 class ElementMap:
@@ -192,7 +216,6 @@ class ElementMap:
     def value(self):
         """``gather`` as device data (uploaded once, shared: never written)."""
         if self._value is None:
-            from ..graph.ir import DeviceData, TensorSpec, Value
             self._value = Value.of_data(DeviceData(TensorSpec.of(self.gather), host=self.gather))
         return self._value
 
@@ -200,22 +223,20 @@ class ElementMap:
 _maps: dict = {}
 
 
-def element_map(steps, shape, dtype) -> ElementMap:
-    """The ``ElementMap`` of ``steps`` on an input of ``shape`` and ``dtype``, memoized.
-    Raises NotImplementedError for a step that does not pick elements of its
-    input (a ``view(dtype)`` of another width, ``view_as_real``)."""
+def element_map(steps, spec: TensorSpec) -> ElementMap:
+    """The ``ElementMap`` of ``steps`` on an input laid out as ``spec``
+    (its layout matters to an ``as_strided`` only), memoized. Raises
+    NotImplementedError for a step that does not pick elements of its input
+    (a ``view(dtype)`` of another width, ``view_as_real``) and for an
+    ``as_strided`` reaching past the input's elements."""
     try:
-        key = (tuple(shape), dtype, tuple((s[0], _hashable(s[1]), _hashable(s[2]), s[3])
-                                   for s in steps))
+        key = (spec, tuple((s[0], _hashable(s[1]), _hashable(s[2]), s[3]) for s in steps))
         hit = _maps.get(key)
     except TypeError:
         key, hit = None, None
     if hit is not None:
         return hit
-    numel = 1
-    for d in shape:
-        numel *= d
-    index = torch.arange(numel).reshape(shape)
+    index, numel, dtype = _element_numbers(spec), spec.meta().numel(), spec.dtype
     for op, args, kwargs, i in (s[:4] for s in steps):
         if op is aten.view.dtype:
             if args[0].itemsize != dtype.itemsize:
@@ -227,12 +248,32 @@ def element_map(steps, shape, dtype) -> ElementMap:
             dtype = args[0]  # the same elements, read as another type of one width
             continue
         index = _apply_on_index(op, args, kwargs, i, index)
+    if index.numel() and int(index.min()) < 0:
+        raise NotImplementedError(
+            "lazy-mlir: writing through an as_strided view that reaches past its tensor's "
+            "elements is not supported; call .clone() on the view before modifying it")
     m = ElementMap(index, numel)
     if key is not None:
         if len(_maps) >= 1024:
             _maps.clear()
         _maps[key] = m
     return m
+
+
+def _element_numbers(spec: TensorSpec) -> torch.Tensor:
+    """A tensor laid out as ``spec`` holding each element's number in
+    ``spec``'s order, -1 at the places of its storage it does not use."""
+    numel = 1
+    for d in spec.shape:
+        numel *= d
+    numbers = torch.arange(numel).reshape(spec.shape)
+    extent = 1 + spec.offset + sum((n - 1) * st for n, st in zip(spec.shape, spec.stride) if n)
+    if numel == 0 or (spec.offset == 0 and extent == numel and numbers.stride() == spec.stride):
+        return numbers
+    storage = torch.full((max(extent, 1),), -1, dtype=torch.int64)
+    out = storage.as_strided(spec.shape, spec.stride, spec.offset)
+    out.copy_(numbers)
+    return out
 
 
 def _apply_on_index(op, args, kwargs, i, index):
@@ -242,7 +283,10 @@ def _apply_on_index(op, args, kwargs, i, index):
             f"lazy-mlir: writing through {op} after a view made by an op with no inverse "
             "of its own is not supported; call .clone() on the view before modifying it")
     if name in _AS_RESHAPE:
-        return index.reshape(args[0])
+        try:
+            return index.view(args[0])
+        except RuntimeError:  # (a layout unlike the tensor's: the same elements)
+            return index.reshape(args[0])
     out = op(index, *args, **kwargs)
     out = out[i] if isinstance(out, (tuple, list)) else out
     if not isinstance(out, torch.Tensor) or out.dtype is not torch.int64:
@@ -264,11 +308,15 @@ def _hashable(a):
 def _write_by_map(emit, steps, base, new, view):
     """``base``'s new value after writing ``new`` into the view ``steps``
     make of it, by the steps' ``ElementMap``: one gather, exact for any
-    steps that pick elements of their input."""
+    steps that pick elements of their input. A view whose elements overlap
+    is written only as ``check_write`` allowed (the last write of an element
+    wins: every write of it is the same value)."""
     spec = base.spec
-    m = element_map(steps, spec.shape, spec.dtype)
-    if m.overlap and not (new.node is not None and new.node.op in _UNIFORM):
-        _refuse_overlap(steps, view)
+    m = element_map(steps, spec)
+    if m.overlap:
+        if _approved[0] is not view:  # (a way in that does not check: foreach, ...)
+            raise NotImplementedError(_overlap_message(steps, "this in-place op"))
+        _approved[0] = None
 
     def one(func, *a, **k):
         return emit(func, a, k)[0]
@@ -283,17 +331,68 @@ def _write_by_map(emit, steps, base, new, view):
     return one(aten.reshape.default, flat, list(spec.shape))
 
 
-def _refuse_overlap(steps, view):
-    """Raise for a write (not a fill) through a view whose elements overlap:
-    eager's own error where eager refuses it (a dimension of stride 0 and
-    size > 1: ``expand``), else NotImplementedError (eager applies the op
-    element by element in the order its kernel visits memory, so that an
-    element is updated once per view element on it)."""
-    if any(n > 1 and st == 0 for n, st in zip(view.shape, view.stride())):
-        raise RuntimeError(EAGER_OVERLAP_ERROR)
+def check_write(t, func, args, kwargs) -> None:
+    """Before the in-place ``func`` (called on ``args``, ``kwargs``) writes
+    the lazy view ``t``, where ``t``'s elements overlap in memory: raise
+    eager's own error where eager refuses the write (``func`` run on a CPU
+    stand-in laid out as ``t``), NotImplementedError where eager's result
+    depends on the order its kernel writes memory (anything but a fill or a
+    copy of one element), else let ``write_back`` write it. Raises
+    NotImplementedError too for a view no element map describes. Records
+    nothing; views of invertible steps only cost a walk of their steps."""
+    steps = t._view
+    first = by_map_from(steps)
+    if first is None:
+        return
+    meta = t._storage.value.spec.meta()
+    for op, a, k, i in (s[:4] for s in steps[:first]):
+        out = op(meta, *a, **k)
+        meta = out[i] if isinstance(out, (tuple, list)) else out
+    m = element_map(steps[first:], TensorSpec.of(meta))
+    if not m.overlap:
+        return
+    _eager_refusal(t, func, args, kwargs)
+    src = args[1] if len(args) > 1 else None
+    if func in _ORDER_FREE or (func is aten.copy_.default and isinstance(src, torch.Tensor)
+                               and _one_element(src)):
+        _approved[0] = t
+        return
+    raise NotImplementedError(_overlap_message(steps, str(func)))
+
+
+def _one_element(t: torch.Tensor) -> bool:
+    """Whether every element of ``t`` is one element (``x[...] = 5``'s source)."""
+    return all(n <= 1 or st == 0 for n, st in zip(t.shape, t.stride()))
+
+
+def _eager_refusal(t, func, args, kwargs) -> None:
+    """Raise eager's error for ``func`` writing a tensor laid out as ``t``
+    (its overlap checks: ``unsupported operation: ...``), if it gives one.
+    Run on zeros, with the CPU generator's state kept."""
+    extent = 1 + t.storage_offset() + sum((n - 1) * st for n, st in zip(t.shape, t.stride()) if n)
+    target = torch.zeros(max(extent, 1), dtype=t.dtype).as_strided(
+        t.shape, t.stride(), t.storage_offset())
+
+    def stand_in(a):
+        if isinstance(a, torch.Tensor) and a.device.type == "lazy":
+            return torch.zeros(a.shape, dtype=a.dtype)
+        if isinstance(a, torch.device) and a.type == "lazy":
+            return torch.device("cpu")
+        return a
+    rest, kw = tree_map(stand_in, (tuple(args[1:]), dict(kwargs)))
+    try:
+        with torch.random.fork_rng(devices=[]):
+            func(target, *rest, **kw)
+    except RuntimeError as e:
+        if str(e).startswith("unsupported operation"):
+            raise RuntimeError(str(e)) from None
+    except Exception:  # (any other error of the stand-in is not eager's answer)
+        pass
+
+
+def _overlap_message(steps, what) -> str:
     made_by = ", ".join(sorted({str(s[0]) for s in steps if not has_inverse(s[0])}))
-    raise NotImplementedError(
-        f"lazy-mlir: this in-place op writes through a view whose elements overlap in memory "
-        f"(made by {made_by}); only fill_ and zero_ are supported on such views (eager "
-        "updates an element once per view element on it, in its kernel's memory order); "
-        "call .clone() on the view before modifying it")
+    return (f"lazy-mlir: {what} writes through a view whose elements overlap in memory "
+            f"(made by {made_by}); only fill_, zero_ and copy_ of one element are supported "
+            "on such views (eager updates an element once per view element on it, in the "
+            "order its kernel visits memory); call .clone() on the view before modifying it")
