@@ -53,9 +53,20 @@ TASKS = {  # family -> auto mapping name
 
 
 def tiny_config(model_type: str):
-    """The default config of ``model_type`` with its sizes made tiny."""
+    """The default config of ``model_type`` with its sizes made tiny, and
+    those of its sub-configs (a multimodal model's text, vision and audio
+    towers)."""
     from transformers import CONFIG_MAPPING
-    cfg = CONFIG_MAPPING[model_type]()
+    return _shrink(CONFIG_MAPPING[model_type]())
+
+
+def _shrink(cfg, depth: int = 0):
+    from transformers import PretrainedConfig
+    if depth < 3:
+        for key in list(vars(cfg)):
+            sub = getattr(cfg, key, None)
+            if isinstance(sub, PretrainedConfig):
+                setattr(cfg, key, _shrink(sub, depth + 1))
     for key, value in _SIZES.items():
         if isinstance(getattr(cfg, key, None), int) and not isinstance(getattr(cfg, key), bool):
             setattr(cfg, key, value)

@@ -37,7 +37,7 @@ def summary(records: dict[str, dict]) -> list[str]:
     ran = [r for r in records.values() if r.get("status") == "ran"]
     lines = [f"- entries recorded: {len(records)}; trained eagerly and run: {len(ran)}; "
              + ", ".join(f"{s}: {sum(r.get('status') == s for r in records.values())}"
-                         for s in ("eager-fails", "hang", "died"))]
+                         for s in ("eager-fails", "too-big", "hang", "died"))]
     for mode in MODES:
         counts: dict[str, int] = {}
         for r in ran:
