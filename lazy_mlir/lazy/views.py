@@ -221,6 +221,8 @@ class ElementMap:
 
 
 _maps: dict = {}
+_held = [0]  # elements of the kept maps' gather indices
+_HELD_MAX = 1 << 25
 
 
 def element_map(steps, spec: TensorSpec) -> ElementMap:
@@ -254,8 +256,10 @@ def element_map(steps, spec: TensorSpec) -> ElementMap:
             "elements is not supported; call .clone() on the view before modifying it")
     m = ElementMap(index, numel)
     if key is not None:
-        if len(_maps) >= 1024:
+        _held[0] += numel
+        if len(_maps) >= 1024 or _held[0] > _HELD_MAX:  # (each map holds numel int64s)
             _maps.clear()
+            _held[0] = numel
         _maps[key] = m
     return m
 
