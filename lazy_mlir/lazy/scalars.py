@@ -50,7 +50,10 @@ def _tensor_sibling(func):
     if name not in packet.overloads():
         return None
     sib = getattr(packet, name)
-    if [a.name for a in sib._schema.arguments] != [a.name for a in func._schema.arguments]:
+    # The same names, each positional in both or keyword-only in both
+    # (``rsub.Scalar`` takes ``alpha`` positionally, ``rsub.Tensor`` not)
+    if [(a.name, a.kwarg_only) for a in sib._schema.arguments] != \
+            [(a.name, a.kwarg_only) for a in func._schema.arguments]:
         return None
     return sib
 
