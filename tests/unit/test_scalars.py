@@ -79,12 +79,10 @@ def test_the_general_rule_lifts_only_where_a_tensor_can_stand_for_the_number():
     assert (i0 * 7).dtype == torch.int64 and _inputs(i0 * 7) == ["int64[]", "int64[]"]
 
 
+
 def test_rsub_with_alpha_is_recorded():
     """``rsub.Scalar`` takes ``alpha`` positionally, its ``.Tensor`` sibling
     as a keyword: it keeps its overload (capture raised "rsub() takes 2
-    positional arguments but 3 were given")."""
-    x = torch.tensor([1.0, -2.0, 0.5])
-    for out, want in ((torch.rsub(x.to("lazy"), 2.5, alpha=2), torch.rsub(x, 2.5, alpha=2)),
-                      (torch.rsub(x.to("lazy"), 2.5), torch.rsub(x, 2.5))):
-        assert _ops(out)[-1] in ("rsub.Scalar", "rsub.Tensor")
-        torch.testing.assert_close(out.cpu(), want)
+    positional arguments but 3 were given"; values: tests/e2e/test_scalar_overloads.py)."""
+    x = torch.ones(3).to("lazy")
+    assert _ops(torch.rsub(x, 2.5, alpha=2))[-1] == "rsub.Scalar"
