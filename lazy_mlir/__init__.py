@@ -12,7 +12,9 @@ It registers ``torch.lazy``, the device's runtime module (random state,
 ``synchronize``: ``torch.utils.checkpoint`` and ``torch.random.fork_rng``
 use it), and lets ``torch.save`` / ``torch.load`` take lazy tensors;
 ``lm.save`` writes them as CPU tensors, ``lm.serialization.save / load``
-one tensor at a time (``lazy/serialization.py``).
+one tensor at a time (``lazy/serialization.py``). ``lm.autocast("lazy",
+dtype)`` is ``torch.autocast`` for lazy tensors, with eager CPU autocast's
+op policy (``lazy/autocast.py``).
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from .export import export_train_step
 from .frontends import debug, torch_lazy as _torch_lazy
 from .frontends.jit import jit
 from .frontends.train_step import compile_train_step
+from .lazy.autocast import autocast
 from .lazy.coverage import check_coverage
 from .lazy import device_module as _device_module, serialization
 from .lazy.device import lazy_device, register as _register
@@ -41,5 +44,6 @@ if _torch_lazy.requested():
 
 __all__ = ["lazy_device", "mark_step", "wait_device_ops", "metrics", "debug", "set_target",
            "jit", "export", "distributed", "check_coverage", "export_train_step",
-           "compile_train_step", "PipelineConfig", "set_config", "save", "serialization"]
+           "compile_train_step", "PipelineConfig", "set_config", "save", "serialization",
+           "autocast"]
 __version__ = "0.1.0"

@@ -29,6 +29,8 @@ The modules, bottom to top (each imports only modules listed before it):
 - ``serialization``, ``device_module``: saving lazy tensors (``torch.save``,
   ``lm.save``, ``lm.serialization``); ``torch.lazy``, the device's runtime
   module (random state, ``synchronize``)
+- ``autocast``    ``lm.autocast``: CPU autocast's op policy for lazy tensors, as
+  kernels on a borrowed autocast dispatch key (above autograd)
 
 Hooks: ``tensor._dispatch`` (set by ``dispatch``), ``tensor._to_host``
 (set by ``sync``), ``tensor._backward`` (set by ``backward``) and
