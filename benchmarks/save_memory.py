@@ -18,6 +18,15 @@ the save's wall time. ``--zero-copy 0`` runs the children with
 ``LAZY_MLIR_ZERO_COPY=0``: every read from the device copies, as on a
 device whose memory is apart from the host's (the cpu target otherwise
 reads its buffers in place, and every way of saving then copies nothing).
+
+Measured (2 cores, 1 GiB model, ``--zero-copy 0``): with
+``LAZY_MLIR_KEEP_FREED_MEMORY=0`` in the environment (malloc hands 64 MiB
+blocks back when freed, so the resident set is what is live) ``torch.save``
+peaks 1024 MiB over the resident set and the streaming save 64 MiB, one
+tensor, in every run; with lazy-mlir's default (freed memory stays in the
+heap) ``torch.save`` and ``lm.save`` 1024-1031 MiB, the streaming save
+64-320 MiB over six runs (glibc does not always reuse the freed block for
+the next tensor). With in-place reads (``--zero-copy 1``) every way: 0-5 MiB.
 """
 from __future__ import annotations
 
