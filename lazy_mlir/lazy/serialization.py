@@ -20,7 +20,9 @@ view is saved as its value: the file does not say it viewed another tensor.
   its storage's device: ``map_location="lazy"`` leaves it on the CPU
   (``model.load_state_dict`` copies it to the lazy device; ``load`` below
   moves every tensor). The value is read in place where the device's memory
-  is the host's (the cpu target), copied where it is not.
+  is the host's (the cpu target), copied where it is not. PyTorch's legacy
+  format (``_use_new_zipfile_serialization=False``) gets CPU tensors (see
+  ``_legacy_save_under_way``).
 - ``lm.save(obj, f)`` (``save_as_cpu``, the seeds' ``ltm.save``): the same
   file with every lazy tensor as a CPU tensor: it loads as CPU tensors.
 - ``save(obj, path)`` / ``load(path, device=None)`` (``lm.serialization``,
@@ -41,6 +43,7 @@ import collections
 import contextlib
 import os
 import shutil
+import sys
 import tempfile
 import threading
 import types
@@ -113,7 +116,10 @@ class _Reduced:
 
 def reduce_ex(t: LazyTensor, proto: int):
     """``LazyTensor.__reduce_ex__``: the tensor as PyTorch pickles one of a
-    device without storage, its value a CPU tensor (see the module doc)."""
+    device without storage, its value a CPU tensor (see the module doc); in
+    PyTorch's legacy format, as a CPU tensor."""
+    if _legacy_save_under_way():
+        return _as_cpu(t)
     param = _is_param(t)
     # A tensor object of its own (``detach``): the rebuild sets its
     # ``requires_grad``, and with ``map_location="cpu"`` returns it as the
@@ -125,6 +131,25 @@ def reduce_ex(t: LazyTensor, proto: int):
         return (torch._utils._rebuild_parameter,
                 (_Reduced(*rebuild), t.requires_grad, collections.OrderedDict()))
     return rebuild
+
+
+def _legacy_save_under_way() -> bool:
+    """Whether ``torch.save`` writes its legacy format
+    (``_use_new_zipfile_serialization=False``). Its loader fills each
+    storage only after the whole object is unpickled, so a rebuild that
+    moves a tensor to the lazy device would copy an unfilled storage (and
+    load garbage, silently): such files get CPU tensors instead. The pickler
+    does not say which format it writes; the caller's frame does."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "_legacy_save" and frame.f_globals.get("__name__") == _TORCH_SAVE:
+            return True
+        frame = frame.f_back
+    return False
+
+
+_TORCH_SAVE = torch.serialization.__name__
 
 
 def _keep_storage(storage, location):
@@ -157,14 +182,18 @@ class _HostPickler(torch.serialization.pickle.Pickler):
     """torch.save's pickler, writing each lazy tensor as a CPU tensor."""
 
     def reducer_override(self, obj):
-        if not isinstance(obj, LazyTensor):
-            return NotImplemented
-        host = host_value(obj).detach()  # (a new tensor object: the value may be shared)
-        if _is_param(obj):
-            return (torch._utils._rebuild_parameter,
-                    (host, obj.requires_grad, collections.OrderedDict()))
-        host.requires_grad_(obj.requires_grad)
-        return host.__reduce_ex__(4)
+        return _as_cpu(obj) if isinstance(obj, LazyTensor) else NotImplemented
+
+
+def _as_cpu(t: LazyTensor):
+    """How pickle writes the CPU tensor of ``t``'s value (a parameter: a CPU
+    parameter)."""
+    host = host_value(t).detach()  # (a new tensor object: the value may be shared)
+    if _is_param(t):
+        return (torch._utils._rebuild_parameter,
+                (host, t.requires_grad, collections.OrderedDict()))
+    host.requires_grad_(t.requires_grad)
+    return host.__reduce_ex__(4)
 
 
 _host_pickling = types.SimpleNamespace(__name__="lazy_mlir.host_pickling",

@@ -261,3 +261,13 @@ def test_a_tensor_and_its_detach_load_as_two_tensors(tmp_path):
         loaded = torch.load(tmp_path / "a.pt", map_location=where)
         assert loaded["a"] is not loaded["d"]
         assert loaded["a"].requires_grad and not loaded["d"].requires_grad
+
+
+def test_legacy_format_holds_cpu_tensors(tmp_path):
+    """PyTorch's legacy loader fills storages after rebuilding the tensors:
+    a lazy rebuild there would copy unfilled memory, so it gets CPU ones."""
+    x = torch.arange(4.0)
+    path = tmp_path / "legacy.pt"
+    torch.save({"t": x.to("lazy") * 2}, path, _use_new_zipfile_serialization=False)
+    loaded = torch.load(path)
+    assert loaded["t"].device.type == "cpu" and torch.equal(loaded["t"], x * 2)
