@@ -16,10 +16,11 @@ input, chains included, and is computed once per (shape, steps).
 
 A view whose elements overlap in memory (an ``expand``, an ``unfold`` with
 step < size) is written as eager writes it only when every element written
-to one place gets the same value (``fill_``, ``zero_``); any other write
-raises, before anything is recorded into the storage: eager's own error
-where eager refuses (a dimension of stride 0), NotImplementedError where
-eager's result depends on the order its kernel visits memory.
+to one place gets the same value (``fill_``, ``zero_``, a ``copy_`` of one
+element); ``check_write`` raises for any other write before it is
+recorded: eager's own error where eager refuses it (the op run on a CPU
+stand-in laid out as the view), NotImplementedError where eager's result
+depends on the order its kernel visits memory.
 """
 from __future__ import annotations
 
