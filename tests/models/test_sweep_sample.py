@@ -2,13 +2,13 @@
 entry per root cause the sweep found and fixed, each trained eagerly and on
 the lazy device by the sweep's own runner, in a child process as the sweep
 runs it. The plain loop must not crash, run a graph or an op eagerly, or
-differ from eager's losses; ``compile_train_step`` is checked too in the
-slow variant (``--runslow``). The full sweep: ``python -m lazy_mlir.tools.sweep``."""
+differ from eager's losses; the slow variant (``--runslow``) checks
+``compile_train_step`` too, on more entries. The full sweep: ``python -m lazy_mlir.tools.sweep``."""
 from __future__ import annotations
 
 import pytest
 
-from lazy_mlir.models.sweep import CI_SAMPLE
+from lazy_mlir.models.sweep import CI_SAMPLE, SLOW_SAMPLE
 from lazy_mlir.tools import sweep_report
 from lazy_mlir.tools.sweep import run_child
 
@@ -30,6 +30,6 @@ def test_sample_entry_trains_compiled(name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", CI_SAMPLE)
+@pytest.mark.parametrize("name", SLOW_SAMPLE)
 def test_sample_entry_both_ways(name):
     _check(run_child(name, steps=6, timeout=900), ("plain", "train_step"))
