@@ -11,6 +11,7 @@ entry, so a crash or a hang costs that entry only.
 """
 from __future__ import annotations
 
+import os
 import statistics
 import time
 import traceback
@@ -97,6 +98,8 @@ def _lazy(entry, steps: int, mode: str) -> dict:
         "fallback_ops": sum(fallbacks.values()), "fallbacks": fallbacks,
         "eager_graphs": counters.get("EagerGraph", 0),
         "compiles": compiles[-1] if compiles else 0,
+        "compiles_by_step": compiles,
+        "splits": {k: v for k, v in counters.items() if k.startswith("Split") and v},
         "compiles_after_warmup": compiles[-1] - compiles[min(WARMUP, steps) - 1] if compiles else 0,
         "compile_s": round(seconds, 2),
         "ops_per_step": round(captured / max(steps, 1), 1),
@@ -129,7 +132,8 @@ def _error(e: BaseException) -> str:
 def run_entry(name: str, steps: int = 6, modes=("plain", "train_step")) -> dict:
     from lazy_mlir.models.sweep import by_name
     entry = by_name(name)
-    record: dict = {"name": name, "family": entry.family, "steps": steps}
+    record: dict = {"name": name, "family": entry.family, "steps": steps,
+                    "load": round(os.getloadavg()[0], 1)}  # (timings under load are noisy)
     params = _parameters_on_meta(entry)
     record["parameters"] = params
     if params is not None and params > MAX_PARAMETERS:
