@@ -11,6 +11,7 @@ A TOML file (``--pipeline-config FILE`` or ``LAZY_MLIR_PIPELINE=FILE``)::
     linalg_after = ["canonicalize"]    # passes run on linalg-on-tensors
     input = "linalg"                   # or "torch": IREE's own torch input
     mixed_precision = "none"           # or "bf16": matmul/conv in bf16, f32 accumulate
+                                       # (also LAZY_MLIR_USE_BF16=1, over any file)
     conv_lowering = "auto"             # "im2col": convs as im2col + matmul (passes/conv_matmul.py)
                                        # and non-overlapping max and average pooling as
                                        # elementwise ops (passes/pool_elementwise.py);
@@ -180,11 +181,21 @@ def switched_on(name: str) -> bool:
     return os.environ.get(name, "1").strip().lower() not in OFF_WORDS
 
 
+BF16_SWITCH = "LAZY_MLIR_USE_BF16"
+
+
 def current_config() -> PipelineConfig:
-    """The process's config: set by ``set_config``, else ``LAZY_MLIR_PIPELINE``."""
+    """The process's config: set by ``set_config``, else ``LAZY_MLIR_PIPELINE``
+    (a TOML file; unset: the defaults), with ``mixed_precision = "bf16"``
+    when ``LAZY_MLIR_USE_BF16`` is on (1 / true / on / yes: the seeds'
+    ``LTC_USE_BF16``; tensors keep reporting float32). Both are read when
+    no config is set yet (at the first compile, or after ``set_config(None)``)."""
     if _current[0] is None:
         path = os.environ.get("LAZY_MLIR_PIPELINE")
-        _current[0] = PipelineConfig.from_toml(path) if path else PipelineConfig()
+        config = PipelineConfig.from_toml(path) if path else PipelineConfig()
+        if os.environ.get(BF16_SWITCH, "0").strip().lower() not in OFF_WORDS + ("",):
+            config = config.replace(mixed_precision="bf16")
+        _current[0] = config
     return _current[0]
 
 
