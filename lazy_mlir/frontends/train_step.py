@@ -42,7 +42,8 @@ Guarantees:
   hyperparameters and non-tensor optimizer state (a learning-rate scheduler's
   change records again, once), the same ``train()``/``eval()`` modes (of
   the modules the model had when the step was made), grad
-  mode, target and pipeline config. Anything else runs the plain step.
+  mode, ``lm.autocast`` state (on or off, its dtype), target and pipeline
+  config. Anything else runs the plain step.
 - A step that reads a tensor on the host (``.item()``, ``if tensor:``), runs
   an op eagerly, or computes on the host a value that changes from step to
   step (two recordings disagree) is never replayed: it runs as the plain
@@ -79,6 +80,7 @@ from ..lazy import bounds, early_outputs, random
 from .. import metrics
 from ..lazy.capture import assign, emit, value_of
 from ..lazy.collectives import NAMES as COLLECTIVES
+from ..lazy.autocast import state as autocast_state
 from ..graph.ir import DeviceData, Value
 from ..lazy.sync import current_target, execute, launch, mark_step, run_entry
 from ..lazy.tensor import LazyTensor, wrap_value
@@ -245,7 +247,8 @@ class CompiledTrainStep:
         return (call.layout, tuple((tuple(b.shape), b.dtype) for b in call.tensors),
                 tuple(id(t) for _, _, t in state),
                 tuple(hyper), tuple(m.training for m in self._modules),
-                torch.is_grad_enabled(), current_target().cache_key, current_config().key)
+                torch.is_grad_enabled(), autocast_state(), current_target().cache_key,
+                current_config().key)
 
     # -- a call --------------------------------------------------------------
     def __call__(self, *args, **kwargs):

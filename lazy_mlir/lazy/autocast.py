@@ -270,3 +270,10 @@ def is_enabled() -> bool:
     """Whether ops on lazy tensors of this thread are autocast now."""
     return (torch._C._dispatch_tls_is_dispatch_key_included(_KEY)
             and not torch._C._dispatch_tls_is_dispatch_key_excluded(_KEY))
+
+
+def state() -> tuple:
+    """What lazy autocast does to ops recorded now on this thread, hashable:
+    ``(False,)`` or ``(True, dtype)`` (part of ``compile_train_step``'s
+    guard: a step recorded under autocast replays only under the same)."""
+    return (True, torch.get_autocast_dtype(_SLOT)) if is_enabled() else (False,)
