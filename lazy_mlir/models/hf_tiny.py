@@ -22,7 +22,7 @@ HIDDEN, LAYERS, HEADS, FFN = 64, 2, 2, 128
 
 # config attribute -> tiny value (set only where the default config has it)
 _SIZES = {
-    "vocab_size": VOCAB,
+    "vocab_size": VOCAB, "decoder_vocab_size": VOCAB, "target_vocab_size": VOCAB,
     "hidden_size": HIDDEN, "d_model": HIDDEN, "n_embd": HIDDEN, "embed_dim": HIDDEN,
     "dim": HIDDEN, "emb_dim": HIDDEN, "word_embed_proj_dim": HIDDEN, "embedding_size": HIDDEN,
     "num_hidden_layers": LAYERS, "n_layer": LAYERS, "num_layers": LAYERS, "n_layers": LAYERS,
@@ -69,7 +69,7 @@ def _shrink(cfg, depth: int = 0):
                 setattr(cfg, key, _shrink(sub, depth + 1))
     for key, value in _SIZES.items():
         if isinstance(getattr(cfg, key, None), int) and not isinstance(getattr(cfg, key), bool):
-            setattr(cfg, key, value)
+            _set(cfg, key, value)
     for key, stages in _STAGES.items():
         current = getattr(cfg, key, None)
         if isinstance(current, (list, tuple)) and current:
@@ -97,6 +97,13 @@ def _shrink(cfg, depth: int = 0):
     if getattr(cfg, "pad_token_id", None) is None and hasattr(cfg, "pad_token_id"):
         cfg.pad_token_id = 0  # (sequence classification of a batch > 1 needs one)
     return cfg
+
+
+def _set(cfg, key: str, value) -> None:
+    try:
+        setattr(cfg, key, value)
+    except AttributeError:  # (a derived property: Falcon's head_dim)
+        pass
 
 
 def _token_batch(step: int) -> dict:
