@@ -47,7 +47,7 @@ from .kinds import functional_of
 from .scalars import _scalar_dtype
 from .state import dry_run as _dry_run
 from .supported import note_fallback
-from .sync import to_host
+from .sync import execute, to_host
 from .tensor import LazyTensor, wrap_value
 
 aten = torch.ops.aten
@@ -281,6 +281,9 @@ def run_eagerly(func, args, kwargs, why: str):
         return _dry_run[0].stand_in(func, args, kwargs, why)
     note_fallback(func.__name__.split(".")[0], why)
     flat, tree = tree_flatten((args, kwargs))
+    # Every pending argument in one graph: read one by one, each read would
+    # launch its own (GradScaler's unscale of N gradients: N compiles).
+    execute([value_of(a) for a in flat if isinstance(a, LazyTensor)])
     host = [to_host(a).clone() if isinstance(a, LazyTensor) else a for a in flat]
     hargs, hkwargs = tree_unflatten(host, tree)
     out = func(*hargs, **hkwargs)
