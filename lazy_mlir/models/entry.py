@@ -23,7 +23,14 @@ class Entry:
 
 
 def seeded(build: Callable[[], nn.Module], seed: int = 0) -> Callable[[], nn.Module]:
+    """``build`` with torch's, numpy's and Python's random streams seeded:
+    models draw from all three while training (wav2vec2's time masks: numpy)."""
     def make():
+        import random
+
+        import numpy as np
+        random.seed(seed)
+        np.random.seed(seed)
         torch.manual_seed(seed)
         return build()
     return make

@@ -84,7 +84,7 @@ def main(argv=None) -> int:
     p.add_argument("--only", action="append", default=[], help="names containing this")
     p.add_argument("--sample", action="store_true", help="the CI sample only")
     p.add_argument("--list", action="store_true")
-    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--steps", type=int, default=7)
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per entry")
     p.add_argument("--results", type=pathlib.Path, default=RESULTS)
     p.add_argument("--redo", action="store_true", help="run recorded entries again")

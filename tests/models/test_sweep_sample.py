@@ -25,11 +25,11 @@ def _check(rec: dict, modes) -> None:
 
 @pytest.mark.parametrize("name", CI_SAMPLE)
 def test_sample_entry_trains_compiled(name):
-    rec = run_child(name, steps=3, timeout=600, env={"LAZY_MLIR_SWEEP_MODES": "plain"})
+    rec = run_child(name, steps=4, timeout=600, env={"LAZY_MLIR_SWEEP_MODES": "plain"})
     _check(rec, ("plain",))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", SLOW_SAMPLE)
 def test_sample_entry_both_ways(name):
-    _check(run_child(name, steps=6, timeout=900), ("plain", "train_step"))
+    _check(run_child(name, steps=7, timeout=900), ("plain", "train_step"))
