@@ -304,6 +304,33 @@ def test_training_matches_eager(dtype, scaled):
         torch.testing.assert_close(p_lazy, p_eager, **BF16_TOL)
 
 
+def test_compile_train_step_under_autocast():
+    """A step recorded inside lm.autocast replays there with eager CPU
+    autocast's losses; outside the region it is not replayed (the guard
+    includes the autocast state) and computes in float32."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    g = torch.Generator().manual_seed(5)
+    xs, ys = torch.randn(5, 8, 16, generator=g), torch.randint(0, 4, (5, 8), generator=g)
+    eager = copy.deepcopy(model)
+    eager_opt = torch.optim.SGD(eager.parameters(), lr=0.1)
+    lazy = copy.deepcopy(model).to("lazy")
+    step = lm.compile_train_step(lazy, F.cross_entropy, torch.optim.SGD(lazy.parameters(), lr=0.1))
+    replayed = lm.metrics.counter_value("TrainStepReplayed")
+    for i in range(5):
+        region = lm.autocast("lazy") if i < 4 else lm.autocast("lazy", enabled=False)
+        with region:
+            got = step(xs[i].to("lazy"), ys[i].to("lazy")).item()
+        with torch.autocast("cpu", enabled=i < 4):
+            eager_opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(eager(xs[i]), ys[i])
+            loss.backward()
+            eager_opt.step()
+        assert got == pytest.approx(loss.item(), rel=1e-2, abs=1e-2), i
+    # steps 3 and 4 replayed; step 5, outside autocast, records in float32
+    assert lm.metrics.counter_value("TrainStepReplayed") - replayed == 2
+
+
 def test_device_bf16_mode(monkeypatch):
     """LAZY_MLIR_USE_BF16=1 (the seed's LTC_USE_BF16): matmuls run in bf16
     inside the graph while every tensor reports float32."""
