@@ -335,3 +335,20 @@ def native_batch_norm(input, weight, bias, running_mean, running_var, training, 
     out = aten._native_batch_norm_legit_no_training.default(input, weight, bias, running_mean,
                                                              running_var, momentum, eps)[0]
     return out, aten.clone.default(running_mean), aten.clone.default(running_var)
+
+
+@register_decomposition(aten._weight_norm_interface_backward.default, scope=CAPTURE)
+def weight_norm_interface_backward(grad_w, saved_v, saved_g, saved_norms, dim):
+    """The gradient of ``_weight_norm_interface`` (``w = v * g / ||v||``,
+    the norm over every dimension but ``dim``), as ATen's
+    ``_weight_norm_differentiable_backward``: ``s = sum(grad_w * v)``,
+    ``grad_v = g / ||v|| * (grad_w - v * s / ||v||^2)``, ``grad_g = s / ||v||``.
+    (``nn.utils.weight_norm``: wav2vec2's and HuBERT's positional convolution.)"""
+    if saved_v.dtype not in (torch.float32, torch.float64):
+        return NotImplemented  # (ATen accumulates half types in float32)
+    dims = [d for d in range(saved_v.dim()) if d != dim % max(saved_v.dim(), 1)]
+    sums = aten.sum.dim_IntList(aten.mul.Tensor(grad_w, saved_v), dims, True)
+    square = aten.mul.Tensor(saved_norms, saved_norms)
+    centred = aten.sub.Tensor(grad_w, aten.mul.Tensor(saved_v, aten.div.Tensor(sums, square)))
+    grad_v = aten.mul.Tensor(aten.div.Tensor(saved_g, saved_norms), centred)
+    return grad_v, aten.div.Tensor(sums, saved_norms)
