@@ -234,7 +234,7 @@ def main(argv=None):
 
     # Each epoch shuffles with a generator seeded by (seed, epoch), so that a
     # resumed run sees the batches the uninterrupted run would have seen.
-    val_loader = DataLoader(val_dataset, batch_size=256, shuffle=False)
+    val_loader = DataLoader(val_dataset, batch_size=512, shuffle=False)  # one batch
     checkpoint_dir = args.checkpoint_dir or tempfile.mkdtemp(prefix="digits_ckpt_")
     os.makedirs(checkpoint_dir, exist_ok=True)
 
