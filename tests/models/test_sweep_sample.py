@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from lazy_mlir.models.sweep import CI_SAMPLE, SLOW_SAMPLE
+from lazy_mlir.models.sweep import CI_SAMPLE, KNOWN_FAILURES, SLOW_SAMPLE
 from lazy_mlir.tools import sweep_report
 from lazy_mlir.tools.sweep import run_child
 
@@ -30,6 +30,8 @@ def test_sample_entry_trains_compiled(name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", SLOW_SAMPLE)
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.xfail(reason=KNOWN_FAILURES[n], strict=True))
+    if n in KNOWN_FAILURES else n for n in SLOW_SAMPLE])
 def test_sample_entry_both_ways(name):
     _check(run_child(name, steps=7, timeout=900), ("plain", "train_step"))
