@@ -152,7 +152,8 @@ def _run(entry, inputs: list[DeviceData], outputs: list[DeviceData], target,
     t0 = time.perf_counter()
     session = session_for(target)
     if isinstance(entry, EagerEntry):
-        metrics.counter_inc("EagerGraph")  # a whole graph, not compiled
+        if entry.ops:  # (none blamed: it runs eagerly while its module compiles)
+            metrics.counter_inc("EagerGraph")  # a whole graph that failed to compile
         for op in entry.ops:
             note_fallback(op, "its graph failed to compile")
         outs = entry.gm(*[host_of(d) for d in inputs])
