@@ -31,14 +31,12 @@ CI_SAMPLE = (
     "hf/image-classification/convnext",       # a view of a restrided layer_norm (ops/restride.py)
     "hf/causal-lm/llama",                     # SiLU backward's in-place ops (ops/subgraph.py)
 )
-# Known to fail, with why: the test expects the failure (xfail) until fixed.
-KNOWN_FAILURES = {
-    "hf/causal-lm/mixtral": "the router's topk and the token sort share an outs operand "
-                            "(pipeline/in_place.shared_sort_operands): its graphs run eagerly",
-}
+# Known to fail, with why: the slow test expects the failure (strict xfail)
+# until it is fixed. (Mixtral was here until in_place.unshare_sort_operands.)
+KNOWN_FAILURES: dict[str, str] = {}
 SLOW_SAMPLE = CI_SAMPLE + (
     "nn/lstm",                                # recurrent layers with dropout between
-    "hf/causal-lm/mixtral",                   # integer histc, _grouped_mm (tests/e2e/test_moe_ops.py)
+    "hf/causal-lm/mixtral",                   # integer histc, _grouped_mm, the router's sorts
     "nn/conv2d",                              # convolutions, depthwise
     "hf/image-classification/mobilenet_v2",   # backward refused by compiled autograd; negative pads
     "hf/image-classification/swin",           # restrided views (windows)

@@ -29,7 +29,7 @@ from ..dialects.runner import PipelineError
 from ..targets import Target
 from .fx_graph import to_fx
 from .in_place import (argument_read_after_in_place_write, clobbered_args, returned_args,
-                       shared_sort_operands)
+                       shared_sort_operands, unshare_sort_operands)
 from .stages import Compiled, Stage, compile_stages, lower
 
 log = logging.getLogger("lazy_mlir")
@@ -110,6 +110,10 @@ def compile_module(stages: tuple[Stage, ...], target: Target, config: PipelineCo
     renamed; the protections still index the unbound arguments.
     """
     text = stages[-1].text
+    unshared = unshare_sort_operands(text)
+    if unshared is not text:
+        text = unshared
+        stages = stages[:-1] + (replace(stages[-1], text=text),)
     for check, blamed in _HAZARDS:
         value = check(text)
         if value:

@@ -89,3 +89,49 @@ def argument_read_after_in_place_write(text: str) -> str | None:
             return arg
     return None
 
+
+
+_SORT_OUTS = re.compile(r"tm_tensor\.(?:sort|topk)\b[^\n]*?outs\(([^)]*?)(?::|\))")
+
+
+def unshare_sort_operands(text: str) -> str:
+    """``text`` with each in-place operand that two sorts share (for
+    ``shared_sort_operands``: the index ``iota`` of two sorts of one shape,
+    merged by CSE, as in a MoE router's two ``topk``s) defined again, by a
+    copy of its defining op, for its second sort: each sort then fills its
+    own. Left as it is where the defining op is not found (the check then
+    refuses the graph, as before)."""
+    for _ in range(32):
+        value = shared_sort_operands(text)
+        if value is None:
+            return text
+        new = _redefine_for_second_sort(text, value)
+        if new is None:
+            return text
+        text = new
+    return text
+
+
+def _redefine_for_second_sort(text: str, value: str) -> str | None:
+    lines = text.split("\n")
+    start = next((i for i, ln in enumerate(lines) if ln.lstrip().startswith(value + " = ")), None)
+    if start is None:
+        return None
+    end = start
+    if lines[start].rstrip().endswith("{"):  # an op with a region: to its closing brace
+        indent = lines[start][:len(lines[start]) - len(lines[start].lstrip())]
+        end = next((j for j in range(start + 1, len(lines))
+                    if lines[j].startswith(indent + "}")), None)
+        if end is None:
+            return None
+    own = re.compile(re.escape(value) + r"(?![\w$.-])")
+    uses = [i for i, ln in enumerate(lines)
+            if (m := _SORT_OUTS.search(ln)) and own.search(m.group(1))]
+    if len(uses) < 2 or uses[1] <= end:
+        return None
+    fresh = f"%lazy_mlir_unshared{text.count('%lazy_mlir_unshared')}"  # (grows by 2 a copy)
+    clone = [lines[start].replace(value + " = ", fresh + " = ", 1)] + lines[start + 1:end + 1]
+    m = _SORT_OUTS.search(lines[uses[1]])
+    outs = own.sub(fresh, m.group(1))
+    lines[uses[1]] = lines[uses[1]][:m.start(1)] + outs + lines[uses[1]][m.end(1):]
+    return "\n".join(lines[:uses[1]] + clone + lines[uses[1]:])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from lazy_mlir.pipeline.in_place import (argument_read_after_in_place_write, returned_args,
-                                        shared_sort_operands)
+                                        shared_sort_operands, unshare_sort_operands)
 
 INSERT_AND_RETURN_ARG = """
   func.func @main(%arg0: tensor<6xf32>, %arg1: tensor<4xf32>) -> (tensor<6xf32>, tensor<6xf32>) {
@@ -53,3 +53,31 @@ def test_argument_read_after_in_place_write():
 def test_shared_sort_operands():
     assert shared_sort_operands(TWO_SORTS) == "%arg0"
     assert shared_sort_operands(TWO_SORTS.split("%3:2")[0]) is None
+
+
+IOTA_SHARED = """func.func @main(%arg0: tensor<4xf32>, %arg1: tensor<4xf32>) -> (tensor<4xi64>, tensor<4xi64>) {
+    %0 = tensor.empty() : tensor<4xi64>
+    %1 = linalg.generic {indexing_maps = [#map], iterator_types = ["parallel"]} outs(%0 : tensor<4xi64>) {
+    ^bb0(%out: i64):
+      %9 = linalg.index 0 : index
+      %10 = arith.index_cast %9 : index to i64
+      linalg.yield %10 : i64
+    } -> tensor<4xi64>
+    %2:2 = tm_tensor.sort dimension(0) outs(%arg0, %1 : tensor<4xf32>, tensor<4xi64>) {
+    } -> tensor<4xf32>, tensor<4xi64>
+    %3:2 = tm_tensor.sort dimension(0) outs(%arg1, %1 : tensor<4xf32>, tensor<4xi64>) {
+    } -> tensor<4xf32>, tensor<4xi64>
+    return %2#1, %3#1 : tensor<4xi64>, tensor<4xi64>
+}"""
+
+
+def test_unshare_sort_operands_copies_a_shared_iota():
+    assert shared_sort_operands(IOTA_SHARED) == "%1"
+    out = unshare_sort_operands(IOTA_SHARED)
+    assert shared_sort_operands(out) is None
+    assert "%lazy_mlir_unshared0 = linalg.generic" in out
+    assert "outs(%arg1, %lazy_mlir_unshared0 : tensor<4xf32>" in out
+    assert out.index("%lazy_mlir_unshared0 = ") < out.index("%3:2 = tm_tensor.sort")
+    assert out.count("linalg.index 0") == 2
+    # an argument sorted in place twice has no op to copy: left to the check
+    assert unshare_sort_operands(TWO_SORTS) == TWO_SORTS
