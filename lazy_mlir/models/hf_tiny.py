@@ -96,6 +96,9 @@ def _shrink(cfg, depth: int = 0):
             setattr(cfg, key, VOCAB - 1 - ("pad" in key))
     if getattr(cfg, "pad_token_id", None) is None and hasattr(cfg, "pad_token_id"):
         cfg.pad_token_id = 0  # (sequence classification of a batch > 1 needs one)
+    if getattr(cfg, "is_encoder_decoder", False) and \
+            getattr(cfg, "decoder_start_token_id", None) is None:
+        cfg.decoder_start_token_id = getattr(cfg, "pad_token_id", None) or 0  # (T5 shifts labels)
     return cfg
 
 
