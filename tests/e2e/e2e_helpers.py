@@ -49,6 +49,10 @@ class Counters:
     def delta(self, name: str) -> int:
         return lm.metrics.counter_value(name) - self.start.get(name, 0)
 
+    def fell_back(self) -> list[str]:
+        """The ``aten::<op>`` counters (ops run eagerly) that moved."""
+        return [n for n in lm.metrics.counter_names() if n.startswith("aten::") and self.delta(n)]
+
 
 def same_as_eager(fn, *inputs, exact: bool = False, no_fallback: bool = False) -> None:
     """``fn`` on lazy copies of ``inputs`` gives what it gives eagerly (NaN
