@@ -12,7 +12,8 @@ from .torch_import import func_d, ir
 
 __all__ = ["ops_named", "shape", "element_type", "element_bytes", "int_list", "zero_pad", "add_functions",
            "call_instead", "in_loop", "mark", "FUSION_BARRIER", "barrier_into", "barrier_before",
-           "producer", "i64_array", "zero_fill", "printed_with"]
+           "producer", "i64_array", "zero_fill", "printed_with", "function_bodies",
+           "elements", "barrier_uses_after"]
 
 
 def ops_named(module: ir.Module, name: str) -> list:
@@ -172,3 +173,63 @@ def barrier_into(value, users: tuple[str, ...]) -> int:
     for owner, index in uses:
         owner.operands[index] = barrier
     return len(uses)
+
+
+def function_bodies(module: ir.Module) -> list[list]:
+    """The operations directly in each ``func.func``'s body, in order (as
+    ``ir.Operation``: an op view's ``name`` may be its symbol's)."""
+    return [[o.operation for o in op.regions[0].blocks[0].operations]
+            for op in module.body.operations
+            if op.operation.name == "func.func" and len(op.regions[0].blocks)]
+
+
+def elements(value) -> int | None:
+    """How many elements ``value`` holds: 1 for an int, index or float, the
+    product of a static tensor shape; None for anything else."""
+    t = value.type
+    if isinstance(t, (ir.IntegerType, ir.IndexType, ir.FloatType)):
+        return 1
+    if isinstance(t, ir.RankedTensorType) and t.has_static_shape:
+        n = 1
+        for d in t.shape:
+            n *= d
+        return n
+    return None
+
+
+def barrier_uses_after(value, op) -> bool:
+    """Pass the uses of ``value`` by operations after ``op`` (in ``op``'s
+    block, or nested in one there) through one ``FUSION_BARRIER`` placed
+    right after ``op``; False when there are none. A later reshape of
+    ``value`` moves right after ``op`` and its uses get the barrier instead:
+    iree-compile moves a reshape of a barrier's result above it, which
+    would move the barrier to wherever the reshape was."""
+    block = op.operation.block
+    later = []
+    for use in value.uses:
+        owner = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+        while owner.block != block:  # (a use inside an op of the block: that op)
+            owner = owner.parent
+        if op.operation.is_before_in_block(owner):
+            later.append((use.owner, use.operand_number))
+    if not later:
+        return False
+    rest = []
+    for owner, index in later:
+        o = owner.operation if hasattr(owner, "operation") else owner
+        if o.name in _RESHAPES and len(o.operands) == 1 and o.block == block:
+            o.move_after(op.operation)
+            barrier_uses_after(o.results[0], o)
+        else:
+            rest.append((owner, index))
+    if rest:
+        value.context.allow_unregistered_dialects = True
+        with ir.InsertionPoint.after(op), op.location:
+            barrier = ir.Operation.create(FUSION_BARRIER, results=[value.type],
+                                          operands=[value])
+        for owner, index in rest:
+            owner.operands[index] = barrier.result
+    return True
+
+
+_RESHAPES = ("tensor.expand_shape", "tensor.collapse_shape")

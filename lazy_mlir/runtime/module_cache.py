@@ -104,10 +104,11 @@ def module_for(graph, target, config):
     compiler = None if pool is None else _worker_compiler(cache, stages=dumper is not None)
     compiled = compile_graph(graph, target, config, compiler=compiler)
     entry = load_module(compiled, graph, target)
+    if dumper is not None and not isinstance(compiled, EagerEntry):
+        # (also a module IREE refuses to load: its IR is what explains why)
+        dumper.dump(graph, compiled.compiled, config,
+                    make_key(graph.key, target.cache_key, config.key))
     if not isinstance(entry, EagerEntry):
-        if dumper is not None:
-            dumper.dump(graph, compiled.compiled, config,
-                        make_key(graph.key, target.cache_key, config.key))
         if disk and pool is None:  # a worker stores its own
             disk.put(disk_key, pack_entry(compiled.clobbered, compiled.passthrough,
                                           compiled.vmfb), cache[2])
