@@ -56,11 +56,23 @@ def kind(func) -> str:
 
 @functools.lru_cache(maxsize=None)
 def functional_of(func):
-    """``add_.Tensor`` -> ``add.Tensor`` (None when there is no such overload)."""
+    """``add_.Tensor`` -> ``add.Tensor`` (None when there is no such overload).
+    Matched by the arguments, not only the overload name: ``pow_.Scalar`` is
+    ``pow.Tensor_Scalar`` (``pow.Scalar`` is ``Scalar ** Tensor``), and so are
+    ``float_power_.Scalar`` and ``ldexp_``."""
     packet = getattr(aten, func.__name__.split(".")[0].rstrip("_"), None)
-    if packet is not None and func._overloadname in packet.overloads():
-        return getattr(packet, func._overloadname)
+    if packet is None:
+        return None
+    want = _arguments(func)
+    names = [func._overloadname] + [n for n in packet.overloads() if n != func._overloadname]
+    for name in names:
+        if name in packet.overloads() and _arguments(getattr(packet, name)) == want:
+            return getattr(packet, name)
     return None
+
+
+def _arguments(func) -> tuple:
+    return tuple((a.name, str(a.type)) for a in func._schema.arguments)
 
 
 @functools.lru_cache(maxsize=None)
