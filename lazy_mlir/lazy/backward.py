@@ -34,6 +34,7 @@ import torch.fx as fx
 
 from .. import metrics
 from ..ops import subgraph
+from . import masked_backward
 from . import tensor as _tensor
 from ..ops import support as _support
 from .capture import _make_scalar
@@ -301,6 +302,8 @@ def _gradients_graph(gm: fx.GraphModule):
             graph.output(tuple(grads))
             continue
         env[node] = graph.node_copy(node, lambda n: env[n])
+        if node.op == "call_function" and masked_backward.replaces(node.target):
+            env[node].target = masked_backward.masked(node.target)  # (no data-dependent shape)
     return fx.GraphModule(gm, graph), params
 
 
