@@ -25,7 +25,10 @@ made only where it can pay and the rest can hide behind the next capture:
 the whole module's last run took at least ``MIN_SECONDS`` and at most as
 long as the host took for its step (``sync.mark_step``: since the last one,
 less the waits for graphs to run), and the early part is at most
-``MAX_EARLY_FRACTION`` of the work (``_weight``). ``LAZY_MLIR_SPLIT=0`` turns it off.
+``MAX_EARLY_FRACTION`` of the work (``_weight``). The timing is judged at
+the key's first ``TIMED_DECISIONS`` launches after its module has run
+compiled, and a "no" then is final: the graphs a program runs stop changing
+after warm-up. ``LAZY_MLIR_SPLIT=0`` turns it off.
 
 Where the early part is a training step's forward (the loss read, the
 backward a ``subgraph`` node of the rest: ``lazy/backward.py``), the step is
@@ -57,6 +60,12 @@ from .state import backward_cuts, cut_graphs, cut_step, early_reads, one_graph_d
 MIN_SECONDS = 0.5e-3
 # An early part of more of the nodes leaves too little to overlap.
 MAX_EARLY_FRACTION = 0.6
+# Launches of a key whose timing ``pays`` judges before a "no" is final: a
+# module's first compiled run pays one-time costs (allocations, first
+# touches) and may look too slow; its second decides. Asked at every launch,
+# a "yes" came whenever the timings happened to cross, at any step, and its
+# two graphs compiled then (seconds, long after warm-up).
+TIMED_DECISIONS = 2
 
 _SUBGRAPH = subgraph.ops.subgraph.default
 # (graph key, its job, id of each output's data) of the newest launch: ids,
@@ -103,6 +112,14 @@ class SplitPlan:
     flag_early: bool                    # the index-check flags are the early part's last output
 
 
+@dataclass(frozen=True)
+class _Declined:
+    """``split_plans``' value for a key whose timing did not pay ``times``
+    times, fewer than ``TIMED_DECISIONS`` (not decided yet)."""
+
+    times: int
+
+
 def plan_for(graph: Graph, entry, has_checks: bool, capture_seconds: float) -> SplitPlan | None:
     """The split of ``graph`` (its key's), or None where it does not pay;
     ``capture_seconds``: the host's time for the step that made it (since
@@ -111,11 +128,17 @@ def plan_for(graph: Graph, entry, has_checks: bool, capture_seconds: float) -> S
     if not reads or not enabled():
         return None
     plan = split_plans.get(graph.key, False)
-    if plan is not False:
+    if plan is not False and type(plan) is not _Declined:
         return plan
     seconds = getattr(entry, "seconds", None)
-    if seconds is None or not pays(seconds, capture_seconds):
-        return None  # (not run compiled yet, or too short or long: asked again next launch)
+    if seconds is None:
+        return None  # (not run compiled yet: asked again next launch)
+    if not pays(seconds, capture_seconds):  # (too short or long: final at the last decision)
+        times = (plan.times if type(plan) is _Declined else 0) + 1
+        split_plans[graph.key] = None if times >= TIMED_DECISIONS else _Declined(times)
+        if times >= TIMED_DECISIONS:
+            metrics.counter_inc("SplitNotPaying")
+        return None
     early = sorted(reads)
     if has_checks:  # (the flags are the graph's last output)
         early.append(len(graph.outputs) - 1)

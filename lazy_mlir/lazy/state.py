@@ -50,7 +50,7 @@ bounds_mode = {"unchecked": 0, "outer": None, "in_graph": 0}  # context-manager 
 
 # -- early_outputs.py
 early_reads: dict = {}      # graph key -> positions of outputs read on the host after its launch
-split_plans: dict = {}      # graph key -> its early_outputs.SplitPlan, or None (no split)
+split_plans: dict = {}      # graph key -> early_outputs.SplitPlan, None (no split), _Declined (not yet)
 backward_cuts: set = set()  # subgraph templates of backwards a step is launched before
 cut_step = [False]          # the step being captured was launched before its backward: its template
 cut_graphs: dict = {}       # backward template -> keys of the graphs of its newest cut step

@@ -96,8 +96,8 @@ def write_report(records: dict[str, dict], path: pathlib.Path) -> str:
         "`lm.compile_train_step`. Verdicts: `crash` (the lazy program raised where eager "
         "runs), `eager-graph` (a whole graph ran eagerly), `fallback` (ops ran eagerly), "
         f"`mismatch` (a loss differs from eager's by more than {TOLERANCE:g} relative), "
-        "`recompiles` (a compile after the first four steps: the first step, the steady step, "
-        "and on the fourth the early-output split of the loss read), `ok`. Cells: verdict, "
+        "`recompiles` (a compile after the first five steps: the first step, the steady step, "
+        "and on the fourth or fifth the early-output split of the loss read), `ok`. Cells: verdict, "
         "fallback ops, step time against eager (after warm-up), compiles / compile seconds.",
         "", "## Summary", "", *summary(records), "", "## Entries", "", *table(records), ""])
     path.write_text(text)

@@ -19,10 +19,11 @@ import traceback
 import torch
 
 # Steps whose compiles are expected: the first step's graph (no optimizer
-# state yet), the steady step's, and on the fourth step the plain loop's
-# early-output split of the steady step (its loss read: two graphs, once,
+# state yet), the steady step's, and on the fourth or fifth step the plain
+# loop's early-output split of the steady step (its loss read: two graphs,
+# once; decided at the steady graph's second or third launch, then final,
 # lazy/early_outputs.py).
-WARMUP = 4
+WARMUP = 5
 
 
 class _LossModule(torch.nn.Module):

@@ -319,3 +319,31 @@ def test_the_gate_times_the_capture_without_the_wait_for_the_read(monkeypatch):
     assert c.delta("SplitPlanned") == c.delta("SplitAtBackward") == c.delta("SplitLaunch") == 0
     for table in (early_reads, split_plans, backward_cuts):
         table.clear()
+
+
+def test_a_split_that_did_not_pay_is_not_made_later(monkeypatch):
+    """The timing is judged at two launches of the step's graph; a "no" then
+    is final. Asked at every launch, a later "yes" (the timings crossing by
+    chance) cut the steps from then on and compiled two graphs long after
+    warm-up: the sweep's compiles at the 5th step or later."""
+    monkeypatch.delenv("LAZY_MLIR_SPLIT", raising=False)
+    for table in (early_reads, split_plans, backward_cuts, cut_graphs):
+        table.clear()
+    answers = []
+
+    def pays(seconds, capture_seconds):  # no, no, then yes
+        answers.append(len(answers) >= 2)
+        return answers[-1]
+    monkeypatch.setattr(early_outputs, "pays", pays)
+    _, _, lazy, opt_l = _models()
+    c = Counters()
+    compiles = []
+    for ids, labels in _batches(7, "lazy"):
+        _step(lazy, opt_l, ids, labels, "lazy").item()
+        compiles.append(c.delta("UncachedCompile"))
+    assert answers == [False, False]
+    assert c.delta("SplitNotPaying") == 1
+    assert c.delta("SplitAtBackward") == c.delta("SplitLaunch") == 0
+    assert compiles[-1] == compiles[1]  # (the first step's graph and the steady one's)
+    for table in (early_reads, split_plans, backward_cuts, cut_graphs):
+        table.clear()
