@@ -15,7 +15,7 @@ of a sum of squares on a 0-d tensor, then ``stack``. A tiny 2-layer BERT has
 41 gradients, so 41 ``sqrt``s in one dispatch with 42 bindings.
 
 Here the scalar operations of each function body are taken in order into
-runs of at most ``MAX_BINDINGS`` estimated bindings (each operand from
+runs of at most ``MAX_BINDINGS`` estimated bindings (each value read from
 outside the run, each result); at the end of a run, each value it made that
 is used later passes through a ``linalg_edit.FUSION_BARRIER`` placed right
 after the run. IREE's walk then stops there (the barrier is not a compute
@@ -63,15 +63,16 @@ def _is_scalar(op) -> bool:
     return bool(op.results) and all(E.elements(v) == 1 for v in values)
 
 
-def _bindings(op, made: set) -> int:
-    """``op``'s bindings in a run that made ``made``: its operands made
-    elsewhere (not cloned into the dispatch) and its results."""
-    outside = set()
+def _bindings(op, made: set, read: set) -> int:
+    """The bindings ``op`` adds to a run that made ``made`` and reads
+    ``read`` from outside (updated): its other operands (not cloned into
+    the dispatch) and its results."""
+    before = len(read)
     for v in op.operands:
         producer = E.producer(v)
         if v not in made and (producer is None or producer.name not in _CLONED):
-            outside.add(v)
-    return len(outside) + len(op.results)
+            read.add(v)
+    return len(read) - before + len(op.results)
 
 
 def bound_scalar_dispatches(module) -> int:
@@ -79,18 +80,17 @@ def bound_scalar_dispatches(module) -> int:
     ``MAX_BINDINGS`` estimated bindings; returns the number of cuts."""
     cuts = 0
     for body in E.function_bodies(module):
-        run, made, bindings = [], set(), 0
+        run, made, read, bindings = [], set(), set(), 0
         for op in body:
             if not _is_scalar(op):
                 continue
-            need = _bindings(op, made)
+            need = _bindings(op, made, set(read))
             if run and bindings + need > MAX_BINDINGS:
                 cuts += _cut(run)
-                run, made, bindings = [], set(), 0
-                need = _bindings(op, made)
+                run, made, read, bindings = [], set(), set(), 0
+            bindings += _bindings(op, made, read)
             run.append(op)
             made.update(op.results)
-            bindings += need
     return cuts
 
 
