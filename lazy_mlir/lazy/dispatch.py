@@ -41,6 +41,7 @@ from .supported import UNSUPPORTED_DTYPES, dtypes_supported
 from .sync import current_target, to_host
 from ..targets import narrows_int64
 from .tensor import LazyTensor, new_view, wrap_value
+from .overlap import check as check_overlap, check_source_dtype
 from .views import check_write, functional_view_op
 
 aten = torch.ops.aten
@@ -351,6 +352,8 @@ def _checked_key(info, flat, tree):
 
 
 def _mutating(func, args, kwargs):
+    check_overlap(func, args, kwargs)
+    check_source_dtype(func, args, kwargs)
     fn = _self_update(func)
     if fn is not _OTHER_WRITES:
         self = args[0]
@@ -385,6 +388,11 @@ def _mutating(func, args, kwargs):
     # out= variants: compute functionally, then copy into the outputs.
     outs = [kwargs[n] for n in written if n in kwargs]
     rest = {k: v for k, v in kwargs.items() if k not in written}
+    # (the out= kernel's own checks first: a result its out= tensor cannot
+    # hold, float into int, raises as in eager rather than being truncated)
+    flat, tree = argtree.flatten(args, kwargs)
+    shapes.infer(func, [shapes.Placeholder(a.spec) if isinstance(a, LazyTensor) else a
+                        for a in flat], tree)
     result = func.overloadpacket(*args, **rest)
     results = result if isinstance(result, (tuple, list)) else (result,)
     for o, r in zip(outs, results):
@@ -471,6 +479,8 @@ def _copy_(func, args, kwargs):
     if dst._view:
         check_write(dst, func, args, kwargs)
     if isinstance(src, LazyTensor):
+        if src._storage is dst._storage:
+            check_overlap(func, args, kwargs)
         out = src
         if src.dtype != dst.dtype:
             out = aten._to_copy.default(src, dtype=dst.dtype)

@@ -2,6 +2,7 @@
 each the shrunk program of its finding, compared with eager PyTorch."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 import lazy_mlir as lm
@@ -26,4 +27,94 @@ def test_inplace_scalar_overloads_named_apart():
     assert torch.equal(x.cpu(), e)
     assert torch.equal(f.cpu(), x0.double().float_power_(3))
     assert torch.equal(m.cpu(), x0.clone().ldexp_(torch.tensor([1, 2, 3])))
+    assert not c.fell_back() and c.delta("EagerGraph") == 0
+
+
+def test_8bit_integer_matmul_compiles_in_process():
+    """An int8 or uint8 ``mm``/``bmm`` crashed torch-mlir's lowering, and
+    with it the process (lm.jit lowers in the caller's process; so does
+    mark_step without compile workers, as here): computed in int32 and
+    wrapped back, eager's values."""
+    a0 = torch.tensor([[100, -7, 3], [5, 90, -128]], dtype=torch.int8)
+    c = Counters()
+    for dt in (torch.int8, torch.uint8):
+        a = a0.to(dt)
+        got = [lazy(a) @ lazy(a).t(), torch.bmm(lazy(a)[None], lazy(a).t()[None])]
+        lm.mark_step()
+        assert torch.equal(got[0].cpu(), a @ a.t()) and torch.equal(got[1].cpu()[0], a @ a.t())
+    jitted = lm.jit(lambda x: x @ x.t()).lower(a0).compile()
+    assert torch.equal(jitted(a0), a0 @ a0.t())
+    assert not c.fell_back() and c.delta("EagerGraph") == 0
+
+
+@pytest.mark.parametrize("write", [
+    lambda x: x.sub_(x[-1]),                                   # broadcast row of itself
+    lambda x: torch.add(x[1:], 1, out=x[:-1]),                 # out= overlapping the input
+    lambda x: x[1:].copy_(x[:-1]),                             # shifted copy
+    lambda x: x.index_put_((torch.tensor([0], device=x.device),), x[1]),
+])
+def test_partial_overlap_raises_as_eager(write):
+    """An input partly overlapping the tensor written: eager refuses
+    ("unsupported operation: some elements of the input tensor and the
+    written-to tensor refer to a single memory location"); the lazy device
+    computed a value instead."""
+    x0 = torch.arange(9.0).reshape(3, 3)
+    with pytest.raises(RuntimeError, match="unsupported operation"):
+        write(x0.clone())
+    x = lazy(x0)
+    with pytest.raises(RuntimeError, match="unsupported operation"):
+        write(x)
+    assert torch.equal(x.cpu(), x0)  # nothing written
+
+
+def test_memory_order_write_raises_not_a_different_value():
+    """Where eager's overlap test gives up (a strided input over the written
+    tensor) it computes in memory order, reading what it already wrote; a
+    graph reads first: the lazy device refuses rather than differ."""
+    x0 = torch.arange(9.0).reshape(3, 3)
+    x = lazy(x0)
+    with pytest.raises(NotImplementedError, match="memory order"):
+        x.mul_(x.t()[0])
+    y = lazy(x0)
+    y.add_(y.detach())  # the same elements, laid out alike: eager's value
+    y[1:].mul_(y[:1].clone())
+    e = x0 + x0
+    e[1:].mul_(e[:1].clone())
+    assert torch.equal(y.cpu(), e)
+
+
+@pytest.mark.parametrize("write", [
+    lambda x, d: x.index_put_((torch.tensor([0], device=d),),
+                              torch.ones(1, dtype=torch.bfloat16, device=d)),
+    lambda x, d: x.__setitem__(torch.tensor([0], device=d), torch.ones(1, dtype=torch.float64,
+                                                                       device=d)),
+    lambda x, d: x.index_add_(0, torch.tensor([0], device=d), torch.ones(1, dtype=torch.float64,
+                                                                         device=d)),
+    lambda x, d: torch.add(x, 1.5, out=torch.zeros(3, dtype=torch.int64, device=d)),
+])
+def test_write_of_another_dtype_raises_at_the_call(write):
+    """Eager refuses an index write whose source has another dtype, and an
+    out= tensor that cannot hold the result's dtype; the lazy device wrote a
+    converted value (the checks are in eager's CPU kernels, not the meta
+    kernels shape inference runs)."""
+    with pytest.raises(RuntimeError):
+        write(torch.zeros(3), "cpu")
+    x = lazy(torch.zeros(3))
+    with pytest.raises(RuntimeError):
+        write(x, "lazy")
+    assert torch.equal(x.cpu(), torch.zeros(3))
+
+
+def test_integer_power_compiles():
+    """``torch.pow`` of an integer tensor failed torch-mlir's lowering ("non-
+    floating point dtype") and ran its whole graph eagerly: repeated
+    squaring, wrapping as eager does."""
+    c = Counters()
+    got = []
+    for dt in (torch.int64, torch.int32, torch.int8, torch.uint8):
+        x = torch.tensor([0, 1, -3, 7, 100]).to(dt)
+        got += [(torch.pow(lazy(x), e), torch.pow(x, e)) for e in (1, 2, 5, 13)]
+    lm.mark_step()
+    for a, e in got:
+        assert torch.equal(a.cpu(), e)
     assert not c.fell_back() and c.delta("EagerGraph") == 0
