@@ -96,6 +96,8 @@ def pow_tensor_scalar(x, e):
     +-0.5 are sqrt and rsqrt as in eager; other powers take the tensor path.
     (Comparisons use float scalars: torch-mlir folds ``gt.Scalar`` of a
     float splat constant and an int scalar to false.)"""
+    if not _inside.active and _is_int(x.dtype) and type(e) is int and 0 <= e < 2 ** 63:
+        return _int_power(x, e)
     if _inside.active or not x.dtype.is_floating_point \
             or isinstance(e, (bool, complex)) or not isinstance(e, (int, float)):
         return NotImplemented
@@ -106,6 +108,26 @@ def pow_tensor_scalar(x, e):
             return NotImplemented
         return aten.reciprocal.default(aten.pow.Tensor_Scalar(x, -e))
     return pow_tensor_tensor(x, aten.full_like.default(x, e))
+
+
+def _is_int(dtype) -> bool:
+    return not dtype.is_floating_point and not dtype.is_complex and dtype != torch.bool
+
+
+def _int_power(x, e: int):
+    """An integer tensor to a non-negative int power by repeated squaring
+    (torch-mlir lowers only float powers): eager's values, wrapping as
+    eager's multiplications wrap."""
+    if e == 0:
+        return aten.ones_like.default(x)
+    out, sq = None, x
+    while e:
+        if e & 1:
+            out = sq if out is None else aten.mul.Tensor(out, sq)
+        e >>= 1
+        if e:
+            sq = aten.mul.Tensor(sq, sq)
+    return out
 
 
 @register_decomposition(aten.pow.Scalar, scope=IMPORT)

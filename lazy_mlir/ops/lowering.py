@@ -25,6 +25,9 @@ does not lower to linalg (they failed to compile and fell back).
 - ``constant_pad_nd`` with negative padding (a crop): a slice first.
 - ``as_strided`` to a 0-d result (``empty_permuted(())``): one element of
   the flat input (torch-mlir's rank-0 lowering crashes the process).
+- ``mm``/``bmm`` of 8-bit integers in int32 (torch-mlir's lowering of an
+  int8 or uint8 matmul crashes the process, ``lm.jit``'s in-process lowering
+  included).
 """
 from __future__ import annotations
 
@@ -366,3 +369,24 @@ for _op, _n in ((aten.max_pool2d.default, 2), (aten.max_pool2d_with_indices.defa
     register_decomposition(_op, scope=IMPORT)(_max_pool(_op, _n))
 register_decomposition(aten.fmax.default, scope=IMPORT)(_nan_ignoring(aten.maximum.default))
 register_decomposition(aten.fmin.default, scope=IMPORT)(_nan_ignoring(aten.minimum.default))
+
+
+@register_decomposition(aten.mm.default, scope=IMPORT)
+def mm_8bit(a, b):
+    """In int32, wrapped back to 8 bits: exact, as the low 8 bits of sums of
+    products do not depend on the width they are computed in."""
+    if a.dtype not in (torch.int8, torch.uint8) or b.dtype != a.dtype:
+        return NotImplemented
+    return _wide(aten.mm.default, a, b)
+
+
+@register_decomposition(aten.bmm.default, scope=IMPORT)
+def bmm_8bit(a, b):
+    if a.dtype not in (torch.int8, torch.uint8) or b.dtype != a.dtype:
+        return NotImplemented
+    return _wide(aten.bmm.default, a, b)
+
+
+def _wide(op, a, b):
+    wide = op(aten._to_copy.default(a, dtype=torch.int32), aten._to_copy.default(b, dtype=torch.int32))
+    return aten._to_copy.default(wide, dtype=a.dtype)
