@@ -87,6 +87,38 @@ class LiveStorages:
 live_storages = LiveStorages()
 
 
+class LazyUntypedStorage(torch.UntypedStorage):
+    """What ``untyped_storage()`` of a lazy tensor returns: the wrapper's
+    storage (no memory) that answers ``data_ptr()`` with an id of the lazy
+    ``Storage`` and ``nbytes()`` with its size. Code that tells shared tensors
+    apart by ``(device, data_ptr, nbytes)`` (safetensors; ``transformers``'
+    ``save_pretrained`` and its tied weights) then sees a view and its base
+    share a storage and two tensors not, as on any device; the wrapper's own
+    storage raises on ``data_ptr()``."""
+
+    def data_ptr(self) -> int:
+        return self._lazy_id
+
+    def nbytes(self) -> int:
+        return self._lazy_nbytes
+
+
+def untyped_storage_of(t: "LazyTensor") -> LazyUntypedStorage:
+    s = torch.Tensor.untyped_storage(t)
+    s.__class__ = LazyUntypedStorage  # the same C object; only the two answers differ
+    spec = t._storage.value.spec
+    s._lazy_id = id(t._storage)
+    s._lazy_nbytes = spec.dtype.itemsize * _numel(spec.shape)
+    return s
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
 class LazyTensor(torch.Tensor):
     """A tensor on the ``lazy`` device whose value is a graph until needed."""
 
@@ -138,6 +170,9 @@ class LazyTensor(torch.Tensor):
 
     def tolist(self):
         return self.cpu().tolist()
+
+    def untyped_storage(self):
+        return untyped_storage_of(self)
 
     def numpy(self, *args, **kwargs):
         raise TypeError(

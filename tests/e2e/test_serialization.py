@@ -271,3 +271,45 @@ def test_legacy_format_holds_cpu_tensors(tmp_path):
     torch.save({"t": x.to("lazy") * 2}, path, _use_new_zipfile_serialization=False)
     loaded = torch.load(path)
     assert loaded["t"].device.type == "cpu" and torch.equal(loaded["t"], x * 2)
+
+
+def test_safetensors_sees_storages_as_on_the_cpu(tmp_path):
+    """safetensors tells shared tensors apart by ``untyped_storage().data_ptr()``
+    (the wrapper's storage raised): a view and its base share one, two
+    tensors do not, as for CPU tensors; the file holds the values."""
+    from safetensors.torch import load_file, save_file
+    base = torch.arange(12.0).to("lazy").mul(2)
+    other = torch.ones(3).to("lazy")
+    shared = {"base": base, "view": base[:4]}
+    cpu_base = torch.arange(12.0)
+    with pytest.raises(RuntimeError, match="share memory"):  # eager's answer
+        save_file({"base": cpu_base, "view": cpu_base[:4]}, tmp_path / "cpu.safetensors")
+    with pytest.raises(RuntimeError, match="share memory"):
+        save_file(shared, tmp_path / "shared.safetensors")
+    assert base.untyped_storage().data_ptr() == base[2:].untyped_storage().data_ptr()
+    assert base.untyped_storage().data_ptr() != other.untyped_storage().data_ptr()
+    assert base[2:].untyped_storage().nbytes() == 48
+    save_file({"base": base, "other": other}, tmp_path / "t.safetensors")
+    back = load_file(tmp_path / "t.safetensors")
+    assert torch.equal(back["base"], torch.arange(12.0) * 2)
+    assert torch.equal(back["other"], torch.ones(3))
+
+
+def test_transformers_save_pretrained_round_trip(tmp_path):
+    """``save_pretrained`` (safetensors, with GPT-2's tied input and output
+    embeddings found by their storage) after a training step on the lazy
+    device, then ``from_pretrained``: the same weights."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64,
+                                     n_positions=16)
+    model = transformers.GPT2LMHeadModel(config).to("lazy")
+    x = torch.randint(0, 64, (2, 8)).to("lazy")
+    model(x, labels=x).loss.backward()
+    torch.optim.SGD(model.parameters(), lr=0.1).step()
+    lm.mark_step()
+    model.save_pretrained(tmp_path)
+    back = transformers.GPT2LMHeadModel.from_pretrained(tmp_path)
+    assert back.lm_head.weight.data_ptr() == back.transformer.wte.weight.data_ptr()
+    for (name, want), got in zip(model.state_dict().items(), back.state_dict().values()):
+        assert torch.equal(want.cpu(), got), name
