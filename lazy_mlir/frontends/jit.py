@@ -181,5 +181,19 @@ class CompiledFunction:
         for v, o in zip(self.lowered.graph.outputs, outs):
             data = DeviceData(v.spec, device=o)
             results.append(wrap_value(Value.of_data(data)) if lazy
-                           else self._session.to_host(o, v.spec))
+                           else _own(self._session.to_host(o, v.spec), o, arrays, hosts))
         return tree_unflatten(results, self.lowered.out_tree)
+
+
+def _own(result: torch.Tensor, array, arrays, hosts) -> torch.Tensor:
+    """``result``, copied where it is an argument's memory: a module may hand
+    an input buffer back as an output (``fn`` returning its argument), and
+    that memory (the caller's tensor, or its contiguous copy) is not kept
+    alive by the result (was: the result read freed memory)."""
+    if any(array is a for a in arrays):
+        return result.clone()
+    p = result.data_ptr()
+    for h in hosts:
+        if h.numel() and h.data_ptr() <= p < h.data_ptr() + h.untyped_storage().nbytes():
+            return result.clone()
+    return result

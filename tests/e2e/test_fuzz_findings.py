@@ -118,3 +118,16 @@ def test_integer_power_compiles():
     for a, e in got:
         assert torch.equal(a.cpu(), e)
     assert not c.fell_back() and c.delta("EagerGraph") == 0
+
+
+def test_jit_returning_its_argument_owns_the_result():
+    """``lm.jit`` of a function that returns an argument as it is: the
+    module hands the input buffer back, and the result read the argument's
+    memory after it was freed (garbage values)."""
+    import gc
+    m = torch.arange(6.0).reshape(2, 3)
+    same = lm.jit(lambda a, b: [a, b]).lower(m, m.t()).compile()
+    got = same(m.clone(), m.clone().t())
+    gc.collect()
+    junk = [torch.full((64, 64), -1.0) for _ in range(8)]  # (reuse the freed memory)
+    assert torch.equal(got[0], m) and torch.equal(got[1], m.t()), junk[0][0, 0]
