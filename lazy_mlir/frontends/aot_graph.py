@@ -196,7 +196,8 @@ def graph_key(gm: fx.GraphModule, inputs) -> str:
                 if isinstance(value, torch.Tensor):
                     t = value.detach().contiguous().cpu()
                     h.update(f"{node.target}:{t.dtype}{list(t.shape)}".encode())
-                    h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+                    # (1-d first: a 0-d tensor of wider elements has no uint8 view)
+                    h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return h.hexdigest()
 
 

@@ -25,6 +25,9 @@ does not lower to linalg (they failed to compile and fell back).
 - ``constant_pad_nd`` with negative padding (a crop): a slice first.
 - ``as_strided`` to a 0-d result (``empty_permuted(())``): one element of
   the flat input (torch-mlir's rank-0 lowering crashes the process).
+- ``unfold`` whose windows leave a tail of the dimension unread: of the
+  part read (torch-mlir's linalg for it fails verification: "inferred input
+  operand has dimension 5, but found 4"; lm.jit and torch.compile graphs).
 - ``mm``/``bmm`` of 8-bit integers in int32 (torch-mlir's lowering of an
   int8 or uint8 matmul crashes the process, ``lm.jit``'s in-process lowering
   included).
@@ -390,3 +393,15 @@ def bmm_8bit(a, b):
 def _wide(op, a, b):
     wide = op(aten._to_copy.default(a, dtype=torch.int32), aten._to_copy.default(b, dtype=torch.int32))
     return aten._to_copy.default(wide, dtype=a.dtype)
+
+
+@register_decomposition(aten.unfold.default, scope=IMPORT)
+def unfold_read_part(x, dim, size, step):
+    if x.dim() == 0:
+        return NotImplemented
+    d = dim % x.dim()
+    n = x.shape[d]
+    used = (n - size) // step * step + size if n >= size else n
+    if used == n:
+        return NotImplemented
+    return aten.unfold.default(aten.slice.Tensor(x, d, 0, used), d, size, step)

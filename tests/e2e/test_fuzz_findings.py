@@ -131,3 +131,31 @@ def test_jit_returning_its_argument_owns_the_result():
     gc.collect()
     junk = [torch.full((64, 64), -1.0) for _ in range(8)]  # (reuse the freed memory)
     assert torch.equal(got[0], m) and torch.equal(got[1], m.t()), junk[0][0, 0]
+
+
+def test_unfold_leaving_a_tail_compiles_as_one_op():
+    """``unfold`` whose windows leave the end of the dimension unread, as
+    an op of its own in the graph (lm.jit, torch.compile): torch-mlir's
+    linalg failed verification and the compile failed."""
+    x = torch.arange(5, dtype=torch.int32)
+    fn = lm.jit(lambda a: [a.unfold(-1, 4, 2), a.unfold(0, 2, 2)]).lower(x).compile()
+    got = fn(x)
+    assert torch.equal(got[0], x.unfold(-1, 4, 2)) and torch.equal(got[1], x.unfold(0, 2, 2))
+
+
+def test_dynamo_graph_with_a_0d_half_constant():
+    """A torch.compile graph holding a 0-d float16 constant (``v[-1] = 2.0``):
+    hashing the constant viewed a 0-d tensor as bytes and the backend
+    raised."""
+    from lazy_mlir.frontends import dynamo
+    dynamo.register()
+
+    def fn(v):
+        v[-1] = 2.0
+        return v * 3
+
+    torch._dynamo.reset()
+    c = Counters()
+    x = torch.tensor([1.5, 0.5], dtype=torch.float16)
+    got = torch.compile(fn, backend="lazy_mlir")(x.clone())
+    assert torch.equal(got, fn(x.clone())) and c.delta("DynamoEagerGraph") == 0
