@@ -14,7 +14,7 @@ import torch
 from torch.utils._pytree import tree_unflatten
 
 from ..graph import argtree
-from . import bounds, shapes
+from . import bounds, offsets, shapes
 from ..graph import debug
 from .. import metrics
 from ..graph.ir import DeviceData, TensorSpec, Value, make_node, node_key, planned_node
@@ -26,6 +26,7 @@ from .views import IDENTITY, write_back
 
 aten = torch.ops.aten
 LAZY_TYPE = "lazy"
+_SLICE, _SELECT = aten.slice.Tensor, aten.select.int
 
 
 # --------------------------------------------------------------------- values
@@ -60,14 +61,21 @@ def value_of(t: LazyTensor) -> Value:
     if cache is not None and cache[0] == storage.version:
         return cache[1]
     v = storage.value
+    lift = offsets.liftable(t._view)
     for step in t._view:
-        v = apply_view(v, step)
+        v = apply_view(v, step, lift)
     t._cache = (storage.version, v)
     return v
 
 
-def apply_view(v: Value, step) -> Value:
+def apply_view(v: Value, step, lift: bool = True) -> Value:
+    """``v`` viewed by ``step``; with ``lift``, a slice or a select at a
+    runtime offset where ``offsets.read`` lifts it."""
     op, args, kwargs, index = step[:4]
+    if lift and (op is _SLICE or op is _SELECT):
+        out = offsets.read(emit, v, op, args, kwargs)
+        if out is not None:
+            return out
     if len(step) == 5:  # made from a ViewPlan: its node recorded without re-keying
         vp = step[4]
         plan = vp.node_plan
@@ -111,8 +119,9 @@ def assign(t: LazyTensor, new: Value) -> None:
         _dry_run[0].before_write(storage)
     if t._view:
         chain = [storage.value]
+        lift = offsets.liftable(t._view)
         for step in t._view[:-1]:
-            chain.append(apply_view(chain[-1], step))
+            chain.append(apply_view(chain[-1], step, lift))
         new = write_back(emit, t._view, chain, new, t)  # (may raise: nothing written yet)
     storage.value = new
     storage.version += 1

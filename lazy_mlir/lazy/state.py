@@ -27,6 +27,7 @@ record_plans: dict = {}     # record: what an op's checks decided, by (op, specs
 emit_plans: dict = {}       # emit: the same for ops capture records itself (views, scatters)
 view_plans: dict = {}       # dispatch._view: (op, base spec, constants) -> capture.ViewPlan
 scalar_tensors: dict = {}   # (value, type, dtype) -> the 0-dim lazy tensor of a lifted scalar
+lifted_ints: dict = {}      # int -> the 0-dim int64 Values of a lifted view offset (offsets.py)
 empty_values: dict = {}     # (shape, dtype) -> the shared Value of an empty tensor (capture.empty_value)
 factory_values: dict = {}   # (factory, its constant arguments) -> its shared Value (device.py)
 list_replays: dict = {}     # (id(op), id(first tensor)) -> list_replay.Replay (a list op's record)
@@ -85,7 +86,8 @@ def reset() -> None:
     one is no longer computed by ``mark_step``, but still by reading it."""
     if dry_run[0] is not None:
         raise RuntimeError("lazy-mlir: reset() inside lm.check_coverage")
-    for table in (shape_memo, record_plans, emit_plans, view_plans, scalar_tensors, empty_values,
+    for table in (shape_memo, record_plans, emit_plans, view_plans, scalar_tensors, lifted_ints,
+                  empty_values,
                   factory_values, list_replays,
                   inplace_checked, host_checks_passed, decompose_plans, import_checks,
                   fallback_warned, early_reads, split_plans, backward_cuts, cut_graphs):

@@ -28,6 +28,7 @@ import torch
 from torch.utils._pytree import tree_map
 
 from ..graph.ir import DeviceData, TensorSpec, Value
+from . import offsets
 
 aten = torch.ops.aten
 
@@ -148,6 +149,10 @@ def scatter(emit, step, base, new):
         return one(aten.view_as_complex.default, _dense(one, new))
     if name == "view_as_complex":
         return one(aten.view_as_real.default, _dense(one, new))
+    if name in ("slice", "select"):  # at a runtime offset (offsets.py), where lifted
+        lifted = offsets.scatter(emit, op, args, kwargs, base, new)
+        if lifted is not None:
+            return lifted
     if name == "slice":
         dim, start, end, step_ = (list(args) + [0, None, None, 1][len(args):])[:4]
         return one(aten.slice_scatter.default, base, new, dim, start, end, step_)

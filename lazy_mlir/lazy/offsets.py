@@ -1,0 +1,150 @@
+"""Integer offsets of views as graph inputs: ``x[i:i+35]`` at any ``i`` is one graph.
+
+A ``slice`` or ``select`` view is read (``capture.apply_view``) and written
+back (``views.scatter``) with its start or index a 0-dim int64 graph input
+(``ops/offsets.py``), as scalars are lifted (``scalars.py``); what sets a
+shape (the dimension, the length after clamping, the step) stays a constant
+of the graph's key. The start lifted is the one PyTorch clamped and
+normalized, so any start the key admits is in bounds. Every such view is
+lifted, a start of 0 too, so that the first batch of an epoch (``i == 0``)
+compiles the graph the later ones reuse; a slice of a whole dimension (a
+no-op) is not, nor a view under an ``as_strided`` (``liftable``). Each
+lifted offset counts ``lifted::int``. On the cpu target only (``lifting``);
+``LAZY_MLIR_LIFT_INTS=0`` keeps offsets as constants (one graph per offset,
+each with IREE's static offsets).
+"""
+from __future__ import annotations
+
+import torch
+
+from .. import metrics
+from ..config import switched_on
+from ..graph.ir import DeviceData, TensorSpec, Value
+from ..ops.offsets import ops
+from ..targets import get_target
+from .state import lifted_ints, step_clock, target
+
+aten = torch.ops.aten
+SWITCH = "LAZY_MLIR_LIFT_INTS"
+_SLICE, _SELECT, _AS_STRIDED = aten.slice.Tensor, aten.select.int, aten.as_strided.default
+_SLICE_DEFAULTS = (0, None, None, 1)  # slice.Tensor's dim, start, end, step
+
+
+def normalized_start(size: int, start: int | None) -> int:
+    """The start PyTorch's ``slice`` uses on a dimension of ``size``: None
+    is 0, a negative one counts from the end, then clamped into [0, size]."""
+    if start is None:
+        return 0
+    if start < 0:
+        start += size
+    return min(max(start, 0), size)
+
+
+def slice_offset(shape, args, kwargs):
+    """(dim, start, length, step) of the slice ``args``/``kwargs``
+    (``slice.Tensor``'s after ``self``) of a tensor of ``shape``, the dim
+    non-negative and the start clamped and normalized as PyTorch does; None
+    where it is not lifted (an empty slice, or the whole dimension)."""
+    dim, start, end, step = (list(args) + list(_SLICE_DEFAULTS[len(args):]))[:4]
+    if kwargs:
+        dim, start, end, step = (kwargs.get("dim", dim), kwargs.get("start", start),
+                                 kwargs.get("end", end), kwargs.get("step", step))
+    dim %= len(shape)
+    size = shape[dim]
+    start = normalized_start(size, start)
+    end = max(normalized_start(size, size if end is None else end), start)
+    length = (end - start + step - 1) // step
+    if length == 0 or (length == size and step == 1):
+        return None
+    return dim, start, length, step
+
+
+def select_offset(shape, args, kwargs):
+    """(dim, index) of the select ``args``/``kwargs`` on ``shape``, both
+    non-negative."""
+    dim, index = (list(args) + [None, None])[:2]
+    if kwargs:
+        dim, index = kwargs.get("dim", dim), kwargs.get("index", index)
+    dim %= len(shape)
+    return dim, index + shape[dim] if index < 0 else index
+
+
+def lifting() -> bool:
+    """Whether offsets are lifted: ``LAZY_MLIR_LIFT_INTS`` is on and the
+    target is the CPU. IREE reads a lifted offset on the host
+    (``flow.tensor.load``): a read-back from a GPU's memory in the middle of
+    the module, and on Vulkan (lavapipe, IREE 3.13) two offsets in one module
+    read wrong values."""
+    if not switched_on(SWITCH):
+        return False
+    t = target[0]
+    if t is None:
+        t = target[0] = get_target()
+    return t.name == "cpu"
+
+
+def liftable(steps) -> bool:
+    """Whether the views of the chain ``steps`` may be lifted: not when an
+    ``as_strided`` addresses the storage through them (its offset counts
+    from the storage; a lifted view's value has none, and torch-mlir's
+    import rewrites an ``as_strided`` through ``slice``s only)."""
+    for s in steps:
+        if s[0] is _AS_STRIDED:
+            return False
+    return True
+
+
+def lifted(x: int) -> Value:
+    """0-dim int64 device data holding ``x``: the n-th lifted ``x`` of a
+    step (since the last ``mark_step``) is the n-th one kept for ``x``, so
+    the data are uploaded once (an offset a loop revisits every epoch) and
+    no two offsets of one step share an input: ``x[i]`` and ``y[j]`` are
+    one graph whether or not ``i == j``."""
+    metrics.counter_inc("lifted::int")
+    if _taken[0] != step_clock[0]:  # a new step
+        _taken[0] = step_clock[0]
+        _taken[1].clear()
+    n = _taken[1].get(x, 0)
+    _taken[1][x] = n + 1
+    kept = lifted_ints.get(x)
+    if kept is None:
+        if len(lifted_ints) >= 4096:
+            lifted_ints.clear()
+        kept = lifted_ints[x] = []
+    if n == len(kept):
+        host = torch.tensor(x, dtype=torch.int64)
+        kept.append(Value.of_data(DeviceData(TensorSpec.of(host), host=host)))
+    return kept[n]
+
+
+_taken = [None, {}]  # (the step, {value: how many lifted in it})
+
+
+def read(emit, v: Value, op, args, kwargs):
+    """The view ``op(v, *args, **kwargs)`` (``op`` a ``slice.Tensor`` or a ``select.int``)
+    recorded with its offset lifted, or None (not lifted: record it as it is)."""
+    if not lifting():
+        return None
+    if op is _SELECT:
+        dim, index = select_offset(v.spec.shape, args, kwargs)
+        return emit(ops.select_at.default, (v, dim, lifted(index)), {})[0]
+    found = slice_offset(v.spec.shape, args, kwargs)
+    if found is None:
+        return None
+    dim, start, length, step = found
+    return emit(ops.slice_at.default, (v, dim, lifted(start), length, step), {})[0]
+
+
+def scatter(emit, op, args, kwargs, base: Value, new: Value):
+    """``base`` with ``new`` written into its view ``op(base, *args,
+    **kwargs)``, recorded with the offset lifted, or None (not lifted)."""
+    if (op is not _SLICE and op is not _SELECT) or not lifting():
+        return None
+    if op is _SELECT:
+        dim, index = select_offset(base.spec.shape, args, kwargs)
+        return emit(ops.select_scatter_at.default, (base, new, dim, lifted(index)), {})[0]
+    found = slice_offset(base.spec.shape, args, kwargs)
+    if found is None:
+        return None
+    dim, start, _, step = found
+    return emit(ops.slice_scatter_at.default, (base, new, dim, lifted(start), step), {})[0]
