@@ -135,6 +135,12 @@ def compiles_in_flight() -> int:
     return len(_compiling)
 
 
+def compiles_running() -> int:
+    """Background compiles whose worker has not answered yet (finished ones
+    wait in ``_compiling`` until the next lookup settles them)."""
+    return sum(not e.future.done() for e in list(_compiling.values()))
+
+
 def wait_for_compiles(timeout: float | None = None) -> None:
     """Block until every background compile has finished, then settle them
     (benchmarks; a test that wants the compiled run next)."""
