@@ -15,6 +15,8 @@ each with IREE's static offsets).
 """
 from __future__ import annotations
 
+import os
+
 import torch
 
 from .. import metrics
@@ -74,13 +76,17 @@ def lifting() -> bool:
     target is the CPU. IREE reads a lifted offset on the host
     (``flow.tensor.load``): a read-back from a GPU's memory in the middle of
     the module, and on Vulkan (lavapipe, IREE 3.13) two offsets in one module
-    read wrong values."""
-    if not switched_on(SWITCH):
-        return False
-    t = target[0]
-    if t is None:
-        t = target[0] = get_target()
-    return t.name == "cpu"
+    read wrong values. (Decided again only when the switch's text or the
+    target changes: every slice read asks.)"""
+    raw, t, decided = os.environ.get(SWITCH), target[0], _decided
+    if t is None or raw != decided[0] or t is not decided[1]:
+        if t is None:
+            t = target[0] = get_target()
+        decided[:] = [raw, t, switched_on(SWITCH) and t.name == "cpu"]
+    return decided[2]
+
+
+_decided = [None, None, False]  # (the switch's text, the target, lifting)
 
 
 def liftable(steps) -> bool:
