@@ -28,6 +28,8 @@ does not lower to linalg (they failed to compile and fell back).
 - ``unfold`` whose windows leave a tail of the dimension unread: of the
   part read (torch-mlir's linalg for it fails verification: "inferred input
   operand has dimension 5, but found 4"; lm.jit and torch.compile graphs).
+- ``remainder``/``fmod`` of uint8 in int32: torch-mlir lowers them signed
+  (``200 % 3`` gave 1, as ``-56 % 3``).
 - ``mm``/``bmm`` of 8-bit integers in int32 (torch-mlir's lowering of an
   int8 or uint8 matmul crashes the process, ``lm.jit``'s in-process lowering
   included).
@@ -405,3 +407,27 @@ def unfold_read_part(x, dim, size, step):
     if used == n:
         return NotImplemented
     return aten.unfold.default(aten.slice.Tensor(x, d, 0, used), d, size, step)
+
+
+def _unsigned_mod(op):
+    """uint8 ``op`` (remainder, fmod) in int32, the other operand first
+    converted to uint8 as eager converts it (``-3`` is 253)."""
+    def decomposition(x, other):
+        if x.dtype != torch.uint8:
+            return NotImplemented
+        if isinstance(other, torch.Tensor):
+            if torch.result_type(x, other) != torch.uint8:
+                return NotImplemented
+            other = aten._to_copy.default(aten._to_copy.default(other, dtype=torch.uint8),
+                                          dtype=torch.int32)
+        elif isinstance(other, int) and not isinstance(other, bool):
+            other = other % 256
+        else:
+            return NotImplemented
+        wide = op(aten._to_copy.default(x, dtype=torch.int32), other)
+        return aten._to_copy.default(wide, dtype=torch.uint8)
+    return decomposition
+
+
+for _op in (aten.remainder.Scalar, aten.remainder.Tensor, aten.fmod.Scalar, aten.fmod.Tensor):
+    register_decomposition(_op, scope=IMPORT)(_unsigned_mod(_op))

@@ -159,3 +159,20 @@ def test_dynamo_graph_with_a_0d_half_constant():
     x = torch.tensor([1.5, 0.5], dtype=torch.float16)
     got = torch.compile(fn, backend="lazy_mlir")(x.clone())
     assert torch.equal(got, fn(x.clone())) and c.delta("DynamoEagerGraph") == 0
+
+
+def test_uint8_remainder_and_fmod_are_unsigned():
+    """torch-mlir lowered uint8 ``remainder``/``fmod`` as signed (``200 % 3``
+    gave 1, as ``-56 % 3``): silent wrong values above 127. A negative
+    scalar is converted to uint8 first, as eager converts it."""
+    x = torch.tensor([200, 3, 130, 7, 255], dtype=torch.uint8)
+    fns = [lambda a: a % 3, lambda a: torch.fmod(a, 3), lambda a: a.remainder(-3),
+           lambda a: a.remainder(torch.tensor([7, 2, 129, 3, 254], dtype=torch.uint8,
+                                               device=a.device))]
+    got = [f(lazy(x)) for f in fns]
+    inplace = lazy(x)
+    inplace.remainder_(3)
+    lm.mark_step()
+    for f, g in zip(fns, got):
+        assert torch.equal(g.cpu(), f(x))
+    assert torch.equal(inplace.cpu(), x % 3)
