@@ -28,6 +28,9 @@ does not lower to linalg (they failed to compile and fell back).
 - ``unfold`` whose windows leave a tail of the dimension unread: of the
   part read (torch-mlir's linalg for it fails verification: "inferred input
   operand has dimension 5, but found 4"; lm.jit and torch.compile graphs).
+- ``neg`` of integers as ``~x + 1``: torch-mlir converts to float, negates
+  and converts back (int32 beyond 2**24, int64 beyond 2**53 came back
+  rounded).
 - ``remainder``/``fmod`` of uint8 in int32: torch-mlir lowers them signed
   (``200 % 3`` gave 1, as ``-56 % 3``).
 - ``mm``/``bmm`` of 8-bit integers in int32 (torch-mlir's lowering of an
@@ -431,3 +434,10 @@ def _unsigned_mod(op):
 
 for _op in (aten.remainder.Scalar, aten.remainder.Tensor, aten.fmod.Scalar, aten.fmod.Tensor):
     register_decomposition(_op, scope=IMPORT)(_unsigned_mod(_op))
+
+
+@register_decomposition(aten.neg.default, scope=IMPORT)
+def neg_integer(x):
+    if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
+        return NotImplemented
+    return aten.add.Scalar(aten.bitwise_not.default(x), 1)  # two's complement, wrapping as eager

@@ -176,3 +176,21 @@ def test_uint8_remainder_and_fmod_are_unsigned():
     for f, g in zip(fns, got):
         assert torch.equal(g.cpu(), f(x))
     assert torch.equal(inplace.cpu(), x % 3)
+
+
+def test_integer_neg_is_exact():
+    """torch-mlir lowered an integer ``neg`` through float (sitofp, negf,
+    fptosi): int32 beyond 2**24 and int64 beyond 2**53 came back rounded
+    (found as ``view(int32).bitwise_not_()`` then ``neg_()`` of floats)."""
+    got = []
+    for dt, v in ((torch.int32, 16777217), (torch.int64, 2 ** 53 + 1), (torch.int8, 127)):
+        x = torch.tensor([v, -v, 3], dtype=dt)
+        got.append((-lazy(x), -x))
+    f = torch.tensor([1.5, -2.0, 3.0])
+    bits = lazy(f)
+    bits.view(torch.int32).bitwise_not_()
+    bits.view(torch.int32).neg_()
+    lm.mark_step()
+    for a, e in got:
+        assert torch.equal(a.cpu(), e)
+    assert torch.equal(bits.cpu().view(torch.int32), -~f.view(torch.int32))
