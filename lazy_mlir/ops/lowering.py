@@ -31,6 +31,8 @@ does not lower to linalg (they failed to compile and fell back).
 - ``neg`` of integers as ``~x + 1``: torch-mlir converts to float, negates
   and converts back (int32 beyond 2**24, int64 beyond 2**53 came back
   rounded).
+- ``add`` of bools as ``logical_or`` (eager's bool sum saturates; the
+  lowering added 1-bit integers: ``True + True`` gave False).
 - ``remainder``/``fmod`` of uint8 in int32: torch-mlir lowers them signed
   (``200 % 3`` gave 1, as ``-56 % 3``).
 - ``mm``/``bmm`` of 8-bit integers in int32 (torch-mlir's lowering of an
@@ -441,3 +443,21 @@ def neg_integer(x):
     if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
         return NotImplemented
     return aten.add.Scalar(aten.bitwise_not.default(x), 1)  # two's complement, wrapping as eager
+
+
+@register_decomposition(aten.add.Tensor, scope=IMPORT)
+def add_bool(x, y, alpha=1):
+    if isinstance(y, bool):  # (capture leaves a Python scalar in add.Tensor)
+        return add_bool_scalar(x, y, alpha)
+    if not (isinstance(y, torch.Tensor) and x.dtype == y.dtype == torch.bool) or not alpha:
+        return NotImplemented
+    return aten.logical_or.default(x, y)
+
+
+@register_decomposition(aten.add.Scalar, scope=IMPORT)
+def add_bool_scalar(x, y, alpha=1):
+    if x.dtype != torch.bool or not isinstance(y, bool) or not alpha:
+        return NotImplemented
+    if not y:
+        return aten.logical_and.default(x, x)  # (x itself, a new tensor)
+    return aten.logical_or.default(x, aten.logical_not.default(x))  # all True

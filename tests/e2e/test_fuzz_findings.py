@@ -194,3 +194,15 @@ def test_integer_neg_is_exact():
     for a, e in got:
         assert torch.equal(a.cpu(), e)
     assert torch.equal(bits.cpu().view(torch.int32), -~f.view(torch.int32))
+
+
+def test_bool_add_saturates():
+    """``True + True`` is True in eager (a bool sum is a logical or); the
+    lowering added 1-bit integers and gave False (``b + True``, ``b.add_(c)``)."""
+    b0, c0 = torch.tensor([True, False, True]), torch.tensor([True, True, False])
+    fns = [lambda b, c: b + True, lambda b, c: b + c, lambda b, c: b + False,
+           lambda b, c: b.clone().add_(True)]
+    got = [f(lazy(b0), lazy(c0)) for f in fns]
+    lm.mark_step()
+    for f, g in zip(fns, got):
+        assert torch.equal(g.cpu(), f(b0, c0))
