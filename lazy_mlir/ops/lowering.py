@@ -24,7 +24,8 @@ does not lower to linalg (they failed to compile and fell back).
   writes their coordinates.
 - ``constant_pad_nd`` with negative padding (a crop): a slice first.
 - ``as_strided`` to a 0-d result (``empty_permuted(())``): one element of
-  the flat input (torch-mlir's rank-0 lowering crashes the process).
+  the flat input (torch-mlir's rank-0 lowering crashes the process); of a
+  0-d input: its one element expanded (the same crash, a double free).
 - ``unfold`` whose windows leave a tail of the dimension unread: of the
   part read (torch-mlir's linalg for it fails verification: "inferred input
   operand has dimension 5, but found 4"; lm.jit and torch.compile graphs).
@@ -342,9 +343,13 @@ def log10(x):
 @register_decomposition(aten.as_strided.default, scope=IMPORT)
 def as_strided(x, size, stride, storage_offset=None):
     """A 0-d ``as_strided`` is one element of the flat input: torch-mlir's
-    lowering of a rank-0 result crashes the process (SIGSEGV/SIGABRT)."""
+    lowering of a rank-0 result crashes the process (SIGSEGV/SIGABRT); so
+    does one of a rank-0 input (a double free), whose one element is then
+    every element of the result: an expand."""
     if len(size) != 0:
-        return NotImplemented
+        if x.dim() != 0:
+            return NotImplemented
+        return aten.expand.default(aten.reshape.default(x, [1] * len(size)), list(size))
     return aten.select.int(aten.reshape.default(x, [-1]), 0, storage_offset or 0)
 
 

@@ -206,3 +206,11 @@ def test_bool_add_saturates():
     lm.mark_step()
     for f, g in zip(fns, got):
         assert torch.equal(g.cpu(), f(b0, c0))
+
+
+def test_as_strided_of_a_0d_tensor_in_process():
+    """``as_strided`` of a 0-d tensor to a larger shape (stride 0) made
+    torch-mlir free memory twice: lm.jit's lowering aborted the process."""
+    x = torch.tensor(1.5, dtype=torch.float64)
+    fn = lm.jit(lambda a: [a.as_strided((2, 1), (0, 3), 0)]).lower(x).compile()
+    assert torch.equal(fn(x)[0], x.as_strided((2, 1), (0, 3), 0))
