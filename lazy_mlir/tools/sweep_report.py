@@ -21,9 +21,19 @@ def verdict(rec: dict, mode: str) -> str:
         return "fallback"
     if out.get("loss_difference", 0) > TOLERANCE:
         return "mismatch"
-    if out.get("compiles_after_warmup"):
+    if _compiles_after_warmup(out):
         return "recompiles"
     return "ok"
+
+
+def _compiles_after_warmup(out: dict) -> int:
+    """Compiles after ``sweep_run.WARMUP`` steps, from the compiles by step
+    where recorded (so a record made under an older warm-up reads the same)."""
+    from .sweep_run import WARMUP
+    by_step = out.get("compiles_by_step") or []
+    if len(by_step) >= WARMUP:
+        return by_step[-1] - by_step[WARMUP - 1]
+    return out.get("compiles_after_warmup", 0)
 
 
 def _ratio(rec: dict, mode: str) -> float | None:
