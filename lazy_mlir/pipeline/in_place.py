@@ -12,10 +12,16 @@ import re
 
 
 def clobbered_args(text: str) -> tuple[int, ...]:
-    """Function arguments that a sort-like op takes as its in-place operand.
-    (Region arguments, such as an ``scf.for``'s, are numbered on after
-    ``main``'s: ``%arg`` numbers past its arity are not its arguments.)"""
-    found = set()
+    """Function arguments that IREE may write in place: a sort-like op's
+    in-place operand, and the tensor an ``insert_slice``/``insert`` writes
+    into (or a view of it). IREE writes into the argument's buffer when that
+    is its last use, also where the inserted result is not returned (a
+    ``clone`` folded away: ``y = d.clone(); y[6:9] = t; y[6] *= -1`` wrote
+    ``t`` into ``d``'s imported host memory and returned a new buffer, so no
+    result shows the write). (Region arguments, such as an ``scf.for``'s,
+    are numbered on after ``main``'s: ``%arg`` numbers past its arity are not
+    its arguments.)"""
+    found = set(_inserted_into_args(text))
     for m in re.finditer(r"tm_tensor\.\w+[^\n]*?outs\(([^)]*)\)", text):
         found.update(int(a) for a in re.findall(r"%arg(\d+)\b", m.group(1)))
     for m in re.finditer(r"torch\.aten\.(?:sort|topk|argsort|kthvalue|median)\w*[^\n]*", text):
@@ -76,18 +82,47 @@ def argument_read_after_in_place_write(text: str) -> str | None:
         return None
     body = text[main:]
     returned = {o.strip() for o in ret.group(1).split(",")}
-    views = re.findall(r"(%[\w#]+) = tensor\.(?:expand_shape|collapse_shape|extract_slice) "
-                       r"(%[\w#]+)\b", body)
+    views = _views(body)
     for arg in set(re.findall(r"tensor\.insert_slice %[\w#]+ into (%arg\d+)\[", body)):
-        aliases = {arg}
-        for _ in range(len(views)):  # views of views
-            grown = aliases | {out for out, src in views if src in aliases}
-            if grown == aliases:
-                break
-            aliases = grown
-        if (aliases - {arg}) & returned:
+        if (_aliases(arg, views) - {arg}) & returned:
             return arg
     return None
+
+
+def _views(body: str) -> list[tuple[str, str]]:
+    """(view, source) pairs of the reshapes and slices in ``body``."""
+    return re.findall(r"(%[\w#]+) = tensor\.(?:expand_shape|collapse_shape|extract_slice) "
+                      r"(%[\w#]+)\b", body)
+
+
+def _aliases(value: str, views: list[tuple[str, str]]) -> set[str]:
+    """``value`` and its views, and views of those."""
+    aliases = {value}
+    for _ in range(len(views)):
+        grown = aliases | {out for out, src in views if src in aliases}
+        if grown == aliases:
+            break
+        aliases = grown
+    return aliases
+
+
+def _inserted_into_args(text: str) -> set[int]:
+    """``main``'s arguments that an ``insert_slice`` or ``insert`` writes
+    into, directly or through a view of the argument."""
+    main = text.find("func.func @main(")
+    if main < 0:
+        return set()
+    body = text[main:]
+    source = dict(_views(body))
+    found = set()
+    for value in set(re.findall(r"tensor\.insert(?:_slice)? %[\w#]+ into (%[\w#]+)\[", body)):
+        for _ in range(len(source) + 1):  # up the views to what they view
+            if value not in source:
+                break
+            value = source[value]
+        if re.fullmatch(r"%arg\d+", value):
+            found.add(int(value[4:]))
+    return found
 
 
 

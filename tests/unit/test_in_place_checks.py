@@ -2,8 +2,9 @@
 (an argument updated in place while a result still reads it)."""
 from __future__ import annotations
 
-from lazy_mlir.pipeline.in_place import (argument_read_after_in_place_write, returned_args,
-                                        shared_sort_operands, unshare_sort_operands)
+from lazy_mlir.pipeline.in_place import (argument_read_after_in_place_write, clobbered_args,
+                                        returned_args, shared_sort_operands,
+                                        unshare_sort_operands)
 
 INSERT_AND_RETURN_ARG = """
   func.func @main(%arg0: tensor<6xf32>, %arg1: tensor<4xf32>) -> (tensor<6xf32>, tensor<6xf32>) {
@@ -48,6 +49,23 @@ def test_argument_read_after_in_place_write():
     assert argument_read_after_in_place_write(INSERT_AND_RETURN_VIEW) == "%arg0"
     assert argument_read_after_in_place_write(INSERT_AND_RETURN_ARG) is None  # returned_args
     assert argument_read_after_in_place_write(INSERT_AND_COMPUTE) is None  # IREE orders it
+
+
+INSERT_INTO_VIEW = """
+  func.func @main(%arg0: tensor<6xf32>, %arg1: tensor<3xf32>, %arg2: tensor<f32>) -> tensor<2x3xf32> {
+    %expanded = tensor.expand_shape %arg0 [[0, 1]] output_shape [2, 3] : tensor<6xf32> into tensor<2x3xf32>
+    %extracted = tensor.extract %arg2[] : tensor<f32>
+    %inserted = tensor.insert %extracted into %arg1[%c0] : tensor<3xf32>
+    %inserted_slice = tensor.insert_slice %arg1 into %expanded[0, 0] [1, 3] [1, 1] : tensor<3xf32> into tensor<2x3xf32>
+    return %inserted_slice : tensor<2x3xf32>
+  }
+"""
+
+
+def test_clobbered_args_are_insert_destinations():
+    # (a clone folded away: IREE writes into the argument, returns a new buffer)
+    assert clobbered_args(INSERT_AND_COMPUTE) == (0,)
+    assert clobbered_args(INSERT_INTO_VIEW) == (0, 1)  # through a view; a scalar insert
 
 
 def test_shared_sort_operands():
