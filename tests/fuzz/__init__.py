@@ -1,0 +1,1 @@
+"""The differential fuzzer: README "Tests and benchmarks", ``python -m tests.fuzz --help``."""
