@@ -214,3 +214,13 @@ def test_as_strided_of_a_0d_tensor_in_process():
     x = torch.tensor(1.5, dtype=torch.float64)
     fn = lm.jit(lambda a: [a.as_strided((2, 1), (0, 3), 0)]).lower(x).compile()
     assert torch.equal(fn(x)[0], x.as_strided((2, 1), (0, 3), 0))
+
+
+def test_uint8_abs_is_the_value():
+    """The lowering took uint8 as signed: ``abs`` of 200 gave 56."""
+    x = torch.tensor([200, 3, 130], dtype=torch.uint8)
+    a = lazy(x).abs()
+    b = lazy(x)
+    b.abs_()
+    lm.mark_step()
+    assert torch.equal(a.cpu(), x) and torch.equal(b.cpu(), x)
