@@ -38,7 +38,7 @@ class Jitted:
               config: PipelineConfig | None = None) -> "Lowered":
         """Trace ``fn`` on lazy copies of ``args`` and lower it to linalg for
         ``target`` (default: the current target, ``lm.set_target``)."""
-        from ..lazy import bounds, early_outputs
+        from ..lazy import bounds, early_outputs, offsets
         from ..lazy.capture import data_value, emit, value_of
         from ..graph.program import Graph
         from ..lazy.sync import current_target, execute
@@ -53,8 +53,9 @@ class Jitted:
             else:
                 lazy_args.append(wrap_value(data_value(a.detach().clone())))
         leading = [value_of(t).data for t in lazy_args]
-        # (the graph runs at later calls: indices clamped, not checked; one graph)
-        with bounds.unchecked(), early_outputs.one_graph():
+        # (the graph runs at later calls: indices clamped, not checked; one graph;
+        # view offsets constants, as they are on every target)
+        with bounds.unchecked(), early_outputs.one_graph(), offsets.constant_offsets():
             out = self.fn(*lazy_args)
         leaves, tree = tree_flatten(out)
         if not leaves or not all(isinstance(t, LazyTensor) for t in leaves):

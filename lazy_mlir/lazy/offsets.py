@@ -15,6 +15,7 @@ each with IREE's static offsets).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 
 import torch
@@ -78,6 +79,8 @@ def lifting() -> bool:
     the module, and on Vulkan (lavapipe, IREE 3.13) two offsets in one module
     read wrong values. (Decided again only when the switch's text or the
     target changes: every slice read asks.)"""
+    if _held[0]:
+        return False
     raw, t, decided = os.environ.get(SWITCH), target[0], _decided
     if t is None or raw != decided[0] or t is not decided[1]:
         if t is None:
@@ -87,6 +90,19 @@ def lifting() -> bool:
 
 
 _decided = [None, None, False]  # (the switch's text, the target, lifting)
+_held = [0]  # nesting depth of constant_offsets()
+
+
+@contextlib.contextmanager
+def constant_offsets():
+    """Offsets stay constants of the graph inside: ``lm.jit``'s trace, whose
+    graph is lowered for any target later and whose offsets could not change
+    between calls anyway (they are not its arguments)."""
+    _held[0] += 1
+    try:
+        yield
+    finally:
+        _held[0] -= 1
 
 
 def liftable(steps) -> bool:

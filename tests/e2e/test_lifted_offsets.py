@@ -107,3 +107,16 @@ def test_word_language_model_pattern_compiles_once(counters):
     # order: the gradients are new); the six offsets after it are one module.
     assert compiles[-1] - compiles[0] == 1, compiles
     assert counters.delta("lifted::int") == 2 * len(got)
+
+
+def test_jit_keeps_offsets_constant_for_every_target(counters):
+    """lm.jit's graph is lowered for any target, Vulkan too (where offsets are
+    not lifted), and its offsets are not its arguments: they stay constants."""
+    x = torch.randn(10, 6)
+    fn = lm.jit(lambda t: t[3:7] * 2 + t[5])
+    lowered = fn.lower(x, target="vulkan")
+    from lazy_mlir.pipeline.fx_graph import to_fx
+    targets = {str(n.target) for n in to_fx(lowered.graph).graph.nodes}
+    assert not any("_at" in t for t in targets), targets
+    out = lowered.compile("cpu")(x)
+    torch.testing.assert_close(out, x[3:7] * 2 + x[5])
