@@ -13,6 +13,7 @@ from torch.utils._pytree import tree_flatten
 from ..graph.argtree import unflatten
 
 from ..graph.ir import TensorSpec
+from .eager_checks import probe
 from .state import shape_memo as _memo  # (op, tree, specs, constants) -> outputs
 
 META = torch.device("meta")
@@ -25,6 +26,10 @@ class Placeholder:
 
     def __init__(self, spec: TensorSpec):
         self.spec = spec
+
+
+def _is_meta(a) -> bool:
+    return isinstance(a, torch.Tensor) and a.device.type == "meta"
 
 
 def _device_to_meta(a):
@@ -50,6 +55,7 @@ def infer(func, flat: list, treedef) -> list:
     metas = [a.spec.meta() if isinstance(a, Placeholder) else _device_to_meta(a) for a in flat]
     args, kwargs = unflatten(metas, treedef)
     out = func(*args, **kwargs)
+    probe(func, metas, _is_meta, lambda flat: unflatten(flat, treedef))  # eager's dtype checks
     if isinstance(out, torch.Tensor):
         leaves, out_tree = [out], None  # the common case: no pytree needed
     else:

@@ -224,3 +224,24 @@ def test_uint8_abs_is_the_value():
     b.abs_()
     lm.mark_step()
     assert torch.equal(a.cpu(), x) and torch.equal(b.cpu(), x)
+
+
+@pytest.mark.parametrize("call", [
+    lambda v: v.sub_(False),                     # bool - bool
+    lambda v: torch.sub(v.int(), True),          # int - bool
+    lambda v: torch.rsub(v.float(), True),
+    lambda v: v.float().bitwise_and_(3),         # bitwise op of floats
+    lambda v: v.int().remainder_(0),             # ZeroDivisionError
+    lambda v: v.int().pow_(-1),                  # negative integer power
+    lambda v: v.mul_(3),                         # Long result into a bool tensor
+])
+def test_eager_dtype_checks_of_python_numbers(call):
+    """A pointwise op given a Python number: eager's CPU kernel refuses these
+    dtypes, the meta kernel did not, and the lazy device computed a value
+    (``v0.sub_(False)`` of a bool tensor; fuzzer seeds 79, 174, 345)."""
+    v0 = torch.tensor([True, False])
+    with pytest.raises(RuntimeError) as eager:
+        call(v0.clone())
+    with pytest.raises(RuntimeError) as got:
+        call(lazy(v0))
+    assert str(got.value).split("\n")[0] == str(eager.value).split("\n")[0]

@@ -1,0 +1,59 @@
+"""The argument checks eager's CPU kernels make and meta kernels do not.
+
+A meta kernel checks shapes and promotes dtypes, but the dtype checks of a
+pointwise op live in its CPU kernel: ``bool_t - False`` ("Subtraction ...
+with two bool tensors"), ``float_t & 3`` ("not implemented for 'Float'"),
+``int_t.remainder_(0)`` (ZeroDivisionError), ``int_t.pow_(-1)``,
+``bool_t.mul_(3)`` ("result type Long can't be cast"). Given a Python number
+the meta kernel sees none of them, so the lazy device computed a value where
+eager raises. ``probe`` runs the op once on one-element CPU tensors of the
+same dtypes (ones: no division by a zero the real data may not hold) the
+first time a signature is seen (``shapes.infer``'s memo keeps the answer),
+and raises what eager raises.
+"""
+from __future__ import annotations
+
+import torch
+
+aten = torch.ops.aten
+
+# Not tagged pointwise, checked as pointwise ops are (broadcasting operands).
+_ALSO_POINTWISE = frozenset({aten.floor_divide.default, aten.floor_divide.Scalar,
+                             aten.floor_divide_.Tensor, aten.floor_divide_.Scalar,
+                             aten.rsub.Tensor, aten.rsub.Scalar})
+# What the CPU lacks but other targets compute: not eager's verdict on the op.
+_CPU_GAPS = ("'Half'", "'BFloat16'", "'ComplexHalf'", "Float8")
+
+
+def _probed(func) -> bool:
+    try:
+        return func._lazy_mlir_probed
+    except AttributeError:
+        probed = torch.Tag.pointwise in func.tags or func in _ALSO_POINTWISE
+        try:
+            func._lazy_mlir_probed = probed
+        except (AttributeError, TypeError):
+            pass
+        return probed
+
+
+def probe(func, metas: list, is_tensor, unflatten) -> None:
+    """Raise what eager raises for ``func`` on these dtypes and constants.
+
+    ``metas`` are the flat arguments with meta tensors for the lazy ones
+    (``is_tensor(a)`` tells them); ``unflatten(flat)`` gives (args, kwargs).
+    Only pointwise ops are probed: their result's shape is the operands'
+    broadcast, so one-element operands of the same rank stand for any.
+    """
+    if not _probed(func):
+        return
+    flat = [torch.ones((1,) * a.dim(), dtype=a.dtype) if is_tensor(a) else a for a in metas]
+    args, kwargs = unflatten(flat)
+    try:
+        func(*args, **kwargs)
+    except RuntimeError as e:  # (NotImplementedError too: "not implemented for 'Float'")
+        if not any(gap in str(e) for gap in _CPU_GAPS):
+            raise
+
+
+__all__ = ["probe"]
