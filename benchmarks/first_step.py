@@ -67,7 +67,7 @@ def worker(backend: str, name: str, size: str, steps: int) -> dict:
         times.append(time.perf_counter() - t0)
     res.update(first_s=times[0], total_s=sum(times), losses=losses)
     if lazy:
-        from lazy_mlir.runtime.module_cache import compiles_in_flight, wait_for_compiles
+        from lazy_mlir.compile_service.lookup import compiles_in_flight, wait_for_compiles
         res["in_flight_at_end"] = compiles_in_flight()
         res.update({c: lm.metrics.counter_value(c) for c in COUNTERS})
         res["fallbacks"] = sum(lm.metrics.counter_value(n) for n in lm.metrics.counter_names()

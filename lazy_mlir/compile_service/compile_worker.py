@@ -345,7 +345,7 @@ def main(argv: list[str]) -> int:
                 parent = False
 
 
-COMMAND = ("-P", "-c", "import sys; from lazy_mlir.runtime.compile_worker import main; "
+COMMAND = ("-P", "-c", "import sys; from lazy_mlir.compile_service.compile_worker import main; "
                  "sys.exit(main(sys.argv[1:]))")
 """The worker's command line after ``python`` (not ``-m``: ``import
 lazy_mlir`` imports this module before runpy would run it as ``__main__``,

@@ -1,39 +1,47 @@
-"""The module cache: the loaded module that runs a graph, compiled once.
+"""The one lookup-or-compile entry: ``executable_for(graph, target, config)``.
 
-``module_for`` looks in the in-memory cache (``CachedCompile``), then in the
-persistent cache on disk (``PersistentCacheHit``), and only then compiles
-(``UncachedCompile``) through the one compile path,
-``pipeline.compile.compile_graph``, in a compile worker
-(``compile_pool``; in this process with ``LAZY_MLIR_COMPILE_WORKERS=0``), and
-loads the result with ``load_module`` (the loader ``lm.jit`` shares). A graph
-that fails to compile gets an ``EagerEntry`` that runs its fx module on the
-host; its error and repro are logged once and the ops blamed for it are no
-longer captured for compilation (decided by ``compile_graph``).
+Every way in calls it: mark_step and ``compile_train_step`` (``lazy.sync``),
+``lm.jit`` (``load_executable``), and the Dynamo backend
+(``frontends.aot_graph``, whose aot graphs come as ``AotProgram``s). It looks
+in the in-memory cache (``CachedCompile``), then in the persistent cache on
+disk (``PersistentCacheHit``), and only then compiles (``UncachedCompile``)
+through the one compile path, ``pipeline.compile.compile_graph``, in a
+compile worker (``compile_pool``; in this process with
+``LAZY_MLIR_COMPILE_WORKERS=0``), and loads the result
+(``load_executable``). A graph that fails to compile or load gets an
+``EagerExecutable`` that runs its fx module on the host
+(``executable.compile_or_fallback``).
 
-In the background (the default; ``LAZY_MLIR_COMPILE=wait`` blocks instead) a
-miss submits the compile and answers a ``CompilingEntry`` at once: the graph
-runs eagerly on the CPU, eager PyTorch's results, not counted as a fallback
-(``EagerWhileCompiling``). Each later lookup of any graph settles the
-compiles that finished: the memory-cache entry becomes the loaded module (or
-the failed compile's ``EagerEntry``), so the next run of that graph is
-compiled. Data the eager run left on the host is copied to the device by the
-compiled run that reads it (``lazy.sync._run``), for every target.
-A dump (``lazy-mlir dump``) always waits: it wants every graph compiled.
+What it needs of ``graph``: ``key`` (structural, sha256), ``nodes`` (each
+with ``op``: the ops blamed for a failure), ``on_calling_thread``; optionally
+``fx_module`` (the fx module to compile, else ``to_fx(graph)``),
+``denies`` (False: a failure stops no op from being captured) and
+``in_worker`` (False: it cannot be sent to a worker, so never compiles in the
+background).
+
+In the background (the default; ``LAZY_MLIR_COMPILE=wait`` or ``wait=True``
+blocks instead) a miss submits the compile and answers a
+``CompilingExecutable`` at once: the graph runs eagerly on the CPU, eager
+PyTorch's results, not counted as a fallback (``EagerWhileCompiling``). Each
+later lookup of any graph settles the compiles that finished: the
+memory-cache entry becomes the loaded module (or the failed compile's
+``EagerExecutable``), so the next run of that graph is compiled. A dump
+(``lazy-mlir dump``) always waits: it wants every graph compiled.
 """
 from __future__ import annotations
 
 import logging
-
 import os
 
-from ..graph import debug
 from .. import metrics
-from ..pipeline.compile import EagerEntry, compile_graph, eager_entry
+from ..graph import debug
 from ..pipeline.fx_graph import to_fx
 from . import compile_pool
-from .cache import memory_cache
 from .compile_worker import pack_entry, unpack_entry
 from .disk_cache import default_cache, make_key
+from .executable import (CompilingExecutable, EagerExecutable, compile_or_fallback,
+                         eager_executable)
+from .memory_cache import memory_cache
 
 log = logging.getLogger("lazy_mlir")
 
@@ -47,30 +55,30 @@ def background() -> bool:
     return mode != "wait"
 
 
-class CompilingEntry(EagerEntry):
-    """A graph whose module compiles in a worker: it runs eagerly meanwhile
-    (no op blamed: not a fallback). Holds the graph until settled, for the
-    failure's bookkeeping (``compile_graph``)."""
-
-    def __init__(self, gm, future, graph, target, config):
-        super().__init__(gm, [])
-        self.future, self.graph, self.target, self.config = future, graph, target, config
+_compiling: dict[tuple, CompilingExecutable] = {}
 
 
-_compiling: dict[tuple, CompilingEntry] = {}
+def memory_key(graph_key: str, target, config) -> tuple:
+    """The in-memory cache's key (the driver too: a loaded module is bound to
+    its device; the compiled one, on disk, is the same for cpu's local-task
+    and local-sync)."""
+    return (graph_key, target.cache_key, target.driver, config.key)
 
 
-def module_for(graph, target, config):
-    """The loaded module (or ``EagerEntry``) for ``graph`` on ``target``."""
+def executable_for(graph, target, config, *, wait: bool | None = None):
+    """The ``Executable`` of ``graph`` on ``target``: loaded, compiling
+    (runs eagerly meanwhile) or failed (runs eagerly). ``wait``: compile
+    before answering (default: unless ``background()``)."""
     if _compiling:
         _settle_finished()
-    # (the driver too: a loaded module is bound to its device; the compiled
-    # one, on disk, is the same for cpu's local-task and local-sync)
-    key = (graph.key, target.cache_key, target.driver, config.key)
+    key = memory_key(graph.key, target, config)
     entry = memory_cache.get(key)
-    if isinstance(entry, CompilingEntry):
-        metrics.counter_inc("EagerWhileCompiling")
-        return entry
+    if isinstance(entry, CompilingExecutable):
+        if not wait:
+            metrics.counter_inc("EagerWhileCompiling")
+            return entry
+        wait_for_compiles()
+        entry = memory_cache.get(key)
     if entry is not None:
         metrics.counter_inc("CachedCompile")
         return entry
@@ -90,37 +98,52 @@ def module_for(graph, target, config):
         # replaces the entry, or falls back if the new one cannot load either)
     metrics.counter_inc("UncachedCompile")
     debug.on_uncached_compile(graph)
-    cache = (str(disk.root), disk_key, {"graph": graph.key, "target": target.name,
-                                         "ops": len(graph.nodes), "config": config.key}
-             ) if disk else None
-    pool = compile_pool.pool()
-    if pool is not None and dumper is None and background():
-        gm = to_fx(graph)
-        entry = CompilingEntry(gm, pool.submit(gm, target, config, cache), graph, target, config)
-        _compiling[key] = entry
-        memory_cache.put(key, entry)
-        metrics.counter_inc("EagerWhileCompiling")
-        return entry
-    compiler = None if pool is None else _worker_compiler(cache, stages=dumper is not None)
-    compiled = compile_graph(graph, target, config, compiler=compiler)
-    entry = load_module(compiled, graph, target)
-    if dumper is not None and not isinstance(compiled, EagerEntry):
-        # (also a module IREE refuses to load: its IR is what explains why)
-        dumper.dump(graph, compiled.compiled, config,
-                    make_key(graph.key, target.cache_key, config.key))
-    if not isinstance(entry, EagerEntry):
-        if disk and pool is None:  # a worker stores its own
-            disk.put(disk_key, pack_entry(compiled.clobbered, compiled.passthrough,
-                                          compiled.vmfb), cache[2])
+    entry = _compile(graph, target, config, key, disk, disk_key, dumper,
+                     background() if wait is None else not wait)
     memory_cache.put(key, entry)
     return entry
 
 
+def _compile(graph, target, config, key, disk, disk_key, dumper, in_background: bool):
+    """A miss: a ``CompilingExecutable`` (submitted to a worker), or the
+    loaded module (or ``EagerExecutable``), compiled now."""
+    cache = (str(disk.root), disk_key, {"graph": graph.key, "target": target.name,
+                                         "ops": len(graph.nodes), "config": config.key}
+             ) if disk else None
+    gm = fx_module_of(graph)
+    in_worker = getattr(graph, "in_worker", True)
+    pool = compile_pool.pool() if in_worker else None
+    if pool is not None and dumper is None and in_background:
+        entry = CompilingExecutable(gm, pool.submit(gm, target, config, cache),
+                                    (graph, target, config))
+        _compiling[key] = entry
+        metrics.counter_inc("EagerWhileCompiling")
+        return entry
+    compiler = None if pool is None else _worker_compiler(cache, stages=dumper is not None)
+    compiled = compile_or_fallback(graph, target, config, compiler=compiler, gm=gm)
+    entry = load_executable(compiled, graph, target)
+    if dumper is not None and not isinstance(compiled, EagerExecutable):
+        # (also a module IREE refuses to load: its IR is what explains why)
+        dumper.dump(graph, compiled.compiled, config,
+                    make_key(graph.key, target.cache_key, config.key))
+    if not isinstance(entry, EagerExecutable) and disk and pool is None:
+        # (a worker stores its own)
+        disk.put(disk_key, pack_entry(compiled.clobbered, compiled.passthrough,
+                                      compiled.vmfb), cache[2])
+    return entry
+
+
+def fx_module_of(graph):
+    """The fx module ``graph`` compiles from (and runs eagerly as)."""
+    gm = getattr(graph, "fx_module", None)
+    return to_fx(graph) if gm is None else gm
+
+
 def still_compiling(graph_key: str, target, config) -> bool:
     """Whether the module of the graph of ``graph_key`` is being compiled
-    in the background (a look that counts nothing, unlike ``module_for``)."""
-    key = (graph_key, target.cache_key, target.driver, config.key)
-    return isinstance(memory_cache.get(key), CompilingEntry)
+    in the background (a look that counts nothing, unlike ``executable_for``)."""
+    return isinstance(memory_cache.get(memory_key(graph_key, target, config)),
+                      CompilingExecutable)
 
 
 def _worker_compiler(cache, stages: bool):
@@ -151,13 +174,14 @@ def wait_for_compiles(timeout: float | None = None) -> None:
 
 def _settle_finished() -> None:
     """Swap each finished background compile's memory-cache entry for its
-    loaded module (or failed compile's ``EagerEntry``)."""
+    loaded module (or failed compile's ``EagerExecutable``)."""
     for key, entry in list(_compiling.items()):
         if not entry.future.done():
             continue
         del _compiling[key]
         if memory_cache.get(key) is not entry:  # the cache was cleared meanwhile
             continue
+        graph, target, config = entry.job
         answer = entry.future.result()
         if answer[0] == "unavailable":  # no worker could start: compile here
             def compiler(gm, target, config):
@@ -165,27 +189,30 @@ def _settle_finished() -> None:
         else:
             def compiler(gm, target, config, answer=answer):
                 return compile_pool.result_of(answer)
-        compiled = compile_graph(entry.graph, entry.target, entry.config, compiler=compiler,
-                                 gm=entry.gm)
-        memory_cache.put(key, load_module(compiled, entry.graph, entry.target))
+        compiled = compile_or_fallback(graph, target, config, compiler=compiler, gm=entry.gm)
+        memory_cache.put(key, load_executable(compiled, graph, target))
         metrics.counter_inc("CompileSettled")
 
 
-def load_module(result, graph, target):
-    """``compile_graph``'s ``result`` loaded on ``target``'s session with its
-    protections (copied ``clobbered`` arguments, ``passthrough`` results); an
-    ``EagerEntry`` stays one. The one loader of mark_step and ``lm.jit``.
+def load_executable(result, graph, target):
+    """``compile_or_fallback``'s ``result`` loaded on ``target``'s session
+    with its protections (copied ``clobbered`` arguments, ``passthrough``
+    results); an ``EagerExecutable`` stays one. The one loader of every way in.
 
     A module that compiles but cannot be loaded (IREE's runtime takes at most
     32 buffers per dispatch, Vulkan drivers limit push constants, a damaged
-    vmfb) gets an ``EagerEntry`` that runs the graph on the CPU instead, every
-    op counted as a fallback, as for a failed compile: never an exception in
-    the user's step."""
-    if isinstance(result, EagerEntry):
+    vmfb) gets an ``EagerExecutable`` that runs the graph on the CPU instead,
+    every op counted as a fallback, as for a failed compile: never an
+    exception in the user's step."""
+    if isinstance(result, EagerExecutable):
         return result
     entry = load_or_none(target, result.vmfb, result.clobbered, result.passthrough,
                          "this graph", on_calling_thread=graph.on_calling_thread)
-    return eager_entry(graph) if entry is None else entry
+    if entry is not None:
+        return entry
+    gm = getattr(graph, "fx_module", None)
+    return eager_executable(graph) if gm is None else EagerExecutable(
+        gm, [n.op.__name__.split(".")[0] for n in graph.nodes])
 
 
 _load_warned: set[str] = set()
@@ -195,9 +222,8 @@ def load_or_none(target, vmfb: bytes, clobbered=(), passthrough=(), what: str = 
                  instead: str = "it runs eagerly on the CPU", on_calling_thread: bool = False):
     """The module loaded on ``target``'s session, or None when the runtime
     refuses it (counted as ``ModuleLoadFailed``; warned once per kind of
-    error). The loader ``load_module``, the disk cache and the torch.compile
-    backend share."""
-    from .session import session_for
+    error)."""
+    from ..runtime.session import session_for
     session = session_for(target)  # (no device, a refused target: the user's to fix, raised)
     try:
         return session.load(vmfb, clobbered, passthrough, on_calling_thread)

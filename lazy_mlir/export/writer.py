@@ -160,7 +160,7 @@ def _manifest(captured: Captured, compiled, target, config, tmp: Path, *, params
               kind: str, entry: dict, entries: list, bound: list, compile_seconds: float,
               extra: dict | None) -> dict:
     """The artifact's manifest.json, for the files already written in ``tmp``."""
-    from ..runtime.disk_cache import make_key, package_versions
+    from ..compile_service.disk_cache import make_key, package_versions
     # The import path was temporary; say what it held instead.
     flags = [f"--iree-parameter-import={artifact.SCOPE}=<archive of the bound parameters>"
              if f.startswith("--iree-parameter-import=") else f for f in compiled.flags]

@@ -242,7 +242,7 @@ def _inside(ranges, out: torch.Tensor) -> bool:
 def _module_for(spec: _Specialized):
     """(loaded module or ``_Eager``, output layout) for ``spec``, from the
     memory cache, the disk cache, or a compile."""
-    from ..runtime.cache import memory_cache
+    from ..compile_service.memory_cache import memory_cache
     # (as module_cache: the driver too, a loaded module is bound to its device)
     key = (("dynamo", spec.key), spec.target.cache_key, spec.target.driver, spec.config.key)
     hit = memory_cache.get(key)
@@ -250,9 +250,9 @@ def _module_for(spec: _Specialized):
         metrics.counter_inc("CachedCompile")
         return hit
     from ..pipeline.dump import active_dumper
-    from ..runtime.disk_cache import default_cache, make_key
-    from ..runtime.compile_worker import pack_entry, unpack_entry
-    from ..runtime.module_cache import load_or_none
+    from ..compile_service.disk_cache import default_cache, make_key
+    from ..compile_service.compile_worker import pack_entry, unpack_entry
+    from ..compile_service.lookup import load_or_none
     dumper = active_dumper()
     disk = default_cache() if dumper is None else None  # a dump wants every graph compiled
     disk_key = make_key("dynamo:" + spec.key, spec.target.cache_key, spec.config.key)
@@ -313,7 +313,7 @@ def _lower_and_compile(module_gm: fx.GraphModule, spec: _Specialized, stages: bo
     holding constants as module attributes (the worker rebuilds the graph
     from its rows, not the module's attributes)."""
     from ..pipeline.compile import compile_module, lower_graph
-    from ..runtime import compile_pool
+    from ..compile_service import compile_pool
     if any(n.op == "get_attr" for n in module_gm.graph.nodes):
         return compile_module(lower_graph(None, spec.target, spec.config, module_gm),
                               spec.target, spec.config)
@@ -325,7 +325,7 @@ def _load(compiled, spec: _Specialized):
     """``compiled`` loaded on the target's session with its protections
     (as ``runtime.module_cache.load_module``); ``_Eager`` when IREE cannot
     load it (a dispatch over the runtime's 32 buffers, a driver limit)."""
-    from ..runtime.module_cache import load_or_none
+    from ..compile_service.lookup import load_or_none
     loaded = load_or_none(spec.target, compiled.vmfb, compiled.clobbered, compiled.passthrough,
                           f"torch.compile graph {spec.key[:12]}")
     return _Eager(spec.gm, _op_names(spec.gm)) if loaded is None else loaded

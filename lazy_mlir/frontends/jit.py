@@ -7,9 +7,10 @@ callable ``CompiledFunction`` whose ``.artifact`` is the vmfb.
 
 Lowering and compiling go through mark_step's path: ``pipeline.compile``'s
 ``lower_graph`` for the target (its rewrites: im2col/channels-last
-convolutions on cpu) and ``compile_graph``, then ``runtime.module_cache``'s
-``load_module`` (clobbered copies, passthrough results, the eager fallback
-of a module IREE cannot load). Unlike mark_step, a failure raises.
+convolutions on cpu) and ``compile_graph``, then the compile service's
+loader, ``compile_service.lookup.load_executable`` (clobbered copies,
+passthrough results, the eager fallback of a module IREE cannot load).
+Unlike mark_step, a failed compile raises.
 """
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ..config import PipelineConfig, current_config
-from ..pipeline.compile import CompiledGraph, EagerEntry, compile_graph, lower_graph
+from ..compile_service.executable import EagerExecutable
+from ..pipeline.compile import CompiledGraph, compile_graph, lower_graph
 from ..pipeline.stages import IREE_PHASES, Stage, iree_phase
 from ..targets import Target, get_target
 
@@ -119,8 +121,7 @@ class Lowered:
         ``PipelineError`` of a failed compile, or ``InPlaceHazard`` for a
         graph IREE would compute wrongly."""
         t = self.target if target is None else _as_target(target)
-        result = compile_graph(self.graph, t, self.config, stages=self._stages_for(t),
-                               fallback=False)
+        result = compile_graph(self.graph, t, self.config, stages=self._stages_for(t))
         return CompiledFunction(self, result)
 
 
@@ -134,13 +135,13 @@ class CompiledFunction:
     loads its modules; one IREE cannot load runs its fx module on the host."""
 
     def __init__(self, lowered: Lowered, compiled: CompiledGraph):
-        from ..runtime.module_cache import load_module
+        from ..compile_service.lookup import load_executable
         from ..runtime.session import session_for
         self.lowered = lowered
         self.compiled = compiled
         self.stages = compiled.stages
         self._session = session_for(compiled.target)
-        self._module = load_module(compiled, lowered.graph, compiled.target)
+        self._module = load_executable(compiled, lowered.graph, compiled.target)
         self._bound = lowered.graph.inputs[lowered.n_args:]  # constants made inside fn
 
     @property
@@ -166,7 +167,7 @@ class CompiledFunction:
                 raise TypeError(f"expected {spec.signature()}, got "
                                 f"{str(a.dtype)[6:]}{list(a.shape)}")
         hosts = [to_host(a) if isinstance(a, LazyTensor) else a for a in args]
-        if isinstance(self._module, EagerEntry):
+        if isinstance(self._module, EagerExecutable):
             outs = self._module.gm(*hosts, *[host_of(d) for d in self._bound])
             results = [wrap_value(Value.of_data(DeviceData(v.spec, host=o.contiguous())))
                        if lazy else o for v, o in zip(self.lowered.graph.outputs, outs)]

@@ -17,7 +17,7 @@ import time
 
 from ..graph import debug
 from ..ops import support
-from ..runtime.cache import memory_cache
+from ..compile_service.memory_cache import memory_cache
 from . import gc_hold
 from .tensor import live_storages
 
@@ -71,7 +71,7 @@ seed_logs: list = []
 # Elsewhere, cleared by reset() through the owners' names:
 #   tensor.live_storages            storages that may hold pending values
 #   graph.debug.forget_compiles()   graphs remembered to explain recompiles
-#   runtime.cache.memory_cache      compiled modules, by graph key
+#   compile_service.memory_cache    compiled modules, by graph key
 #   ops.support.DENIED              ops denied at run time (a failed compile)
 #   ops.support.DENIED_SIGNATURES   argument signatures denied at run time
 _DENIED_AT_IMPORT = dict(support.DENIED)

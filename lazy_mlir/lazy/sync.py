@@ -25,7 +25,8 @@ from .state import dispatch_depth, dry_run as _dry_run, step_clock, target as _t
 from .supported import note_fallback
 from .tensor import LazyTensor, live_storages
 from ..config import current_config
-from ..runtime.module_cache import EagerEntry, module_for, still_compiling
+from ..compile_service.executable import EagerExecutable
+from ..compile_service.lookup import executable_for, still_compiling
 from ..runtime import host_calls, worker
 from ..targets import get_target
 
@@ -90,7 +91,7 @@ def launch(roots: list[Value], leading=(), everything: bool = False,
     graph.on_calling_thread = on_calling_thread
     target = current_target()
     config = host_calls.session_config(target, current_config())
-    entry = module_for(graph, target, config)
+    entry = executable_for(graph, target, config)
     plan = None if leading else early_outputs.plan_for(graph, entry, bool(checks),
                                                        capture_seconds)
     # The launch that submits the parts' compiles runs them (eagerly, as any
@@ -117,11 +118,11 @@ def _bind(values: list[Value]) -> list[DeviceData]:
 def _launch_split(graph, plan, target, config, checks):
     """Launch ``graph`` as its early part, then the rest (``early_outputs``)."""
     early = early_outputs.early_graph(graph, plan)
-    early_entry = module_for(early, target, config)
+    early_entry = executable_for(early, target, config)
     early_data = _bind(early.outputs)
     run_entry(early_entry, early.inputs, early_data, checks if plan.flag_early else ())
     rest = early_outputs.rest_graph(graph, plan, early_data)
-    rest_entry = module_for(rest, target, config)
+    rest_entry = executable_for(rest, target, config)
     rest_data = _bind(rest.outputs)
     run_entry(rest_entry, rest.inputs, rest_data, () if plan.flag_early else checks)
     metrics.counter_inc("SplitLaunch")
@@ -151,7 +152,7 @@ def _run(entry, inputs: list[DeviceData], outputs: list[DeviceData], target,
     from ..runtime.session import session_for  # (IREE's runtime: loaded on the first run)
     t0 = time.perf_counter()
     session = session_for(target)
-    if isinstance(entry, EagerEntry):
+    if isinstance(entry, EagerExecutable):
         if entry.ops:  # (none blamed: it runs eagerly while its module compiles)
             metrics.counter_inc("EagerGraph")  # a whole graph that failed to compile
         for op in entry.ops:

@@ -495,6 +495,8 @@ class LoadedModule:
     result written in place into the argument.
     """
 
+    state = "loaded"  # (an Executable of the compile service, compile_service.executable)
+
     def __init__(self, session: Session, fn, clobbered: tuple[int, ...],
                  passthrough: tuple[tuple[int, int], ...] = ()):
         self.session = session

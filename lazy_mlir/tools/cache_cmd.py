@@ -37,7 +37,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from ..runtime.disk_cache import DiskCache, cache_enabled, default_cache_dir
+    from ..compile_service.disk_cache import DiskCache, cache_enabled, default_cache_dir
     cache = DiskCache(getattr(args, "cache_dir", None) or default_cache_dir())
     console = Console()
     action = getattr(args, "cache_action", None) or "stats"

@@ -108,7 +108,7 @@ def run_demo(args) -> int:
 
     import lazy_mlir as lm
     from ..lazy.sync import current_target
-    from ..runtime.module_cache import compiles_running, wait_for_compiles
+    from ..compile_service.lookup import compiles_running, wait_for_compiles
     from .seed_models import digits
 
     if args.target:

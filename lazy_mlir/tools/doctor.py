@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     if not getattr(args, "no_probe", False):
         console.print(_probe_table(usable))
 
-    from ..runtime.disk_cache import cache_enabled, default_cache_dir
+    from ..compile_service.disk_cache import cache_enabled, default_cache_dir
     t = Table(title="compiled-module cache", show_header=False)
     t.add_column(style="bold")
     t.add_column()

@@ -1,4 +1,4 @@
-"""Background compiles (runtime/module_cache.py): a miss runs its graph
+"""Background compiles (compile_service/lookup.py): a miss runs its graph
 eagerly while a worker compiles it; a later run of the graph is compiled.
 Results are eager PyTorch's before and after the switch, and data crosses
 between eagerly run and compiled graphs both ways."""
@@ -15,9 +15,9 @@ import pytest
 import torch
 
 import lazy_mlir as lm
-from lazy_mlir.runtime import compile_pool
-from lazy_mlir.runtime.cache import memory_cache
-from lazy_mlir.runtime.module_cache import compiles_in_flight, wait_for_compiles
+from lazy_mlir.compile_service import compile_pool
+from lazy_mlir.compile_service.memory_cache import memory_cache
+from lazy_mlir.compile_service.lookup import compiles_in_flight, wait_for_compiles
 from e2e_helpers import train_classifier
 
 
@@ -67,7 +67,7 @@ def test_training_switches_to_compiled_with_eagers_results(background):
 
 SCRIPT = textwrap.dedent("""
     import json, torch, lazy_mlir as lm
-    from lazy_mlir.runtime.module_cache import wait_for_compiles
+    from lazy_mlir.compile_service.lookup import wait_for_compiles
     x = torch.arange(12.0).reshape(3, 4)
     r = ((x.to('lazy') * 2).sin() + 1).cpu()
     wait_for_compiles()
@@ -90,7 +90,7 @@ def test_workers_fill_the_persistent_cache(tmp_path):
 
 EXIT_EARLY = textwrap.dedent("""
     import json, sys, time, torch, lazy_mlir as lm
-    from lazy_mlir.runtime import compile_pool
+    from lazy_mlir.compile_service import compile_pool
     x = torch.arange(12.0).reshape(3, 4)
     a = ((x.to('lazy') * 2).sin() + 1).cpu()   # graph A: its compile starts
     if sys.argv[1] == "compiling":  # A reaches the worker, which compiles it (5 s or more)

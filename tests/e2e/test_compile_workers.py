@@ -1,4 +1,4 @@
-"""Compile workers (runtime/compile_pool.py): a compiler crash, a killed
+"""Compile workers (compile_service/compile_pool.py): a compiler crash, a killed
 worker or a compile past its time limit costs one graph, never the program.
 
 Each test starts real worker processes (python + torch + torch-mlir + IREE:
@@ -20,8 +20,8 @@ import pytest
 import torch
 
 import lazy_mlir as lm
-from lazy_mlir.runtime import compile_pool, module_cache
-from lazy_mlir.runtime.cache import memory_cache
+from lazy_mlir.compile_service import compile_pool, lookup
+from lazy_mlir.compile_service.memory_cache import memory_cache
 
 # A real SIGSEGV in the worker, as a compiler bug gives (compile_worker's test
 # hook: the int8 matmul that once crashed torch-mlir's lowering compiles now).
@@ -130,14 +130,14 @@ def test_a_pool_shut_down_under_background_compiles_answers_them(workers, monkey
     x = torch.randn(4, 3)
     assert torch.allclose(_graph(x, 2.0), (x * 2.0).tanh() + 1, atol=1e-6)  # eager meanwhile
     assert torch.allclose((x.to("lazy") - 1).exp().cpu(), (x - 1).exp(), atol=1e-6)
-    assert module_cache.compiles_in_flight() == 2
+    assert lookup.compiles_in_flight() == 2
     pool, deadline = compile_pool.pool(), time.monotonic() + 300
     while not any(w.job for w in pool._workers) and time.monotonic() < deadline:
         time.sleep(0.05)  # (until the first job is in the worker, sleeping there)
     compile_pool.reset()
     monkeypatch.delenv("LAZY_MLIR_TEST_WORKER_CRASH")
-    module_cache.wait_for_compiles(timeout=120)
-    assert module_cache.compiles_in_flight() == 0
+    lookup.wait_for_compiles(timeout=120)
+    assert lookup.compiles_in_flight() == 0
     assert compile_pool.in_flight() == 0
     lm.metrics.reset()
     assert torch.allclose(_graph(x, 2.0), (x * 2.0).tanh() + 1, atol=1e-6)

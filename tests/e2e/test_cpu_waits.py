@@ -15,7 +15,7 @@ import torch
 import lazy_mlir as lm
 from lazy_mlir.lazy.sync import current_target
 from lazy_mlir.runtime import waiting
-from lazy_mlir.runtime.module_cache import wait_for_compiles
+from lazy_mlir.compile_service.lookup import wait_for_compiles
 from lazy_mlir.runtime.session import LoadedModule
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux")
@@ -78,7 +78,7 @@ def test_a_thread_under_another_policy_is_left_alone():
 
 POLICIES = textwrap.dedent("""
     import json, os, threading, torch, lazy_mlir as lm
-    from lazy_mlir.runtime.module_cache import wait_for_compiles
+    from lazy_mlir.compile_service.lookup import wait_for_compiles
     x = torch.randn(6, 4)
     for _ in range(3):  # the device is made by the run thread, at the first run
         y = (x.to("lazy").sin() + 2).cpu()

@@ -19,8 +19,8 @@ import lazy_mlir as lm
 from lazy_mlir.lazy import early_outputs, sync
 from lazy_mlir.lazy.capture import value_of
 from lazy_mlir.lazy.state import backward_cuts, cut_graphs, early_reads, split_plans
-from lazy_mlir.runtime import compile_pool, module_cache
-from lazy_mlir.runtime.cache import memory_cache
+from lazy_mlir.compile_service import compile_pool, lookup
+from lazy_mlir.compile_service.memory_cache import memory_cache
 from e2e_helpers import Counters
 
 VOCAB = 40
@@ -147,7 +147,7 @@ def test_steps_are_not_cut_while_the_cut_graphs_compile(split, monkeypatch):
     try:
         eager, opt_e, lazy, opt_l = _models()
         batches = list(zip(_batches(12), _batches(12, "lazy")))
-        module_cache.wait_for_compiles()
+        lookup.wait_for_compiles()
         c, i = Counters(), 0
 
         def step():
@@ -159,14 +159,14 @@ def test_steps_are_not_cut_while_the_cut_graphs_compile(split, monkeypatch):
 
         while not c.delta("SplitAtBackward"):  # (each step's graphs compiled before the next)
             step()
-            module_cache.wait_for_compiles()
+            lookup.wait_for_compiles()
             assert i < 6
         c.snapshot()
         for _ in range(4):
             step()
         assert c.delta("SplitLaunch") == 1  # the first cut, whose two graphs...
         assert c.delta("EagerWhileCompiling") == 2  # ...ran eagerly; no step after it did
-        module_cache.wait_for_compiles()
+        lookup.wait_for_compiles()
         c.snapshot()
         step()
         step()

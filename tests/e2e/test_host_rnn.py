@@ -150,7 +150,7 @@ def test_a_graph_run_eagerly_while_compiling_matches_a_compiled_one(monkeypatch,
     the other run eagerly while its module compiles (the default background
     compiles): the node's CPU kernels save what the host calls do, so the
     two graphs agree (before: NaN gradients, or a refused workspace)."""
-    from lazy_mlir.runtime import compile_pool
+    from lazy_mlir.compile_service import compile_pool
     monkeypatch.setenv("LAZY_MLIR_RNN", "1")
     monkeypatch.setenv("LAZY_MLIR_CACHE", "0")  # (a miss, whatever ran before)
     monkeypatch.setenv("LAZY_MLIR_COMPILE_WORKERS", "1")  # (background compiles need one)

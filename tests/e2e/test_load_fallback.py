@@ -4,7 +4,7 @@ compile: the graph runs eagerly (counted), never an exception in the step.
 The failures are real ones of IREE's runtime: a dispatch over its 32-buffer
 limit (tests/e2e/test_cache_fallback.py), and here a damaged vmfb, cut short
 after a real compile, given to the real loader (through the disk cache, whose
-checksum it passes, and straight to ``load_module``)."""
+checksum it passes, and straight to ``load_executable``)."""
 from __future__ import annotations
 
 import logging
@@ -16,11 +16,12 @@ import lazy_mlir as lm
 from lazy_mlir.config import current_config
 from lazy_mlir.graph.program import Graph
 from lazy_mlir.lazy.capture import value_of
-from lazy_mlir.pipeline.compile import EagerEntry, compile_graph
-from lazy_mlir.runtime import module_cache
-from lazy_mlir.runtime.cache import memory_cache
-from lazy_mlir.runtime.compile_worker import pack_entry, unpack_entry
-from lazy_mlir.runtime.disk_cache import default_cache
+from lazy_mlir.compile_service.executable import EagerExecutable
+from lazy_mlir.pipeline.compile import compile_graph
+from lazy_mlir.compile_service import lookup
+from lazy_mlir.compile_service.memory_cache import memory_cache
+from lazy_mlir.compile_service.compile_worker import pack_entry, unpack_entry
+from lazy_mlir.compile_service.disk_cache import default_cache
 from lazy_mlir.targets import get_target
 
 from e2e_helpers import assert_lazy_close, lazy
@@ -62,17 +63,17 @@ def test_damaged_cached_module_is_compiled_again(counters, monkeypatch, tmp_path
 
 
 def test_module_that_cannot_load_runs_eagerly_with_one_warning(counters, caplog, monkeypatch):
-    monkeypatch.setattr(module_cache, "_load_warned", set())  # (the test above warned already)
+    monkeypatch.setattr(lookup, "_load_warned", set())  # (the test above warned already)
     out, _ = _graph_result(4)
     graph = Graph.build([value_of(out)])
     target, config = get_target("cpu"), current_config()
-    compiled = compile_graph(graph, target, config, fallback=False)
-    assert not isinstance(module_cache.load_module(compiled, graph, target), EagerEntry)
+    compiled = compile_graph(graph, target, config)
+    assert not isinstance(lookup.load_executable(compiled, graph, target), EagerExecutable)
     broken = replace(compiled, compiled=replace(compiled.compiled, vmfb=_damaged(compiled.vmfb)))
     counters.snapshot()
     with caplog.at_level(logging.WARNING, logger="lazy_mlir"):
-        entries = [module_cache.load_module(broken, graph, target) for _ in range(2)]
-    assert all(isinstance(e, EagerEntry) for e in entries)
+        entries = [lookup.load_executable(broken, graph, target) for _ in range(2)]
+    assert all(isinstance(e, EagerExecutable) for e in entries)
     assert set(entries[0].ops) == {n.op.__name__.split(".")[0] for n in graph.nodes}
     assert counters.delta("ModuleLoadFailed") == 2
     assert caplog.text.count("cannot load this graph") == 1  # once per kind of error

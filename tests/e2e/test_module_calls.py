@@ -12,7 +12,7 @@ import torch
 import lazy_mlir as lm
 from lazy_mlir.lazy.capture import value_of
 from lazy_mlir.lazy.sync import current_target
-from lazy_mlir.runtime.module_cache import wait_for_compiles
+from lazy_mlir.compile_service.lookup import wait_for_compiles
 from lazy_mlir.runtime.session import session_for
 
 

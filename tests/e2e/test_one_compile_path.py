@@ -10,8 +10,10 @@ import torch.nn.functional as F
 import lazy_mlir as lm
 from lazy_mlir.lazy.sync import current_target
 from lazy_mlir.pipeline import compile as pipeline_compile
-from lazy_mlir.runtime import module_cache, session
-from lazy_mlir.runtime.cache import ModuleCache
+from lazy_mlir.compile_service import lookup
+from lazy_mlir.compile_service.executable import eager_executable
+from lazy_mlir.runtime import session
+from lazy_mlir.compile_service.memory_cache import ModuleCache
 from lazy_mlir.targets import get_target
 
 
@@ -40,10 +42,10 @@ def compiles(monkeypatch):
         seen.append((target.name, stages[-1].text, out.flags))
         return out
     monkeypatch.setattr(pipeline_compile, "compile_module", record)
-    monkeypatch.setattr(module_cache, "load_module",
-                        lambda result, graph, target: pipeline_compile.eager_entry(graph))
-    monkeypatch.setattr(module_cache, "memory_cache", ModuleCache())
-    monkeypatch.setattr(module_cache, "default_cache", lambda: None)
+    monkeypatch.setattr(lookup, "load_executable",
+                        lambda result, graph, target: eager_executable(graph))
+    monkeypatch.setattr(lookup, "memory_cache", ModuleCache())
+    monkeypatch.setattr(lookup, "default_cache", lambda: None)
     monkeypatch.setattr(session, "session_for", lambda target: cpu)
     previous = current_target().name
     yield seen

@@ -15,7 +15,7 @@ import lazy_mlir as lm  # noqa: F401  (registers the lazy device)
 from lazy_mlir.lazy.capture import value_of
 from lazy_mlir.graph.program import Graph
 from lazy_mlir.config import PipelineConfig
-from lazy_mlir.runtime.disk_cache import make_key
+from lazy_mlir.compile_service.disk_cache import make_key
 
 SCRIPT = textwrap.dedent("""
     import json, torch, torch.nn.functional as F, lazy_mlir as lm

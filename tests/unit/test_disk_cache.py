@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from lazy_mlir import metrics
-from lazy_mlir.runtime import disk_cache as dc
-from lazy_mlir.runtime.disk_cache import DiskCache, make_key
+from lazy_mlir.compile_service import disk_cache as dc
+from lazy_mlir.compile_service.disk_cache import DiskCache, make_key
 
 
 def _key(name: str) -> str:
@@ -216,7 +216,7 @@ def test_compiler_source_key_follows_the_lowering_sources(tmp_path, monkeypatch)
     for d in dc._COMPILER_DIRS:
         shutil.copytree(pkg / d, root / d)
     (root / "tools").mkdir()
-    monkeypatch.setattr(dc, "__file__", str(root / "runtime" / "disk_cache.py"))
+    monkeypatch.setattr(dc, "__file__", str(root / "compile_service" / "disk_cache.py"))
     key = dc.compiler_source_key.__wrapped__
     before = key()
     assert key() == before  # same sources, same key

@@ -20,7 +20,7 @@ PROGRAM = textwrap.dedent("""
     sys.modules["user_models"] = module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     import torch
-    from lazy_mlir.runtime.compile_worker import dumps
+    from lazy_mlir.compile_service.compile_worker import dumps
     job = {"memory_format": torch.contiguous_format, "other": torch.channels_last,
            "layout": torch.strided, "dtype": torch.float32}
     open(sys.argv[1] + "/plain.pkl", "wb").write(pickle.dumps(job["memory_format"]))

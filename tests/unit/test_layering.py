@@ -24,8 +24,9 @@ LAYERS = [
     ("lazy_mlir.dialects",),   # MLIR bindings: contexts, import, pass-manager runs
     ("lazy_mlir.ops",),        # how an aten op reaches the torch dialect
     ("lazy_mlir.passes",),     # pipelines and project passes
+    ("lazy_mlir.runtime",),    # IREE sessions, devices, buffers, host memory (no compiling)
     ("lazy_mlir.pipeline",),   # stages and the one compile path
-    ("lazy_mlir.runtime",),    # IREE sessions, buffers, module caches
+    ("lazy_mlir.compile_service",),  # lookup-or-compile: caches, workers, loading, fallback
     ("lazy_mlir.lazy",),       # capture and sync
     ("lazy_mlir.frontends", "lazy_mlir.distributed"),  # jit, compile_train_step, lm.debug; DDP
     ("lazy_mlir.export",),     # ahead-of-time artifacts

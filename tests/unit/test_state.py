@@ -13,7 +13,7 @@ from lazy_mlir.lazy import bounds, capture, coverage, decompose, device, dispatc
 from lazy_mlir.lazy.capture import emit, value_of
 from lazy_mlir.lazy.tensor import live_storages
 from lazy_mlir.ops import support
-from lazy_mlir.runtime.cache import memory_cache
+from lazy_mlir.compile_service.memory_cache import memory_cache
 
 aten = torch.ops.aten
 
