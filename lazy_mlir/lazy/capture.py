@@ -18,6 +18,7 @@ from . import bounds, offsets, shapes
 from ..graph import debug
 from .. import metrics
 from ..graph.ir import DeviceData, TensorSpec, Value, make_node, node_key, planned_node
+from ..graph.ir import _is_contiguous
 from .kinds import kind as _kind
 from .state import dry_run as _dry_run, emit_plans as _emit_plans
 from .state import empty_values as _empty_values, scalar_tensors as _scalar_data
@@ -61,11 +62,36 @@ def value_of(t: LazyTensor) -> Value:
     if cache is not None and cache[0] == storage.version:
         return cache[1]
     v = storage.value
-    lift = offsets.liftable(t._view)
-    for step in t._view:
+    steps = t._view
+    lift = offsets.liftable(steps)
+    k = _from_storage(steps, v.spec)
+    if k:
+        steps = steps[k:]
+    for step in steps:
         v = apply_view(v, step, lift)
     t._cache = (storage.version, v)
     return v
+
+
+_AS_STRIDED, _VIEW_DTYPE = aten.as_strided.default, aten.view.dtype
+
+
+def _from_storage(steps, spec: TensorSpec) -> int:
+    """The index of the last ``as_strided`` step, which reads the storage
+    itself (its strides and offset address the storage, not its input), or
+    0. Read from the storage's value, it sees the elements eager's does; read
+    from its input's value, a fresh tensor in the graph, it saw that tensor's
+    elements only (an as_strided of an empty narrow read past its 0 elements
+    and the graph failed). Only over a contiguous storage of one dtype."""
+    k = 0
+    for i, step in enumerate(steps):
+        if step[0] is _AS_STRIDED:
+            k = i
+        elif step[0] is _VIEW_DTYPE:
+            return 0
+    if k and (spec.offset or not _is_contiguous(spec.shape, spec.stride)):
+        return 0
+    return k
 
 
 def apply_view(v: Value, step, lift: bool = True) -> Value:
