@@ -167,6 +167,9 @@ class Value:
         return Value(data.spec, data=data)
 
 
+_SERIAL = itertools.count()
+
+
 class Node:
     """One captured aten op. ``flat`` (its arguments flattened by ``argtree``,
     with ``tree`` to rebuild them) holds a ``Value`` where the op took a
@@ -185,7 +188,7 @@ class Node:
     the inputs are not kept as a list of their own (``inputs`` filters
     ``flat``) and a node of one output holds its weak reference bare."""
 
-    __slots__ = ("op", "flat", "tree", "specs", "_outs", "key", "location")
+    __slots__ = ("op", "flat", "tree", "specs", "_outs", "key", "location", "serial")
 
     def __init__(self, op, flat: list, tree: tuple, specs: list, key: bytes,
                  location: str | None = None):
@@ -196,6 +199,7 @@ class Node:
         self.key = key
         self.location = location
         self._outs = None  # a weakref (one output) or a list of them
+        self.serial = next(_SERIAL)  # its place in recording order (``Graph.build``)
 
     @property
     def inputs(self) -> list[Value]:
@@ -223,6 +227,10 @@ class Node:
         return out
 
 
+newest: list = [None]
+"""The node recorded last (a checkpoint's recompute ties to it: ``lazy/recompute``)."""
+
+
 def make_node(op, flat: list, tree: tuple, specs: list, const_repr: str,
               location: str | None = None, key: bytes | None = None) -> list[Value]:
     """Record one op; returns its new output Values (the only strong
@@ -233,8 +241,8 @@ def make_node(op, flat: list, tree: tuple, specs: list, const_repr: str,
     TensorSpec for each tensor and None for anything else (an undefined
     gradient, a Python value). ``key``: ``node_key(op, const_repr, specs)``
     when the caller has it memoized."""
-    node = Node(op, flat, tree, specs,
-                key if key is not None else node_key(op, const_repr, specs), location)
+    node = newest[0] = Node(op, flat, tree, specs,
+                            key if key is not None else node_key(op, const_repr, specs), location)
     if len(specs) == 1 and specs[0] is not None:  # the common case, without comprehensions
         out = Value(specs[0], node, 0)
         node._outs = weakref.ref(out)
@@ -256,7 +264,7 @@ def planned_node(op, flat: list, tree: tuple, specs: list, key: bytes,
     """``make_node`` for ``specs`` that hold no empty tensor (a record plan's:
     capture plans no op with an empty output), with its key: the per-op path
     of a repeated step, without make_node's check for empty outputs."""
-    node = Node(op, flat, tree, specs, key, location)
+    node = newest[0] = Node(op, flat, tree, specs, key, location)
     if len(specs) == 1 and specs[0] is not None:
         out = Value(specs[0], node, 0)
         node._outs = weakref.ref(out)

@@ -1,7 +1,13 @@
 """Cutting a graph out of pending values.
 
 ``Graph.build(roots)`` walks from the values to compute back to device data,
-collecting nodes in topological order and the device data they read. Its key
+collecting the nodes and the device data they read. The nodes keep the order
+they were recorded in (a topological order: a node's inputs were recorded
+before it), which IREE keeps: a value dies where the program stopped using
+it. (A depth-first order from the outputs put every weight gradient at the
+end of the backward, after all input gradients, so each activation it reads
+stayed live until then: a checkpointed MLP's step needed 361 MB of transient
+memory, 145 MB in recording order.) Its key
 is a sha256 over each node's key and where each of its inputs comes from (the
 n-th node's output or the n-th input), so graphs cut at different places never
 share a key, and graphs that differ only in tensor contents always do.
@@ -9,6 +15,7 @@ share a key, and graphs that differ only in tensor contents always do.
 from __future__ import annotations
 
 import hashlib
+import operator
 from dataclasses import dataclass
 
 from .ir import DeviceData, Node, Value
@@ -56,44 +63,23 @@ class Graph:
         add = parts.append
 
         def walk(roots):
-            # Depth first, a node after its inputs in the order of its
-            # arguments (~2 us per node of a step's mark_step): no tuple per
-            # stack entry, and a node none of whose inputs waits is emitted
-            # at its first visit.
-            for root in roots:
-                node = root.node
-                if node is None or node in order:
-                    continue
-                stack = [node]
-                entered = set()
-                while stack:
-                    node = stack[-1]
-                    if node in order:
-                        stack.pop()
-                        continue
-                    if node not in entered:
-                        entered.add(node)
-                        depth = len(stack)
-                        for v in reversed(node.flat):
-                            if type(v) is Value and v.data is None and v.node not in order:
-                                stack.append(v.node)
-                        if len(stack) > depth:
+            # In the order the nodes were recorded (~2 us per node of a
+            # step's mark_step, the sort included).
+            for node in sorted(_pending_nodes(roots, order), key=_recorded):
+                add(node.key)
+                for v in node.flat:
+                    if type(v) is Value:
+                        d = v.data
+                        if d is None:
+                            add(b"n%d.%d;" % (order[v.node], v.index))
                             continue
-                    stack.pop()
-                    add(node.key)
-                    for v in node.flat:
-                        if type(v) is Value:
-                            d = v.data
-                            if d is None:
-                                add(b"n%d.%d;" % (order[v.node], v.index))
-                                continue
-                            i = inputs.get(id(d))  # (``ref``, inline: ~2 per node)
-                            if i is None:
-                                i = inputs[id(d)] = len(input_data)
-                                input_data.append(d)
-                            add(b"i%d%s;" % (i, v.spec.signature().encode()))
-                    order[node] = len(nodes)
-                    nodes.append(node)
+                        i = inputs.get(id(d))  # (``ref``, inline: ~2 per node)
+                        if i is None:
+                            i = inputs[id(d)] = len(input_data)
+                            input_data.append(d)
+                        add(b"i%d%s;" % (i, v.spec.signature().encode()))
+                order[node] = len(nodes)
+                nodes.append(node)
 
         walk(roots)
         if extra is not None:
@@ -105,3 +91,23 @@ class Graph:
         parts.extend([ref(root) for root in roots])
         h.update(b"".join(parts))
         return Graph(nodes, input_data, roots, h.hexdigest())
+
+
+_recorded = operator.attrgetter("serial")
+
+
+def _pending_nodes(roots, done) -> list[Node]:
+    """The nodes the pending ``roots`` need that are not in ``done``."""
+    found: list[Node] = []
+    seen = set(done)
+    stack = [r.node for r in roots if r.data is None]
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        found.append(node)
+        for v in node.flat:
+            if type(v) is Value and v.data is None:
+                stack.append(v.node)
+    return found

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import torch
 
+from . import recompute
 from .sync import wait_device_ops
 
 __all__ = ["is_available", "device_count", "current_device", "set_device", "device",
@@ -73,6 +74,13 @@ def set_device(device) -> None:
     _index(device)
 
 
+_initialized = True
+"""Read by ``torch.utils.checkpoint``: a device module that is initialized has
+its random state saved in the forward and restored for the recompute (the
+state is the CPU generator's, restored by checkpoint anyway; the call marks
+the recompute, ``recompute.py``)."""
+
+
 def is_initialized() -> bool:
     return True
 
@@ -112,6 +120,7 @@ def set_rng_state(new_state: torch.Tensor, device="lazy") -> None:
     on draw what they drew after it was taken."""
     _index(device)
     torch.default_generator.set_state(new_state)
+    recompute.on_set_rng_state()  # a checkpoint's recompute starts or ends
 
 
 def get_rng_state_all() -> list[torch.Tensor]:

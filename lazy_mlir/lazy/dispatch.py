@@ -25,6 +25,7 @@ from . import bounds, decompose, empty_inputs, fallback, random, shapes
 from . import collectives as _collectives
 from . import foreach as _foreach
 from . import fused_optim as _fused_optim
+from . import recompute as _recompute
 from . import tensor as _tensor
 from .gc_hold import held as _gc_held, hold as _gc_hold
 from .capture import (LAZY_TYPE, _EXACT_CONSTS, _PLANS_MAX, _guarded, _make_scalar, _node,
@@ -35,6 +36,7 @@ from .kinds import RANDOM as _RANDOM, SPECIAL_OPS, functional_of as _functional_
 from .kinds import written_args as _written_args
 from .resize import SPECIAL as RESIZE
 from .scalars import lift_scalars
+from .recompute import _open as _recompute_open
 from .state import dispatch_depth, dry_run as _dry_run, inplace_checked as _inplace_checked
 from .state import record_plans as _plans, trace_seconds, view_plans as _view_plans
 from .supported import UNSUPPORTED_DTYPES, dtypes_supported
@@ -213,6 +215,9 @@ def dispatch(func, args, kwargs):
             kind = op_info(func).kind
         if _gc_held[0] is None and kind != "sync":  # a step's first op (gc_hold.py)
             _gc_hold()
+        if _recompute_open[0] is not None and dispatch_depth[0] == 1 and kind in _TIED_KINDS:
+            if _recompute.active():
+                return _dispatch_tied(func, args, kwargs)
         if kind == "functional":
             return record(func, args, kwargs)
         if kind == "view":
@@ -231,6 +236,20 @@ def dispatch(func, args, kwargs):
     finally:
         dispatch_depth[0] -= 1
         trace_seconds[0] += time.perf_counter() - t0
+
+
+_TIED_KINDS = frozenset({"functional", "mutating", "special"})
+
+
+def _dispatch_tied(func, args, kwargs):
+    """``dispatch`` of an op of a checkpoint's recompute: what it reads from
+    before the recompute tied to the backward (``recompute.py``)."""
+    args, kwargs = _recompute.tie_inputs(func, args, kwargs, emit, value_of, wrap_value,
+                                         LazyTensor)
+    out = dispatch(func, args, kwargs)
+    written = _recompute._written(func)
+    _recompute.note_made(out, [a for a, w in zip(args, written) if w])
+    return out
 
 
 _tensor._dispatch = dispatch  # the hook LazyTensor.__torch_dispatch__ calls (tensor.py)

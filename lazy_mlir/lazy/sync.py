@@ -20,6 +20,7 @@ from .. import metrics
 from .capture import emit, value_of
 from ..graph.program import Graph
 from ..graph.ir import DeviceData, Value
+from ..graph.ir import newest as newest_node
 from .state import dispatch_depth, dry_run as _dry_run, step_clock, target as _target, \
     trace_seconds
 from .supported import note_fallback
@@ -238,6 +239,7 @@ def mark_step() -> None:
     if cut:
         early_outputs.note_rest(cut, launched_key)
     step_clock[:] = [time.perf_counter(), 0.0]
+    newest_node[0] = None  # (held for a checkpoint's recompute only: frees its inputs)
 
 
 def step_seconds() -> float:

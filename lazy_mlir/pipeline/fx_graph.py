@@ -94,7 +94,7 @@ def decompose(gm: fx.GraphModule, extra: dict | None = None,
 
 def schedule_by_outputs(gm: fx.GraphModule) -> fx.GraphModule:
     """The same graph, its nodes in depth-first post-order from each output
-    in turn (the order ``Graph.build`` gives a captured graph).
+    in turn.
 
     A foreach node (one node for a whole optimizer step's list, see
     ``ops/foreach.py``) expands into its per-tensor ops side by side: every
