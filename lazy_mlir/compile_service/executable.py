@@ -55,7 +55,8 @@ class EagerExecutable:
 class CompilingExecutable(EagerExecutable):
     """A graph whose module compiles in a worker: it runs eagerly meanwhile
     (no op blamed: not a fallback). ``future``: the worker's answer; ``job``:
-    ``(graph, target, config)``, for the failure's bookkeeping when settled)."""
+    ``(graph, target, config, shared key)``, for the failure's bookkeeping
+    and the cache keys when settled)."""
 
     state: ClassVar[str] = COMPILING
 
@@ -65,39 +66,54 @@ class CompilingExecutable(EagerExecutable):
         self.job = job
 
 
-def is_eager(executable) -> bool:
-    """Whether ``executable`` runs its fx module on the host (compiling or failed)."""
-    return executable.state != LOADED
+def fx_module_of(graph):
+    """The fx module ``graph`` compiles from (its ``fx_module``, else
+    ``to_fx(graph)``: the lazy device's captured graphs)."""
+    gm = getattr(graph, "fx_module", None)
+    return to_fx(graph) if gm is None else gm
 
 
 def compile_or_fallback(graph, target, config, *, stages=None, compiler=None,
                         gm=None) -> CompiledGraph | EagerExecutable:
     """``pipeline.compile.compile_graph``, where a graph that fails to lower
     or compile, or that IREE would miscompile, becomes an ``EagerExecutable``
-    (never an exception from the pipeline), its error logged, and the ops
-    blamed for a failure are no longer captured for compilation."""
-    if gm is None:
-        gm = to_fx(graph)
+    (never an exception from the pipeline): ``fallback_for``."""
     try:
+        if gm is None:
+            gm = fx_module_of(graph)
         return compile_graph(graph, target, config, stages=stages, compiler=compiler, gm=gm)
-    except InPlaceHazard as e:
-        ops = sorted(_op_names(graph) & e.blamed)
-        log.warning("%s; the graph runs eagerly on the CPU", e)
+    except Exception as e:
+        return fallback_for(graph, e, gm)
+
+
+def fallback_for(graph, error: Exception, gm) -> EagerExecutable:
+    """What a failed compile of ``graph`` runs: the graph's own
+    ``fallback(error)`` where it has one (the Dynamo backend's aot graphs);
+    else, for a ``PipelineError``, ``gm`` eagerly, the error logged, and the
+    ops blamed for it no longer captured for compilation. Any other error
+    is raised."""
+    own = getattr(graph, "fallback", None)
+    if own is not None:
+        return own(error)
+    if isinstance(error, InPlaceHazard):
+        ops = sorted(_op_names(graph) & error.blamed)
+        log.warning("%s; the graph runs eagerly on the CPU", error)
         return EagerExecutable(gm, ops or [_base_name(graph.nodes[-1].op)])
-    except PipelineError as e:
-        ops = list(e.unlowered)
-        _deny(graph, ops, f"compile failed: {e}")
-        log.warning("%s\n  the graph runs eagerly on the CPU%s", e,
-                    f"; not compiled again for these argument dtypes and ranks: {', '.join(ops)}"
-                    if ops else "")
-        return EagerExecutable(gm, sorted({o.split(".")[0] for o in ops})
-                               or [_base_name(n.op) for n in graph.nodes])
+    if not isinstance(error, PipelineError):
+        raise error
+    ops = list(error.unlowered)
+    _deny(graph, ops, f"compile failed: {error}")
+    log.warning("%s\n  the graph runs eagerly on the CPU%s", error,
+                f"; not compiled again for these argument dtypes and ranks: {', '.join(ops)}"
+                if ops else "")
+    return EagerExecutable(gm, sorted({o.split(".")[0] for o in ops})
+                           or [_base_name(n.op) for n in graph.nodes])
 
 
 def eager_executable(graph) -> EagerExecutable:
     """``graph`` run eagerly, every op of it blamed (a module the runtime
     cannot load)."""
-    return EagerExecutable(to_fx(graph), [_base_name(n.op) for n in graph.nodes])
+    return EagerExecutable(fx_module_of(graph), [_base_name(n.op) for n in graph.nodes])
 
 
 def _base_name(op) -> str:

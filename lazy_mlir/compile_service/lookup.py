@@ -12,12 +12,19 @@ compile worker (``compile_pool``; in this process with
 ``EagerExecutable`` that runs its fx module on the host
 (``executable.compile_or_fallback``).
 
-What it needs of ``graph``: ``key`` (structural, sha256), ``nodes`` (each
-with ``op``: the ops blamed for a failure), ``on_calling_thread``; optionally
-``fx_module`` (the fx module to compile, else ``to_fx(graph)``),
-``denies`` (False: a failure stops no op from being captured) and
-``in_worker`` (False: it cannot be sent to a worker, so never compiles in the
-background).
+What it needs of ``graph`` (a ``program.Graph``, or the Dynamo backend's
+``AotProgram``): ``key`` (structural, sha256), ``nodes`` (each with ``op``:
+the ops blamed for a failure), ``on_calling_thread``, and for a dump
+``inputs`` and ``outputs``; optionally ``fx_module`` (the fx module to
+compile, else ``to_fx(graph)``), ``fallback(error)`` (its own
+``EagerExecutable`` for a failed compile, else ``fallback_for``'s) and
+``in_worker`` (False: it cannot be sent to a worker, so never compiles in
+the background).
+
+A loaded module is also kept under its fx module's content key
+(``fx_key``): the lazy device and the Dynamo backend, which key one
+computation differently, share it (compiled in this process; a module from
+disk is found by its own way in's key).
 
 In the background (the default; ``LAZY_MLIR_COMPILE=wait`` or ``wait=True``
 blocks instead) a miss submits the compile and answers a
@@ -35,12 +42,13 @@ import os
 
 from .. import metrics
 from ..graph import debug
-from ..pipeline.fx_graph import to_fx
+from ..graph.program import Graph
 from . import compile_pool
 from .compile_worker import pack_entry, unpack_entry
 from .disk_cache import default_cache, make_key
 from .executable import (CompilingExecutable, EagerExecutable, compile_or_fallback,
-                         eager_executable)
+                         LOADED, eager_executable, fallback_for, fx_module_of)
+from .fx_key import fx_content_key
 from .memory_cache import memory_cache
 
 log = logging.getLogger("lazy_mlir")
@@ -96,26 +104,50 @@ def executable_for(graph, target, config, *, wait: bool | None = None):
             return entry
         # (a stored module the runtime refuses: compiled again below, which
         # replaces the entry, or falls back if the new one cannot load either)
+    try:
+        gm = fx_module_of(graph)
+        in_worker = getattr(graph, "in_worker", True)
+    except Exception as e:  # (an aot graph that cannot be traced again)
+        metrics.counter_inc("UncachedCompile")
+        entry = fallback_for(graph, e, None)
+        memory_cache.put(key, entry)
+        return entry
+    content = fx_content_key(gm) if dumper is None else None  # (a dump: every way in's own)
+    shared_key = memory_key("fx:" + content, target, config) if content else None
+    entry = memory_cache.get(shared_key) if shared_key else None
+    if entry is not None:  # the same module, loaded for another way in
+        metrics.counter_inc("CachedCompile")
+        memory_cache.put(key, entry)
+        return entry
     metrics.counter_inc("UncachedCompile")
-    debug.on_uncached_compile(graph)
-    entry = _compile(graph, target, config, key, disk, disk_key, dumper,
+    if isinstance(graph, Graph):  # (a recompile explained: a captured graph's nodes)
+        debug.on_uncached_compile(graph)
+    job = (graph, target, config, shared_key)
+    entry = _compile(job, gm, in_worker, key, disk, disk_key, dumper,
                      background() if wait is None else not wait)
-    memory_cache.put(key, entry)
+    _put(key, entry, shared_key)
     return entry
 
 
-def _compile(graph, target, config, key, disk, disk_key, dumper, in_background: bool):
+def _put(key, entry, shared_key) -> None:
+    """``entry`` under its graph's key, and a loaded module also under its fx
+    module's content key (``fx_key``): another way in to the same
+    computation finds it there."""
+    memory_cache.put(key, entry)
+    if shared_key is not None and entry.state == LOADED:
+        memory_cache.put(shared_key, entry)
+
+
+def _compile(job, gm, in_worker: bool, key, disk, disk_key, dumper, in_background: bool):
     """A miss: a ``CompilingExecutable`` (submitted to a worker), or the
     loaded module (or ``EagerExecutable``), compiled now."""
+    graph, target, config, _ = job
     cache = (str(disk.root), disk_key, {"graph": graph.key, "target": target.name,
                                          "ops": len(graph.nodes), "config": config.key}
              ) if disk else None
-    gm = fx_module_of(graph)
-    in_worker = getattr(graph, "in_worker", True)
     pool = compile_pool.pool() if in_worker else None
     if pool is not None and dumper is None and in_background:
-        entry = CompilingExecutable(gm, pool.submit(gm, target, config, cache),
-                                    (graph, target, config))
+        entry = CompilingExecutable(gm, pool.submit(gm, target, config, cache), job)
         _compiling[key] = entry
         metrics.counter_inc("EagerWhileCompiling")
         return entry
@@ -131,12 +163,6 @@ def _compile(graph, target, config, key, disk, disk_key, dumper, in_background: 
         disk.put(disk_key, pack_entry(compiled.clobbered, compiled.passthrough,
                                       compiled.vmfb), cache[2])
     return entry
-
-
-def fx_module_of(graph):
-    """The fx module ``graph`` compiles from (and runs eagerly as)."""
-    gm = getattr(graph, "fx_module", None)
-    return to_fx(graph) if gm is None else gm
 
 
 def still_compiling(graph_key: str, target, config) -> bool:
@@ -181,7 +207,7 @@ def _settle_finished() -> None:
         del _compiling[key]
         if memory_cache.get(key) is not entry:  # the cache was cleared meanwhile
             continue
-        graph, target, config = entry.job
+        graph, target, config, shared_key = entry.job
         answer = entry.future.result()
         if answer[0] == "unavailable":  # no worker could start: compile here
             def compiler(gm, target, config):
@@ -190,7 +216,7 @@ def _settle_finished() -> None:
             def compiler(gm, target, config, answer=answer):
                 return compile_pool.result_of(answer)
         compiled = compile_or_fallback(graph, target, config, compiler=compiler, gm=entry.gm)
-        memory_cache.put(key, load_executable(compiled, graph, target))
+        _put(key, load_executable(compiled, graph, target), shared_key)
         metrics.counter_inc("CompileSettled")
 
 
@@ -208,11 +234,7 @@ def load_executable(result, graph, target):
         return result
     entry = load_or_none(target, result.vmfb, result.clobbered, result.passthrough,
                          "this graph", on_calling_thread=graph.on_calling_thread)
-    if entry is not None:
-        return entry
-    gm = getattr(graph, "fx_module", None)
-    return eager_executable(graph) if gm is None else EagerExecutable(
-        gm, [n.op.__name__.split(".")[0] for n in graph.nodes])
+    return eager_executable(graph) if entry is None else entry
 
 
 _load_warned: set[str] = set()

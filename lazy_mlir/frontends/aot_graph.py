@@ -6,17 +6,18 @@ returns a boxed callable (``_boxed_call``: it takes the argument list and
 clears it).
 
 - **Key**: the graph's code, its inputs' shapes and dtypes, its non-tensor
-  inputs' values and the bytes of its constant tensors, hashed with sha256;
-  with the target and config it keys the lazy device's in-memory cache
-  (``runtime.cache.memory_cache``) and, through ``make_key`` (tool versions,
-  lowering sources, host CPU), the persistent one: a second process with the
-  same model loads the modules and compiles nothing.
-- **Compile**: the graph is traced once more with fake tensors into a module
-  of tensors only (non-tensor inputs folded in as constants, ``None`` and
-  non-tensor results kept aside), then ``pipeline.stages.lower`` for the
-  target and ``pipeline.compile.compile_module``, as ``mark_step`` and
-  ``lm.jit`` compile, and loaded by ``runtime.module_cache.load_module``.
-- **Failure**: a graph that fails to lower or compile runs eagerly (the
+  inputs' values and the bytes of its constant tensors, hashed with sha256.
+- **Compile**: through the compile service, as the lazy device's graphs
+  (``compile_service.lookup.executable_for`` on an ``AotProgram``): the
+  same memory and persistent caches (a second process with the same model
+  loads the modules and compiles nothing), compile workers, loading and
+  ``Executable`` kinds. The graph is traced once more with fake tensors into a
+  module of tensors only (non-tensor inputs folded in as constants, ``None``
+  and non-tensor results kept aside), lowered for the target and compiled.
+- **Background compiles** (``LAZY_MLIR_COMPILE=background``, the default):
+  until its module is ready the aot graph runs eagerly on the CPU, eager
+  PyTorch's results, counted as ``EagerWhileCompiling``, as on the lazy device.
+- **Failure**: a graph that fails to lower, compile or load runs eagerly (the
   aot graph itself, on the CPU), counted per call as ``DynamoEagerGraph`` and
   ``aten::<op>`` for the ops blamed; the error and its repro (the fx graph,
   or the MLIR of the failing pass) are logged once.
@@ -31,13 +32,14 @@ from __future__ import annotations
 import bisect
 import hashlib
 import logging
-import time
 import weakref
 
 import torch
 import torch.fx as fx
 
 from .. import metrics
+from ..compile_service.executable import COMPILING, FAILED, LOADED, EagerExecutable
+from ..compile_service.lookup import executable_for
 from ..config import PipelineConfig
 from ..targets import Target
 
@@ -67,7 +69,11 @@ def _is_symbolic(v) -> bool:
 
 def compile_aot_graph(gm: fx.GraphModule, example_inputs, *, target: Target,
                       config: PipelineConfig):
-    """The boxed callable that runs ``gm`` compiled for ``target``."""
+    """The boxed callable that runs ``gm`` compiled for ``target``. Its
+    modules run in this process: they may call PyTorch's kernels as the lazy
+    device's do (``host_calls.session_config``), and share their config."""
+    from ..runtime.host_calls import session_config
+    config = session_config(target, config)
     vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
     if any(_is_symbolic(v) for v in vals):
         runner = _Specializing(gm, target, config)
@@ -103,7 +109,8 @@ class _Specializing:
 
 
 class _Specialized:
-    """``gm`` for one input signature: a loaded module, or eager."""
+    """``gm`` for one input signature: its ``Executable`` from the compile
+    service (loaded, compiling or failed: the last two run ``gm`` eagerly)."""
 
     def __init__(self, gm, inputs, target: Target, config: PipelineConfig):
         self.gm = gm
@@ -112,23 +119,25 @@ class _Specialized:
         self.target = target
         self.config = config
         self.key = graph_key(gm, inputs)
-        self.entry, self.outputs = _module_for(self)
+        self.program = AotProgram(self)
+        self.entry = executable_for(self.program, target, config)
         self.session = None
+        self.outputs = None  # the results' layout, known once the module is loaded
         # Per tensor input: (weakref to the tensor, its data_ptr, the device
         # array imported from its memory). The parameters come back as the same
         # tensors each step; their memory is imported, not copied, so the
         # array made at the last call still reads their current contents.
         self._imports: list = [None] * len(self.tensor_pos)
-        # result -> the argument it is, returned unchanged (given back as is)
-        self._returned = dict(getattr(self.entry, "passthrough", ()))
+        self._returned: dict = {}  # result -> the argument it is, returned unchanged
         self._viewing: frozenset | None = None  # (``_views_of_arguments``, after a call)
-        if not isinstance(self.entry, _Eager):
-            from ..runtime.session import session_for
-            self.session = session_for(target)
 
     def __call__(self, args):
-        if isinstance(self.entry, _Eager):
-            return self.entry(args)
+        if self.outputs is None:
+            if self.entry.state == COMPILING:  # (each lookup settles finished compiles)
+                self.entry = executable_for(self.program, self.target, self.config)
+            if self.entry.state != LOADED:
+                return self._run_eagerly(args)
+            self._loaded()
         session = self.session
         hosts = [args[i] for i in self.tensor_pos]
         args.clear()
@@ -152,6 +161,26 @@ class _Specialized:
                 out = out.clone()  # an argument's memory: the caller may outlive it
             results.append(out)
         return results
+
+    def _loaded(self) -> None:
+        """Ready the compiled calls: the session, the passthrough results,
+        the results' layout."""
+        from ..runtime.session import session_for
+        self.session = session_for(self.target)
+        self._returned = dict(self.entry.passthrough)
+        self.outputs = self.program.layout
+
+    def _run_eagerly(self, args):
+        """``gm`` on the host: while its module compiles (counted by the
+        service as ``EagerWhileCompiling``), or for good when it failed
+        (``DynamoEagerGraph``, and ``aten::<op>`` for the ops blamed)."""
+        if self.entry.state == FAILED:
+            metrics.counter_inc("DynamoEagerGraph")
+            for op in self.entry.ops:
+                metrics.counter_inc(f"aten::{op}")
+        out = self.gm(*args)
+        args.clear()
+        return list(out) if isinstance(out, (tuple, list)) else [out]
 
     def _views_of_arguments(self) -> frozenset | None:
         """The results that lie in the memory of an argument imported from the
@@ -184,7 +213,7 @@ def graph_key(gm: fx.GraphModule, inputs) -> str:
     """A sha256 of what the module compiled from ``gm`` depends on: its code,
     its inputs' shapes and dtypes (non-tensor inputs by value) and the
     contents of its constant tensors."""
-    h = hashlib.sha256(b"dynamo-aot:1\n")
+    h = hashlib.sha256(b"dynamo-aot:2\n")
     h.update(gm.code.encode())
     h.update(repr([(d[0], d[1], str(d[2])) if d[0] == "t" else (d[0], repr(d[1]))
                    for d in inputs]).encode())
@@ -199,22 +228,6 @@ def graph_key(gm: fx.GraphModule, inputs) -> str:
                     # (1-d first: a 0-d tensor of wider elements has no uint8 view)
                     h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return h.hexdigest()
-
-
-class _Eager:
-    """A graph that did not compile: run ``gm`` on the host, counted."""
-
-    def __init__(self, gm, ops):
-        self.gm = gm
-        self.ops = ops
-
-    def __call__(self, args):
-        metrics.counter_inc("DynamoEagerGraph")
-        for op in self.ops:
-            metrics.counter_inc(f"aten::{op}")
-        out = self.gm(*args)
-        args.clear()
-        return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
 def _imported_ranges(arrays):
@@ -237,98 +250,82 @@ def _inside(ranges, out: torch.Tensor) -> bool:
     return i >= 0 and out.data_ptr() < ends[i]
 
 
-# -- compile ------------------------------------------------------------------
+# -- the program the compile service compiles ---------------------------------
 
-def _module_for(spec: _Specialized):
-    """(loaded module or ``_Eager``, output layout) for ``spec``, from the
-    memory cache, the disk cache, or a compile."""
-    from ..compile_service.memory_cache import memory_cache
-    # (as module_cache: the driver too, a loaded module is bound to its device)
-    key = (("dynamo", spec.key), spec.target.cache_key, spec.target.driver, spec.config.key)
-    hit = memory_cache.get(key)
-    if hit is not None:
-        metrics.counter_inc("CachedCompile")
-        return hit
-    from ..pipeline.dump import active_dumper
-    from ..compile_service.disk_cache import default_cache, make_key
-    from ..compile_service.compile_worker import pack_entry, unpack_entry
-    from ..compile_service.lookup import load_or_none
-    dumper = active_dumper()
-    disk = default_cache() if dumper is None else None  # a dump wants every graph compiled
-    disk_key = make_key("dynamo:" + spec.key, spec.target.cache_key, spec.config.key)
-    packed = disk.get(disk_key) if disk else None
-    loaded = None
-    if packed is not None:  # (one the runtime refuses is compiled again)
-        layout, _, packed = packed.partition(b"\n")
-        clobbered, passthrough, vmfb = unpack_entry(packed)
-        loaded = load_or_none(spec.target, vmfb, clobbered, passthrough,
-                              "a cached module", "compiling it again")
-    if loaded is not None:
-        entry = (loaded, _layout_from_json(layout))
-    else:
-        metrics.counter_inc("UncachedCompile")
-        entry = _compile(spec, dumper, disk_key)
-        if disk and not isinstance(entry[0], _Eager):
-            disk.put(disk_key, _layout_to_json(entry[1]) + b"\n"
-                     + pack_entry(entry[2].clobbered, entry[2].passthrough, entry[2].vmfb),
-                     {"graph": "dynamo:" + spec.key, "target": spec.target.name,
-                      "ops": _op_count(spec.gm), "config": spec.config.key})
-        entry = entry[:2]
-    memory_cache.put(key, entry)
-    return entry
+class AotProgram:
+    """What the compile service (``compile_service.lookup``) reads of an aot
+    graph: its key, its ops (blamed when it fails), the tensor-only fx module
+    it compiles (``fx_module``, traced on first use: a cached module needs
+    none) and, for a dump, its inputs and outputs. A failure runs the graph
+    eagerly, logged once with a repro; no op is denied to the lazy device."""
 
+    on_calling_thread = False
 
-def _compile(spec: _Specialized, dumper, disk_key: str):
-    """(loaded module, layout, CompiledGraph), or (``_Eager``, None, None)."""
-    from ..dialects.runner import PipelineError
-    t0 = time.perf_counter()
-    module_gm = layout = None
-    try:
-        module_gm, layout = tensor_module(spec.gm, spec.inputs)
-        compiled = _lower_and_compile(module_gm, spec, stages=dumper is not None)
-    except Exception as e:  # the graph runs eagerly: say why once, with a repro
-        blamed = list(getattr(e, "unlowered", ()) or ())
-        repro = getattr(e, "repro", None) or _write_fx_repro(spec.gm, e)
+    def __init__(self, spec: _Specialized):
+        self.spec = spec
+        self.key = "dynamo:" + spec.key
+        self.nodes = [_NodeView(n.target) for n in spec.gm.graph.nodes
+                      if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)]
+        self.inputs = [_DataView(_Spec(d[1], d[2])) for d in spec.inputs if d[0] == "t"]
+        self._traced = None
+
+    def _trace(self):
+        if self._traced is None:
+            self._traced = tensor_module(self.spec.gm, self.spec.inputs)
+        return self._traced
+
+    @property
+    def fx_module(self) -> fx.GraphModule:
+        return self._trace()[0]
+
+    @property
+    def layout(self):
+        """('t', spec) per tensor result, ('c', value) for anything else."""
+        if self._traced is None:
+            layout = _layout_from_meta(self.spec.gm)
+            if layout is not None:
+                return layout
+        return self._trace()[1]
+
+    @property
+    def outputs(self):
+        return [_DataView(v) for k, v in self.layout if k == "t"]
+
+    @property
+    def in_worker(self) -> bool:
+        """A worker rebuilds the graph from its rows, not the module's
+        attributes: a graph holding constants compiles in this process."""
+        return not any(n.op == "get_attr" for n in self.fx_module.graph.nodes)
+
+    def fallback(self, error: Exception):
+        """The graph runs eagerly: say why once, with a repro."""
+        from ..dialects.runner import PipelineError
+        spec = self.spec
+        repro = getattr(error, "repro", None) or _write_fx_repro(spec.gm, error)
         log.warning("lazy-mlir (torch.compile backend): graph %s failed to compile for %s: "
                     "%s\n  repro: %s\n  it runs eagerly on the CPU", spec.key[:12],
-                    spec.target.name, _first_line(e), repro)
-        if not isinstance(e, PipelineError):
-            log.debug("lazy-mlir: compile error", exc_info=True)
+                    spec.target.name, _first_line(error), repro)
+        if not isinstance(error, PipelineError):
+            log.debug("lazy-mlir: compile error", exc_info=error)
+        blamed = list(getattr(error, "unlowered", ()) or ())
         ops = sorted({o.split(".")[0] for o in blamed}) or _op_names(spec.gm)
-        return _Eager(spec.gm, ops), None, None
-    finally:
-        metrics.add_sample("CompileTime", time.perf_counter() - t0)
-    entry = _load(compiled, spec)
-    if isinstance(entry, _Eager):
-        return entry, None, None
-    if dumper is not None:
-        dumper.dump(_DumpView(spec, module_gm, layout), compiled.compiled, spec.config, disk_key)
-    return entry, layout, compiled
+        return EagerExecutable(spec.gm, ops)
 
 
-def _lower_and_compile(module_gm: fx.GraphModule, spec: _Specialized, stages: bool):
-    """``module_gm`` lowered and compiled in a compile worker, where a crashing
-    compiler costs this graph only (``CompilerCrash``, with a repro), as the
-    lazy device's graphs are; in this process without workers, or for a graph
-    holding constants as module attributes (the worker rebuilds the graph
-    from its rows, not the module's attributes)."""
-    from ..pipeline.compile import compile_module, lower_graph
-    from ..compile_service import compile_pool
-    if any(n.op == "get_attr" for n in module_gm.graph.nodes):
-        return compile_module(lower_graph(None, spec.target, spec.config, module_gm),
-                              spec.target, spec.config)
-    # (compile_in_worker compiles in this process itself when there are no workers)
-    return compile_pool.compile_in_worker(module_gm, spec.target, spec.config, stages=stages)
-
-
-def _load(compiled, spec: _Specialized):
-    """``compiled`` loaded on the target's session with its protections
-    (as ``runtime.module_cache.load_module``); ``_Eager`` when IREE cannot
-    load it (a dispatch over the runtime's 32 buffers, a driver limit)."""
-    from ..compile_service.lookup import load_or_none
-    loaded = load_or_none(spec.target, compiled.vmfb, compiled.clobbered, compiled.passthrough,
-                          f"torch.compile graph {spec.key[:12]}")
-    return _Eager(spec.gm, _op_names(spec.gm)) if loaded is None else loaded
+def _layout_from_meta(gm: fx.GraphModule):
+    """The results' layout read from the output node's fake values, or None
+    where one is not a tensor of concrete sizes or a plain constant."""
+    (outs,) = gm.graph.output_node().args
+    layout = []
+    for o in (outs if isinstance(outs, (tuple, list)) else [outs]):
+        if not isinstance(o, fx.Node):
+            layout.append(("c", o))
+            continue
+        val = o.meta.get("val")
+        if not isinstance(val, torch.Tensor) or _is_symbolic(val):
+            return None
+        layout.append(("t", _Spec(val.shape, val.dtype)))
+    return layout
 
 
 def tensor_module(gm: fx.GraphModule, inputs):
@@ -376,26 +373,10 @@ def _concrete(v):
     return v
 
 
-def _layout_to_json(layout) -> bytes:
-    import json
-    return json.dumps([["t", list(v.shape), str(v.dtype)[6:]] if k == "t" else ["c", v]
-                       for k, v in layout]).encode()
-
-
-def _layout_from_json(text: bytes):
-    import json
-    return [("t", _Spec(v[1], getattr(torch, v[2]))) if v[0] == "t" else ("c", v[1])
-            for v in json.loads(text)]
-
-
 def _op_names(gm) -> list[str]:
     return sorted({getattr(n.target, "__name__", str(n.target)).split(".")[0]
                    for n in gm.graph.nodes if n.op == "call_function"
                    and isinstance(n.target, torch._ops.OpOverload)})
-
-
-def _op_count(gm) -> int:
-    return sum(1 for n in gm.graph.nodes if n.op == "call_function")
 
 
 def _first_line(e: Exception) -> str:
@@ -414,21 +395,11 @@ def _write_fx_repro(gm: fx.GraphModule, e: Exception):
         return None
 
 
-class _DumpView:
-    """What ``Dumper.dump`` and ``load_module`` read of a graph: key, nodes,
-    inputs and outputs with specs."""
-
-    def __init__(self, spec: _Specialized, module_gm, layout):
-        self.key = "dynamo:" + spec.key
-        self.gm = module_gm
-        self.nodes = [_NodeView() for n in module_gm.graph.nodes if n.op == "call_function"]
-        self.inputs = [_DataView(_Spec(d[1], d[2])) for d in spec.inputs if d[0] == "t"]
-        self.outputs = [_DataView(v) for k, v in layout if k == "t"]
-
-
 class _NodeView:
     location = None
-    op = None
+
+    def __init__(self, op):
+        self.op = op
 
 
 class _DataView:

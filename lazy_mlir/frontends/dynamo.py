@@ -4,12 +4,13 @@ Dynamo hands over a graph of torch-level ops; ``aot_autograd`` turns it into
 functional aten graphs (a forward, and a backward when gradients are needed;
 buffer mutations such as batch norm's running statistics come back as extra
 outputs that aot_autograd's own epilogue copies into the buffers). Each of
-those graphs goes through the one compile path of the lazy device
-(``aot_graph.compiled_graph``: ``pipeline.stages.lower`` for the target, then
-``pipeline.compile.compile_module``), cached in the same in-memory and
-persistent module caches, and runs on the target's IREE session with the
-boxed calling convention (the argument list is cleared as it is read, so
-aot_autograd's inputs die as early as they can).
+those graphs goes through the compile service as the lazy device's graphs do
+(``aot_graph.compile_aot_graph`` -> ``compile_service.lookup.executable_for``:
+the same caches, compile workers, background compiles, loading and eager
+fallback), and runs on the target's IREE session with the boxed calling
+convention (the argument list is cleared as it is read, so aot_autograd's
+inputs die as early as they can). While a graph's module compiles in the
+background it runs eagerly.
 
 Options: ``torch.compile(m, backend="lazy_mlir", options={"target": "cpu" |
 "vulkan" | "cuda", "config": PipelineConfig | dict})``; without them, the
