@@ -141,7 +141,17 @@ def unpack_fx(rows: list):
 
 def compile_job(job: dict):
     """Lower and compile one job; store the module in the disk cache named
-    by the job. The answer as described in the module docstring."""
+    by the job, marked as compiling there meanwhile (another process that
+    wants it waits for it). The answer as described in the module docstring."""
+    if not job.get("cache"):
+        return _compile_job(job)
+    from .disk_cache import DiskCache
+    root, key, _ = job["cache"]
+    with DiskCache(root).compiling(key):
+        return _compile_job(job)
+
+
+def _compile_job(job: dict):
     from ..dialects.runner import PipelineError
     from ..pipeline.compile import InPlaceHazard, compile_module, lower_graph
     gm = unpack_fx(job["fx"])

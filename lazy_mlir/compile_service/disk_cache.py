@@ -9,6 +9,7 @@ Layout under the root (``default_cache_dir()``)::
 
     modules/<key[:2]>/<key>.vmfb    header + module bytes
     modules/<key[:2]>/<key>.json    metadata for listing (graph, target, ...)
+    compiling/<key>                 the pid of a process compiling it now
 
 Guarantees:
 
@@ -28,6 +29,10 @@ Guarantees:
   recently used entries (by mtime, which ``get`` refreshes). The entry just
   written is never evicted, so one entry larger than ``max_bytes`` stays
   until the next ``put``.
+- A compile in flight is shared: the process compiling a key marks it
+  (``compiling``), so another process that misses it waits for that module
+  (``compiling_elsewhere``) instead of compiling it again. A mark whose
+  process is gone, or older than ``STALE_MARK_SECONDS``, is ignored.
 - Keys never collide across tool versions: ``make_key`` hashes the versions of
   torch, torch-mlir, IREE and lazy-mlir, the host CPU and the format version.
 """
@@ -60,6 +65,7 @@ that lowers graphs needs no bump: its source is in the key
 recorded (``passthrough``)."""
 
 DEFAULT_MAX_BYTES = 2 << 30
+STALE_MARK_SECONDS = 1800  # twice the default compile time limit: its compiler died
 
 _MAGIC = b"LZMLIRC\0"
 _HEADER = struct.Struct("<8sIQ32s")  # magic, format version, payload length, sha256
@@ -252,6 +258,37 @@ class DiskCache:
         except OSError:
             pass
 
+    # -- compiles in flight ------------------------------------------------
+
+    def _mark(self, key: str) -> Path:
+        self._paths(key)  # (checks the key)
+        return self.root / "compiling" / key
+
+    def compiling(self, key: str):
+        """A context that marks ``key`` as compiled by this process while it
+        lasts (nothing is marked where the cache is off or unwritable)."""
+        return _Marked(self, key)
+
+    def compiling_elsewhere(self, key: str) -> bool:
+        """Whether another live process marked ``key`` (``compiling``)."""
+        if not self._enabled:
+            return False
+        path = self._mark(key)
+        try:
+            pid = int(path.read_text() or 0)
+            fresh = time.time() - path.stat().st_mtime < STALE_MARK_SECONDS
+        except (OSError, ValueError):
+            return False
+        if pid == os.getpid() or pid <= 0 or not fresh:
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except OSError:  # (EPERM: alive, another user's)
+            pass
+        return True
+
     # -- writing ---------------------------------------------------------
 
     def put(self, key: str, data: bytes, meta: dict | None = None) -> None:
@@ -421,3 +458,29 @@ def _remove_entry(path: Path) -> bool:
     except OSError:
         pass
     return removed
+
+
+class _Marked:
+    """``DiskCache.compiling``: ``compiling/<key>`` holds this pid while the
+    block runs; removed after it (the module stored, or the compile failed)."""
+
+    def __init__(self, cache: DiskCache, key: str):
+        self.path = cache._mark(key) if cache._enabled else None
+
+    def __enter__(self):
+        if self.path is not None:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.path.write_text(str(os.getpid()))
+            except OSError:
+                self.path = None
+        return self
+
+    def __exit__(self, *exc):
+        if self.path is not None:
+            try:
+                if self.path.read_text() == str(os.getpid()):
+                    self.path.unlink()
+            except OSError:
+                pass
+        return False

@@ -26,6 +26,10 @@ A loaded module is also kept under its fx module's content key
 computation differently, share it (compiled in this process; a module from
 disk is found by its own way in's key).
 
+A compile in flight in another process (its mark in the cache directory)
+is awaited, not repeated (``CompileAwaitedElsewhere``): a program run twice
+in a row takes the first run's modules from its orphaned workers.
+
 In the background (the default; ``LAZY_MLIR_COMPILE=wait`` or ``wait=True``
 blocks instead) a miss submits the compile and answers a
 ``CompilingExecutable`` at once: the graph runs eagerly on the CPU, eager
@@ -37,8 +41,12 @@ memory-cache entry becomes the loaded module (or the failed compile's
 """
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import logging
 import os
+import threading
+import time
 
 from .. import metrics
 from ..graph import debug
@@ -64,6 +72,7 @@ def background() -> bool:
 
 
 _compiling: dict[tuple, CompilingExecutable] = {}
+_MARK_POLL_SECONDS = 0.2  # how often a compile awaited in another process is looked for
 
 
 def memory_key(graph_key: str, target, config) -> tuple:
@@ -94,16 +103,29 @@ def executable_for(graph, target, config, *, wait: bool | None = None):
     dumper = active_dumper()
     disk = default_cache() if dumper is None else None  # a dump wants every graph compiled
     disk_key = make_key(graph.key, target.cache_key, config.key) if disk else None
+    entry = _from_disk(graph, target, disk, disk_key)
+    if entry is not None:
+        memory_cache.put(key, entry)
+        return entry
+    return _miss(graph, target, config, key, disk, disk_key, dumper,
+                 background() if wait is None else not wait)
+
+
+def _from_disk(graph, target, disk, disk_key):
+    """The module stored under ``disk_key``, loaded; None on a miss, or for a
+    stored module the runtime refuses (compiled again, which replaces the
+    entry, or falls back if the new one cannot load either)."""
     packed = disk.get(disk_key) if disk else None
-    if packed is not None:
-        clobbered, passthrough, vmfb = unpack_entry(packed)
-        entry = load_or_none(target, vmfb, clobbered, passthrough, "a cached module",
-                             "compiling it again", graph.on_calling_thread)
-        if entry is not None:
-            memory_cache.put(key, entry)
-            return entry
-        # (a stored module the runtime refuses: compiled again below, which
-        # replaces the entry, or falls back if the new one cannot load either)
+    if packed is None:
+        return None
+    clobbered, passthrough, vmfb = unpack_entry(packed)
+    return load_or_none(target, vmfb, clobbered, passthrough, "a cached module",
+                        "compiling it again", graph.on_calling_thread)
+
+
+def _miss(graph, target, config, key, disk, disk_key, dumper, in_background: bool):
+    """A graph in neither cache: the module another way in loaded for the
+    same fx module, the one another process is compiling, or a compile."""
     try:
         gm = fx_module_of(graph)
         in_worker = getattr(graph, "in_worker", True)
@@ -119,13 +141,42 @@ def executable_for(graph, target, config, *, wait: bool | None = None):
         metrics.counter_inc("CachedCompile")
         memory_cache.put(key, entry)
         return entry
+    job = (graph, target, config, shared_key)
+    if disk is not None and disk.compiling_elsewhere(disk_key):
+        entry = _awaited(job, gm, key, disk, disk_key, in_background)
+        if entry is None:  # (waited for it)
+            entry = _from_disk(graph, target, disk, disk_key)
+        if entry is not None:
+            _put(key, entry, shared_key)
+            return entry
     metrics.counter_inc("UncachedCompile")
     if isinstance(graph, Graph):  # (a recompile explained: a captured graph's nodes)
         debug.on_uncached_compile(graph)
-    job = (graph, target, config, shared_key)
-    entry = _compile(job, gm, in_worker, key, disk, disk_key, dumper,
-                     background() if wait is None else not wait)
+    entry = _compile(job, gm, in_worker, key, disk, disk_key, dumper, in_background)
     _put(key, entry, shared_key)
+    return entry
+
+
+def _awaited(job, gm, key, disk, disk_key, in_background: bool):
+    """A graph another process is compiling now (its mark in the cache
+    directory, ``DiskCache.compiling``): its module is awaited instead of
+    compiled again. In the background a ``CompilingExecutable`` whose answer
+    comes when the mark goes (then settled from the disk); else None once
+    the mark is gone."""
+    metrics.counter_inc("CompileAwaitedElsewhere")
+    future = concurrent.futures.Future()
+
+    def watch():
+        while disk.compiling_elsewhere(disk_key):
+            time.sleep(_MARK_POLL_SECONDS)
+        future.set_result(("elsewhere", disk_key))
+    threading.Thread(target=watch, name="lazy-mlir-awaited-compile", daemon=True).start()
+    if not in_background:
+        future.result()
+        return None
+    entry = CompilingExecutable(gm, future, job)
+    _compiling[key] = entry
+    metrics.counter_inc("EagerWhileCompiling")
     return entry
 
 
@@ -152,7 +203,8 @@ def _compile(job, gm, in_worker: bool, key, disk, disk_key, dumper, in_backgroun
         metrics.counter_inc("EagerWhileCompiling")
         return entry
     compiler = None if pool is None else _worker_compiler(cache, stages=dumper is not None)
-    compiled = compile_or_fallback(graph, target, config, compiler=compiler, gm=gm)
+    with disk.compiling(disk_key) if disk and pool is None else contextlib.nullcontext():
+        compiled = compile_or_fallback(graph, target, config, compiler=compiler, gm=gm)
     entry = load_executable(compiled, graph, target)
     if dumper is not None and not isinstance(compiled, EagerExecutable):
         # (also a module IREE refuses to load: its IR is what explains why)
@@ -209,6 +261,9 @@ def _settle_finished() -> None:
             continue
         graph, target, config, shared_key = entry.job
         answer = entry.future.result()
+        if answer[0] == "elsewhere":
+            _put(key, _settle_awaited(entry, key, answer[1]), shared_key)
+            continue
         if answer[0] == "unavailable":  # no worker could start: compile here
             def compiler(gm, target, config):
                 return compile_pool.compile_in_worker(gm, target, config)
@@ -218,6 +273,20 @@ def _settle_finished() -> None:
         compiled = compile_or_fallback(graph, target, config, compiler=compiler, gm=entry.gm)
         _put(key, load_executable(compiled, graph, target), shared_key)
         metrics.counter_inc("CompileSettled")
+
+
+def _settle_awaited(entry: CompilingExecutable, key, disk_key):
+    """The module another process compiled for ``entry``, from the disk; a
+    compile here where that one failed or its process died."""
+    graph, target, config, _ = entry.job
+    disk = default_cache()
+    loaded = _from_disk(graph, target, disk, disk_key)
+    if loaded is not None:
+        metrics.counter_inc("CompileSettled")
+        return loaded
+    metrics.counter_inc("UncachedCompile")
+    return _compile(entry.job, entry.gm, getattr(graph, "in_worker", True), key, disk,
+                    disk_key, None, in_background=True)
 
 
 def load_executable(result, graph, target):

@@ -2,8 +2,15 @@
 in: the Dynamo backend compiles in the background as the lazy device does
 (its aot graphs run eagerly until their modules are ready), both keep the same
 ``Executable`` kinds in the one memory cache, and the lazy device and the
-Dynamo backend share one entry for the same graph."""
+Dynamo backend share one entry for the same graph; a compile in flight in
+another process is awaited, not repeated."""
 from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
@@ -83,3 +90,37 @@ def test_lazy_device_and_dynamo_share_one_entry_for_one_graph(monkeypatch, tmp_p
     assert _count("UncachedCompile") == uncached  # found, not compiled again
     assert _entries() == [lazy_entry]  # one entry, under the lazy and the fx key
     assert len(memory_cache._entries) == 3  # (and the Dynamo graph's key)
+
+
+RUN_TWICE = textwrap.dedent("""
+    import json, sys, time, torch, lazy_mlir as lm
+    from lazy_mlir.compile_service import compile_pool, lookup
+    x = torch.arange(12.0).reshape(3, 4)
+    a = ((x.to('lazy') * 2).sin() + 1).cpu()  # a miss: compiled in the background
+    if sys.argv[1] == "leave":  # exit while the worker compiles it (it stores it later)
+        pool = compile_pool.pool()
+        while not any(w.job is not None for w in pool._workers):
+            time.sleep(0.05)
+    else:
+        lookup.wait_for_compiles()
+    print(json.dumps({"ok": bool(torch.allclose(a, (x * 2).sin() + 1)),
+                      **{k: lm.metrics.counter_value(n) for k, n in (
+                          ("compiles", "UncachedCompile"), ("awaited", "CompileAwaitedElsewhere"),
+                          ("hits", "PersistentCacheHit"))}}))
+""")
+
+
+def test_a_compile_in_flight_in_another_process_is_awaited_not_repeated(tmp_path):
+    """A program run twice in a row: the second run waits for the module
+    the first run's orphaned worker is still compiling (its mark in the cache
+    directory) instead of compiling the graph again."""
+    env = dict(os.environ, LAZY_MLIR_CACHE_DIR=str(tmp_path), LAZY_MLIR_COMPILE="background",
+               LAZY_MLIR_COMPILE_WORKERS="1")
+    runs = []
+    for how, extra in (("leave", {"LAZY_MLIR_TEST_WORKER_DELAY": "12"}), ("wait", {})):
+        out = subprocess.run([sys.executable, "-c", RUN_TWICE, how], capture_output=True,
+                             text=True, timeout=600, env=dict(env, **extra))
+        assert out.returncode == 0, out.stderr[-2000:]
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert runs[0] == {"ok": True, "compiles": 1, "awaited": 0, "hits": 0}
+    assert runs[1] == {"ok": True, "compiles": 0, "awaited": 1, "hits": 1}

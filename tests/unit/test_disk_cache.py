@@ -5,6 +5,8 @@ import hashlib
 import logging
 import multiprocessing
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -360,3 +362,21 @@ def test_cli_stats_list_clear(tmp_path, capsys, monkeypatch):
     assert "removed 2 cached modules" in out
     assert DiskCache(tmp_path).stats()["entries"] == 0
     assert "removed 0 cached modules" in _cli(["cache", "clear"], capsys)
+
+
+def test_compile_marks_are_seen_by_other_processes_only_while_alive(tmp_path):
+    cache, key = DiskCache(tmp_path), make_key("g", "t", "c")
+    with cache.compiling(key):  # this process's own mark: not "elsewhere"
+        assert (tmp_path / "compiling" / key).read_text() == str(os.getpid())
+        assert not cache.compiling_elsewhere(key)
+    assert not (tmp_path / "compiling" / key).exists()
+    mark = tmp_path / "compiling" / key
+    mark.write_text(str(os.getppid()))  # a live process (the parent)
+    assert cache.compiling_elsewhere(key)
+    old = time.time() - dc.STALE_MARK_SECONDS - 1
+    os.utime(mark, (old, old))
+    assert not cache.compiling_elsewhere(key)  # its compiler died long ago
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    mark.write_text(str(dead.pid))
+    assert not cache.compiling_elsewhere(key)
