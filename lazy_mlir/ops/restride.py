@@ -13,7 +13,9 @@ as a tensor with shape (32, 32)``) and the whole graph ran eagerly
 The imported program has value semantics: strides do not change any value.
 So a ``view`` or ``_unsafe_view`` the re-trace's strides cannot express is
 re-traced as a contiguous copy viewed (what ``reshape`` does); one they can
-express stays itself (no copy).
+express stays itself (no copy). A view of a tensor with no elements is a
+new tensor of its shape: torch-mlir's lowering of it divides by zero, which
+killed the process (SIGFPE; lm.jit and torch.compile lower in it).
 """
 from __future__ import annotations
 
@@ -68,6 +70,8 @@ def view_strides(old_shape, old_stride, new_shape) -> list[int] | None:
 
 def _view_any_strides(x, size):
     shape = _infer_size(size, x.numel())
+    if x.numel() == 0:  # torch-mlir's view lowering divides by the 0: SIGFPE, the process dies
+        return aten.new_zeros.default(x, shape)
     if view_strides(x.shape, x.stride(), shape) is not None:
         return NotImplemented  # the op itself: a view of these strides exists
     dense = aten.clone.default(x, memory_format=torch.contiguous_format)

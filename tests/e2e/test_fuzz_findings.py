@@ -275,3 +275,21 @@ def test_as_strided_reads_the_storage_not_its_input():
     lm.mark_step()
     assert torch.equal(got.cpu(), x0.as_strided((3, 2), (0, 1), 3))
     assert not c.fell_back() and c.delta("EagerGraph") == 0
+
+
+def test_view_of_an_empty_tensor_does_not_kill_the_process():
+    """torch-mlir's lowering of a ``view`` of a tensor with no elements
+    divides by zero: SIGFPE, and the process died (torch.compile and lm.jit
+    lower in it; fuzzer seed 300075, a ``narrow(0, 3, 0)`` then
+    ``view_as``). Such a view is lowered as a new tensor of its shape. Run
+    in a child process: the failure is the process's death."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    code = ("import sys\nfrom tests.fuzz.gen import generate\nfrom tests.fuzz.run import check\n"
+            "found = check([generate(300075, functional=True)], modes=('dynamo',))\n"
+            "sys.exit(len(found))\n")
+    env = {**__import__("os").environ, "LAZY_MLIR_COMPILE": "wait"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
