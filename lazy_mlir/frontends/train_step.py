@@ -420,7 +420,7 @@ class CompiledTrainStep:
         # The outputs are bound before the launch, which is the last thing
         # the replay does: in ``step(); loss.item()`` the caller then reaches
         # the wait at once and runs the job itself, as after the plain loop's
-        # mark_step (``runtime/worker``). Bound after it (~2 ms for GPT-2's
+        # mark_step (``runtime/run_queue``). Bound after it (~2 ms for GPT-2's
         # 262 outputs), the job went to the run thread whenever a core was
         # free: a hand-off, and on that thread GPT-2 medium's step faulted
         # its 500 MB of transient memory in again (host_memory), ~200 ms CPU.

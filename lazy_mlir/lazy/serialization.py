@@ -55,7 +55,7 @@ from .capture import value_of
 from .state import dry_run as _dry_run
 from .sync import current_target, execute, mark_step, to_host
 from .tensor import LazyTensor
-from ..runtime import worker
+from ..runtime import run_queue
 
 _LAZY = "lazy"
 _INDEX = "index.pt"
@@ -83,7 +83,7 @@ def host_value(t: LazyTensor) -> torch.Tensor:
     if host is None:
         from ..runtime.session import session_for  # (IREE's runtime, as sync loads it)
         host = session_for(current_target()).to_host(d.device, d.spec)
-    worker.raise_pending_error()
+    run_queue.raise_pending_error()
     return _compact(host)
 
 

@@ -28,7 +28,7 @@ from .tensor import LazyTensor, live_storages
 from ..config import current_config
 from ..compile_service.executable import EagerExecutable
 from ..compile_service.lookup import executable_for, still_compiling
-from ..runtime import host_calls, worker
+from ..runtime import host_calls, run_queue
 from ..targets import get_target
 
 log = logging.getLogger("lazy_mlir")
@@ -141,7 +141,7 @@ def run_entry(entry, inputs: list[DeviceData], outputs: list[DeviceData], checks
     """Run a module entry on the worker, in launch order; ``outputs`` are
     filled when it has run (reading one waits for it)."""
     inline = entry.seconds is not None and entry.seconds < INLINE_BELOW_SECONDS
-    future = worker.submit(_run, entry, inputs, outputs, current_target(), checks,
+    future = run_queue.submit(_run, entry, inputs, outputs, current_target(), checks,
                            inline=inline)
     for d in outputs:
         d.future = future
@@ -220,7 +220,7 @@ def to_host(t: torch.Tensor) -> torch.Tensor:
         _waited(time.perf_counter() - started)
     else:
         host = host_of(v.data)
-    worker.raise_pending_error()  # a graph launched before failed (an index check): say so now
+    run_queue.raise_pending_error()  # a graph launched before failed (an index check): say so now
     return host
 
 
@@ -230,7 +230,7 @@ def mark_step() -> None:
     last ran in under ``INLINE_BELOW_SECONDS`` and nothing else runs."""
     if _dry_run[0] is not None:
         return _dry_run[0].on_mark_step()
-    worker.raise_pending_error()
+    run_queue.raise_pending_error()
     metrics.counter_inc("MarkStep")
     metrics.add_sample("TraceTime", trace_seconds[0])
     trace_seconds[0] = 0.0
@@ -296,7 +296,7 @@ def wait_device_ops() -> None:
     """Block until all launched graphs have run; raise a worker error."""
     started = time.perf_counter()
     try:
-        worker.wait_all()
+        run_queue.wait_all()
     finally:
         _waited(time.perf_counter() - started)
 

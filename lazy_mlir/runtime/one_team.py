@@ -14,7 +14,7 @@ run thread's team of two plus the main thread's); the replayed step 490
 against 297 ms with the run thread on one thread. Eager PyTorch has one
 team (the main thread's), which is what this keeps.
 
-So the run thread (``worker``) sets its own OpenMP thread count to one when
+So the run thread (``run_queue``) sets its own OpenMP thread count to one when
 it starts (``compute_on_one_thread``: ``omp_set_num_threads`` sets the
 calling thread's ICV; PyTorch's MKL follows it; the process's other threads
 and ``torch.get_num_threads()`` elsewhere are untouched; not MKL's own

@@ -18,7 +18,7 @@ copy).
 wake-up (and only that: its nice value and its share of the CPU stay as they
 were). So a thread that waits for IREE's workers runs under it for the wait
 (``enter`` / ``leave``): the worker then finishes the callback before the
-waiter runs; lazy-mlir's run thread is a batch thread for good (``worker``).
+waiter runs; lazy-mlir's run thread is a batch thread for good (``run_queue``).
 Both together, the same loop against main, alternated, load ~14: median step
 3.5-8.1 against 11.9-18.9 ms, the Python threads' CPU 1.3-1.5 against
 3.8-4.3 ms a step (the waits alone left 13% of the samples in the spin: the

@@ -822,7 +822,7 @@ def _record_error(out, name, i, desc, e, stage="call"):
 def _prestart_runtime_thread() -> None:
     """Start lazy_mlir's runtime worker thread before the first graph.
 
-    ``lazy_mlir/runtime/worker.py`` ``submit()`` holds its lock while it adds
+    ``lazy_mlir/runtime/run_queue.py`` ``submit()`` holds its lock while it adds
     a done-callback that takes the same lock: when the job is already done
     (it ran while the submitting thread waited for the GIL), the process
     deadlocks. The first submit, which also starts the pool's thread, hit
@@ -834,7 +834,7 @@ def _prestart_runtime_thread() -> None:
     try:
         import concurrent.futures
 
-        from lazy_mlir.runtime import worker as rt
+        from lazy_mlir.runtime import run_queue as rt
         with rt._lock:
             if rt._pool is None:
                 rt._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="lazy-mlir")
@@ -1006,7 +1006,7 @@ class Worker:
             last = lost[-1]
             if last["stage"] == "hang" and current not in hung:
                 # lazy_mlir's runtime worker can deadlock at random (a race in
-                # runtime/worker.py submit()): a hang is retried once before
+                # runtime/run_queue.py submit()): a hang is retried once before
                 # it counts, and the retry is noted.
                 hung.add(current)
                 lost.pop()

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from lazy_mlir import metrics
-from lazy_mlir.runtime import one_team, worker
+from lazy_mlir.runtime import one_team, run_queue
 
 
 def _when(cond, seconds=10.0) -> bool:
@@ -30,14 +30,14 @@ def _where():
 def _started_on_the_run_thread(job, *args):
     """``job(*args)`` submitted, and started by the run thread (a reader
     that came first would run it itself)."""
-    worker.wait_all()
+    run_queue.wait_all()
     started = threading.Event()
 
     def run():
         started.set()
         return job(*args)
 
-    fut = worker.submit(run)
+    fut = run_queue.submit(run)
     assert started.wait(10)
     return fut
 
@@ -56,14 +56,14 @@ def test_a_host_call_runs_on_the_waiting_thread_with_its_threads():
     assert job_at == ("lazy-mlir", 1)  # the job: on the run thread, one OpenMP thread
     assert call_at == (threading.current_thread().name, users)  # its host call: here, all of them
     assert metrics.counter_value("HostCallServed") == served + 1
-    worker.wait_all()
+    run_queue.wait_all()
 
 
 def test_wait_device_ops_serves_host_calls_too():
     users = torch.get_num_threads()
     results = []
     _started_on_the_run_thread(lambda: results.append(_host_call_once_served(_where)))
-    worker.wait_all()
+    run_queue.wait_all()
     assert results == [(("lazy-mlir", 1), (threading.current_thread().name, users))]
 
 
@@ -81,7 +81,7 @@ def test_a_host_calls_error_reaches_the_reader():
     with pytest.raises(ValueError, match="boom in a host call"):
         fut.result(timeout=20)
     with pytest.raises(ValueError, match="boom in a host call"):
-        worker.raise_pending_error()
+        run_queue.raise_pending_error()
 
 
 def test_a_reader_that_gives_up_leaves_no_call_behind():

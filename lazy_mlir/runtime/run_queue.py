@@ -1,4 +1,4 @@
-"""The background worker that runs compiled graphs in launch order.
+"""The run queue: one background thread that runs compiled graphs in launch order.
 
 ``mark_step`` compiles (on a miss) in the caller's thread and hands the run to
 this worker, so tracing the next step overlaps the previous step's execution.

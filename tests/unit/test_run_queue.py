@@ -1,4 +1,4 @@
-"""The runtime worker: jobs run one at a time, in launch order, whichever
+"""The run queue (runtime/run_queue.py): jobs run one at a time, in launch order, whichever
 thread runs them (the worker, or a thread waiting for a job not started)."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from lazy_mlir.runtime import worker
+from lazy_mlir.runtime import run_queue
 
 
 def _tracker():
@@ -33,9 +33,9 @@ def _tracker():
 def test_waiting_for_a_later_job_keeps_launch_order_and_one_at_a_time():
     job, log, overlaps = _tracker()
     release = threading.Event()
-    first = worker.submit(job, "a", 0.0, release)
+    first = run_queue.submit(job, "a", 0.0, release)
     time.sleep(0.05)  # the worker has started "a" and waits for the event
-    later = [worker.submit(job, n, 0.01) for n in "bcd"]
+    later = [run_queue.submit(job, n, 0.01) for n in "bcd"]
     threading.Timer(0.2, release.set).start()
     assert later[-1].result(timeout=10) == "d"  # may run "b".."d" here, after "a"
     assert first.result() == "a"
@@ -45,38 +45,38 @@ def test_waiting_for_a_later_job_keeps_launch_order_and_one_at_a_time():
 
 def test_a_waiting_thread_may_run_the_next_job_itself():
     job, log, overlaps = _tracker()
-    futures = [worker.submit(job, n, 0.005) for n in range(20)]
+    futures = [run_queue.submit(job, n, 0.005) for n in range(20)]
     for f in futures:
         f.result(timeout=10)
     assert [n for n, _ in log] == list(range(20))
     assert overlaps == []
-    worker.wait_all()
+    run_queue.wait_all()
 
 
 def test_errors_reach_the_reader_and_the_next_sync_point_once():
     def boom():
         raise ValueError("boom in a job")
 
-    f = worker.submit(boom)
+    f = run_queue.submit(boom)
     with pytest.raises(ValueError, match="boom in a job"):
         f.result(timeout=10)
     with pytest.raises(ValueError, match="boom in a job"):
-        worker.raise_pending_error()
-    worker.raise_pending_error()  # reported once
+        run_queue.raise_pending_error()
+    run_queue.raise_pending_error()  # reported once
 
 
 def test_wait_all_runs_queued_jobs():
     job, log, _ = _tracker()
     for n in range(5):
-        worker.submit(job, n)
-    worker.wait_all()
+        run_queue.submit(job, n)
+    run_queue.wait_all()
     assert [n for n, _ in log] == list(range(5))
 
 
 def test_an_inline_job_runs_here_when_the_worker_is_idle():
     job, log, _ = _tracker()
-    worker.wait_all()
-    f = worker.submit(job, "now", inline=True)
+    run_queue.wait_all()
+    f = run_queue.submit(job, "now", inline=True)
     assert f.done() and f.result() == "now"
     assert log == [("now", threading.current_thread().name)]
 
@@ -84,9 +84,9 @@ def test_an_inline_job_runs_here_when_the_worker_is_idle():
 def test_an_inline_job_waits_its_turn_behind_a_running_one():
     job, log, overlaps = _tracker()
     release = threading.Event()
-    first = worker.submit(job, "a", 0.0, release)
+    first = run_queue.submit(job, "a", 0.0, release)
     time.sleep(0.05)  # the worker runs "a"
-    second = worker.submit(job, "b", inline=True)
+    second = run_queue.submit(job, "b", inline=True)
     assert not second.done()  # queued, not run beside "a"
     release.set()
     assert second.result(timeout=10) == "b" and first.result() == "a"
@@ -97,10 +97,10 @@ def test_an_inline_jobs_error_waits_for_the_reader():
     def boom():
         raise ValueError("boom inline")
 
-    worker.wait_all()
-    f = worker.submit(boom, inline=True)  # does not raise here
+    run_queue.wait_all()
+    f = run_queue.submit(boom, inline=True)  # does not raise here
     with pytest.raises(ValueError, match="boom inline"):
-        worker.raise_pending_error()
+        run_queue.raise_pending_error()
     with pytest.raises(ValueError, match="boom inline"):
         f.result()
 
@@ -123,16 +123,16 @@ def test_a_job_releases_its_arguments_before_it_is_done():
         attached.wait(5)
         return 1
 
-    worker.wait_all()
+    run_queue.wait_all()
     x = _Input()
     alive = weakref.ref(x)
     held_when_done = []
-    f = worker.submit(use, x)
+    f = run_queue.submit(use, x)
     del x
     f.add_done_callback(lambda _: held_when_done.append(alive() is not None))
     attached.set()
     f.result()
-    worker.wait_all()
+    run_queue.wait_all()
     assert held_when_done == [False]
 
 
@@ -147,7 +147,7 @@ def test_a_finished_job_is_read_without_its_lock():
         def __exit__(self, *exc):
             return False
 
-    ok = worker.submit(lambda: 42)
+    ok = run_queue.submit(lambda: 42)
     assert ok.result(timeout=10) == 42
     ok._condition = NoLock()
     assert ok.result() == 42 and ok.result() == 42
@@ -155,11 +155,11 @@ def test_a_finished_job_is_read_without_its_lock():
     def boom():
         raise ValueError("boom in a job")
 
-    bad = worker.submit(boom)
+    bad = run_queue.submit(boom)
     with pytest.raises(ValueError, match="boom in a job"):
         bad.result(timeout=10)
     with pytest.raises(ValueError, match="boom in a job"):
-        worker.raise_pending_error()
+        run_queue.raise_pending_error()
 
 
 def test_the_run_thread_opens_no_second_openmp_team():
@@ -168,7 +168,7 @@ def test_the_run_thread_opens_no_second_openmp_team():
     barrier. The main thread keeps its thread count."""
     import torch
     main_threads = torch.get_num_threads()
-    fut = worker.submit(lambda: (threading.current_thread().name, torch.get_num_threads()))
+    fut = run_queue.submit(lambda: (threading.current_thread().name, torch.get_num_threads()))
     deadline = time.monotonic() + 10
     while not fut.done() and time.monotonic() < deadline:  # (not result(): it would run it here)
         time.sleep(0.01)
