@@ -28,7 +28,9 @@ does not lower to linalg (they failed to compile and fell back).
   0-d input: its one element expanded (the same crash, a double free).
 - ``unfold`` whose windows leave a tail of the dimension unread: of the
   part read (torch-mlir's linalg for it fails verification: "inferred input
-  operand has dimension 5, but found 4"; lm.jit and torch.compile graphs).
+  operand has dimension 5, but found 4"; lm.jit and torch.compile graphs);
+  with gaps between windows, as a reshape into rows (IREE computed only the
+  elements the windows read of a tensor returned too).
 - ``neg`` of integers as ``~x + 1``: torch-mlir converts to float, negates
   and converts back (int32 beyond 2**24, int64 beyond 2**53 came back
   rounded).
@@ -414,10 +416,30 @@ def unfold_read_part(x, dim, size, step):
         return NotImplemented
     d = dim % x.dim()
     n = x.shape[d]
+    if step > size > 0 and n >= size:
+        return _unfold_with_gaps(x, d, size, step)
     used = (n - size) // step * step + size if n >= size else n
     if used == n:
         return NotImplemented
     return aten.unfold.default(aten.slice.Tensor(x, d, 0, used), d, size, step)
+
+
+def _unfold_with_gaps(x, d, size, step):
+    """Windows with gaps between them (``step > size``) as a reshape of the
+    part read into rows of ``step`` (padded to a whole row), each row's first
+    ``size`` elements, moved last. Lowered as a gather, IREE fused the
+    tensor unfolded into it and computed only the elements the windows read:
+    returned too, its unread elements came back 0 (silent; fuzzer seed
+    400051, ``x.unfold(0, 1, 2)`` then ``x.bitwise_xor_(85)``)."""
+    windows = (x.shape[d] - size) // step + 1
+    x = aten.slice.Tensor(x, d, 0, min(windows * step, x.shape[d]))
+    short = windows * step - x.shape[d]
+    if short:
+        pad = [0] * (2 * (x.dim() - d))
+        pad[-1] = short  # (constant_pad_nd's pairs run from the last dim)
+        x = aten.constant_pad_nd.default(x, pad, 0)
+    rows = aten.reshape.default(x, [*x.shape[:d], windows, step, *x.shape[d + 1:]])
+    return aten.movedim.int(aten.slice.Tensor(rows, d + 1, 0, size), d + 1, -1)
 
 
 def _unsigned_mod(op):

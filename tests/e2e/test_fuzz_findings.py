@@ -293,3 +293,30 @@ def test_view_of_an_empty_tensor_does_not_kill_the_process():
     proc = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2],
                           env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("shape,dim,size,step", [((3, 2), 0, 1, 2), ((2, 7), 1, 2, 3)])
+def test_unfold_with_gaps_leaves_its_input_whole(shape, dim, size, step):
+    """``unfold`` with ``step > size`` skips elements: lowered as a gather,
+    IREE fused the tensor unfolded into it and computed only the elements
+    read, so that tensor, returned too, came back with 0s between the
+    windows (silent; fuzzer seed 400051, lm.jit)."""
+    x0 = torch.arange(torch.Size(shape).numel()).reshape(shape)
+    e = x0.clone()
+    ew = e.unfold(dim, size, step)
+    e.bitwise_xor_(85)
+    c = Counters()
+    x = lazy(x0)
+    w = x.unfold(dim, size, step)
+    x.bitwise_xor_(85)
+    got, got_w = x.clone(), w.clone()
+    lm.mark_step()
+    assert torch.equal(got.cpu(), e) and torch.equal(got_w.cpu(), ew)
+
+    def fn(t):
+        u = t.unfold(dim, size, step)
+        t.bitwise_xor_(85)
+        return [t, u]
+    jitted = lm.jit(fn).lower(x0.clone()).compile()(x0.clone())
+    assert torch.equal(jitted[0], e) and torch.equal(jitted[1], ew)
+    assert not c.fell_back() and c.delta("EagerGraph") == 0
