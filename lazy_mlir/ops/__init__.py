@@ -11,6 +11,7 @@ for one op and target).
   ``linalg_lu``, ``linalg_det``, ``linalg_cholesky``, ``linalg_qr``,
   ``linalg_matrix_exp`` (not registered), ``sort_scan``, ``reductions``,
   ``index``, ``nn``, ``rnn`` (LSTM/GRU as ``lazy_mlir::`` ops, one node each
-  way), ``embedding_bag``, ``distance``, ``random_fills``, and
-  ``lowering`` (torch-mlir gaps: rank 0, views, pooling variants).
+  way), ``embedding_bag``, ``distance``, ``random_fills``,
+  ``lowering`` (torch-mlir gaps: rank 0, views, pooling variants) and
+  ``compile_gaps`` (forms only torch.compile and lm.jit graphs hold).
 """

@@ -320,3 +320,23 @@ def test_unfold_with_gaps_leaves_its_input_whole(shape, dim, size, step):
     jitted = lm.jit(fn).lower(x0.clone()).compile()(x0.clone())
     assert torch.equal(jitted[0], e) and torch.equal(jitted[1], ew)
     assert not c.fell_back() and c.delta("EagerGraph") == 0
+
+
+def test_compile_graph_forms_the_lazy_device_never_records():
+    """torch.compile hands over ``bitwise_xor.Scalar`` (the dialect has the
+    ``.Tensor`` overloads only) and a ``cat`` of empty tensors (torch-mlir
+    drops them and builds a concat of none): both graphs ran eagerly
+    (fallback; fuzzer seeds 400007, 400012, 400039)."""
+    from lazy_mlir.frontends import dynamo
+    dynamo.register()
+    torch._dynamo.reset()
+
+    def fn(a, b, e):
+        return a ^ 85, b | 3, torch.cat([e, e], 1)
+    args = (torch.tensor([[1, 200]], dtype=torch.uint8), torch.tensor([True, False]),
+            torch.zeros(3, 0))
+    c = Counters()
+    got = torch.compile(fn, backend="lazy_mlir")(*args)
+    for g, e in zip(got, fn(*args)):
+        assert g.dtype == e.dtype and torch.equal(g, e)
+    assert c.delta("DynamoEagerGraph") == 0

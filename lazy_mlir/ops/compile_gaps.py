@@ -1,0 +1,49 @@
+"""Forms torch.compile and lm.jit graphs hand over that torch-mlir 20261001
+does not lower (each graph failed to compile and ran eagerly). The lazy
+device's capture avoids them (it lifts numbers into tensors and folds ops
+on empty tensors), so they reach the importer from the aot graphs only.
+
+- ``bitwise_and``/``or``/``xor`` with a number (``.Scalar``): the dialect
+  has the ``.Tensor`` overloads only ("failed to legalize operation
+  'torch.operator'"). The number as a 0-d tensor of eager's result type:
+  the same promotion (a 0-d operand of a higher category wins, as the
+  number does, ``bool_t | 3`` is int64).
+- ``cat`` with a result of no elements: torch-mlir drops empty inputs and
+  then builds a ``tensor.concat`` of none ("requires at least one input").
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from .registry import IMPORT, register_decomposition
+
+aten = torch.ops.aten
+
+
+def _with_tensor(tensor_op):
+    def decomposition(x, other):
+        dtype = torch.result_type(x, other)
+        return tensor_op(x, aten.scalar_tensor.default(other, dtype=dtype, device=x.device))
+    return decomposition
+
+
+for _scalar_op, _tensor_op in ((aten.bitwise_and.Scalar, aten.bitwise_and.Tensor),
+                               (aten.bitwise_or.Scalar, aten.bitwise_or.Tensor),
+                               (aten.bitwise_xor.Scalar, aten.bitwise_xor.Tensor)):
+    register_decomposition(_scalar_op, scope=IMPORT)(_with_tensor(_tensor_op))
+
+
+@register_decomposition(aten.cat.default, scope=IMPORT)
+def cat_of_nothing(tensors, dim=0):
+    if not tensors or any(t.numel() for t in tensors):
+        return NotImplemented
+    # (eager skips 1-d empty inputs beside others of another rank)
+    kept = [t for t in tensors if t.shape != (0,)] or tensors[:1]
+    shape = list(kept[0].shape)
+    d = dim % len(shape) if shape else 0
+    if shape:
+        shape[d] = sum(t.shape[d] for t in kept)
+    dtype = functools.reduce(torch.promote_types, [t.dtype for t in tensors])
+    return aten.new_zeros.default(tensors[0], shape, dtype=dtype)
