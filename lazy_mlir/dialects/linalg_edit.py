@@ -147,14 +147,14 @@ run on ``local-sync`` for the same reason, ``runtime/session``). With this
 barrier the module stays on ``local-task``: its step took 24 against 38 ms."""
 
 
-def barrier_before(op, index: int) -> None:
+def barrier_before(op, index: int, barrier: str = FUSION_BARRIER) -> None:
     """Pass ``op``'s operand ``index`` through a ``FUSION_BARRIER`` (for
     that use only), so that iree-compile does not fuse its producer into
-    ``op``'s dispatch."""
+    ``op``'s dispatch; or through the op named ``barrier`` (same form)."""
     value = op.operands[index]
     value.context.allow_unregistered_dialects = True
     with ir.InsertionPoint(op), op.location:
-        barrier = ir.Operation.create(FUSION_BARRIER, results=[value.type], operands=[value])
+        barrier = ir.Operation.create(barrier, results=[value.type], operands=[value])
     op.operands[index] = barrier.result
 
 
