@@ -6,6 +6,7 @@ from torch_mlir import ir
 from torch_mlir.dialects import func as func_d  # noqa: F401 (for linalg_edit)
 from torch_mlir.dialects import torch as torch_d
 from torch_mlir.extras.fx_importer import FxImporter
+from .uint8_literals import reparseable
 
 
 def new_context() -> ir.Context:
@@ -151,4 +152,4 @@ def _int_constant(value) -> int | None:
 
 
 def parse(text: str) -> ir.Module:
-    return ir.Module.parse(text, new_context())
+    return ir.Module.parse(reparseable(text), new_context())

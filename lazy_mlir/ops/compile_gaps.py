@@ -10,6 +10,9 @@ on empty tensors), so they reach the importer from the aot graphs only.
   number does, ``bool_t | 3`` is int64).
 - ``cat`` with a result of no elements: torch-mlir drops empty inputs and
   then builds a ``tensor.concat`` of none ("requires at least one input").
+- ``view(dtype)`` of bool as uint8 or int8 (the lazy device's graphs too):
+  no lowering, and no bitcast of i1 (``passes/bitcast.py``); a bool's byte
+  is 0 or 1, so it is a conversion.
 """
 from __future__ import annotations
 
@@ -47,3 +50,10 @@ def cat_of_nothing(tensors, dim=0):
         shape[d] = sum(t.shape[d] for t in kept)
     dtype = functools.reduce(torch.promote_types, [t.dtype for t in tensors])
     return aten.new_zeros.default(tensors[0], shape, dtype=dtype)
+
+
+@register_decomposition(aten.view.dtype, scope=IMPORT)
+def bool_bytes(x, dtype):
+    if x.dtype != torch.bool or dtype not in (torch.uint8, torch.int8):
+        return NotImplemented
+    return aten._to_copy.default(x, dtype=dtype)
