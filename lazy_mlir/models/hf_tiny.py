@@ -31,17 +31,25 @@ _SIZES = {
     "encoder_attention_heads": HEADS, "decoder_attention_heads": HEADS,
     "num_key_value_heads": 1, "num_kv_heads": 1, "multi_query_group_num": 1,
     "intermediate_size": FFN, "ffn_dim": FFN, "encoder_ffn_dim": FFN, "decoder_ffn_dim": FFN,
-    "d_ff": FFN, "n_inner": FFN, "hidden_dim": FFN, "moe_intermediate_size": FFN,
+    "d_ff": FFN, "d_inner": FFN, "n_inner": FFN, "hidden_dim": FFN, "moe_intermediate_size": FFN,
     "shared_expert_intermediate_size": FFN,
-    "head_dim": HIDDEN // HEADS, "d_kv": HIDDEN // HEADS, "kv_channels": HIDDEN // HEADS,
+    "head_dim": HIDDEN // HEADS, "d_head": HIDDEN // HEADS, "d_kv": HIDDEN // HEADS, "kv_channels": HIDDEN // HEADS,
     "num_local_experts": 4, "num_experts": 4, "n_routed_experts": 4,
     "max_position_embeddings": 128, "n_positions": 128, "max_seq_len": 128,
     "image_size": IMAGE, "num_channels": 3, "num_labels": 3,
     "num_mel_bins": 16,
+    "window_size": 4,
+    "rotary_dim": HIDDEN // HEADS // 2,  # (GPT-J's, CodeGen's 64 exceed the head)
+    "num_encoder_layers": LAYERS, "num_encoder_blocks": LAYERS,  # (ProphetNet; PoolFormer)  # (Swin's 7 divides no stage of a 32x32 image: eager fails on the mask)
 }
 # list-valued per-stage fields of vision models -> (per-stage value, stages)
 _STAGES = {"hidden_sizes": [16, 32], "depths": [1, 1], "embed_dims": [16, 32],
-           "num_heads": None, "sr_ratios": [2, 1]}
+           "num_heads": None, "sr_ratios": [2, 1], "block_sizes": [1, 1]}
+# model type -> settings its architecture needs beyond the shrink table
+_OVERRIDES = {
+    # (its top conv's width is derived from width_coefficient; hidden_dim must match it)
+    "efficientnet": {"width_coefficient": 0.25, "depth_coefficient": 0.5, "hidden_dim": 320},
+}
 
 TASKS = {  # family -> auto mapping name
     "causal-lm": "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
@@ -56,8 +64,28 @@ def tiny_config(model_type: str):
     """The default config of ``model_type`` with its sizes made tiny, and
     those of its sub-configs (a multimodal model's text, vision and audio
     towers)."""
+    import os
+
     from transformers import CONFIG_MAPPING
-    return _shrink(CONFIG_MAPPING[model_type]())
+    cfg = _shrink(CONFIG_MAPPING[model_type]())
+    for key, value in _OVERRIDES.get(model_type, {}).items():
+        setattr(cfg, key, value)
+    if os.environ.get("LAZY_MLIR_SWEEP_NO_DROPOUT"):  # (a mismatch checked without RNG)
+        _no_dropout(cfg)
+    return cfg
+
+
+def _no_dropout(cfg, depth: int = 0) -> None:
+    """Every dropout probability of ``cfg`` (and its sub-configs) set to 0:
+    the lazy device draws its own dropout stream, so only a loss computed
+    without dropout can be compared with eager's exactly."""
+    from transformers import PretrainedConfig
+    for key in list(vars(cfg)):
+        value = getattr(cfg, key, None)
+        if isinstance(value, PretrainedConfig) and depth < 3:
+            _no_dropout(value, depth + 1)
+        elif isinstance(value, float) and ("drop" in key or key.endswith("_prob")) and value:
+            _set(cfg, key, 0.0)
 
 
 def _shrink(cfg, depth: int = 0):
@@ -105,7 +133,7 @@ def _shrink(cfg, depth: int = 0):
 def _set(cfg, key: str, value) -> None:
     try:
         setattr(cfg, key, value)
-    except AttributeError:  # (a derived property: Falcon's head_dim)
+    except (AttributeError, NotImplementedError):  # (derived: Falcon's head_dim, Funnel's layers)
         pass
 
 

@@ -11,7 +11,11 @@ TOLERANCE = 1e-2  # largest relative loss difference from eager over the steps
 
 def verdict(rec: dict, mode: str) -> str:
     """``crash``, ``eager-graph`` (a whole graph ran eagerly), ``fallback``,
-    ``mismatch``, ``recompiles`` or ``ok`` for one mode of a run entry."""
+    ``mismatch``, ``recompiles`` or ``ok`` for one mode of a run entry;
+    ``not-run`` where the entry was run without that mode (a triage run of
+    the plain loop only, ``LAZY_MLIR_SWEEP_MODES=plain``)."""
+    if mode not in rec:
+        return "not-run"
     out = rec.get(mode) or {}
     if "crash" in out:
         return "crash"
@@ -20,6 +24,11 @@ def verdict(rec: dict, mode: str) -> str:
     if out.get("fallback_ops"):
         return "fallback"
     if out.get("loss_difference", 0) > TOLERANCE:
+        again = rec.get("no_dropout") or {}
+        if "crash" not in again and again.get("loss_difference", 1.0) <= TOLERANCE:
+            return "dropout-rng"  # (eager's losses without dropout: not a wrong value)
+        if again.get("eager_perturbed_difference", 0) > TOLERANCE:
+            return "unstable"  # (eager with weights nudged by 1e-6 is as far from eager)
         return "mismatch"
     if _compiles_after_warmup(out):
         return "recompiles"
@@ -44,29 +53,34 @@ def _ratio(rec: dict, mode: str) -> float | None:
 
 
 def summary(records: dict[str, dict]) -> list[str]:
-    ran = [r for r in records.values() if r.get("status") == "ran"]
-    lines = [f"- entries recorded: {len(records)}; trained eagerly and run: {len(ran)}; "
+    ran_any = [r for r in records.values() if r.get("status") == "ran"]
+    lines = [f"- entries recorded: {len(records)}; trained eagerly and run: {len(ran_any)}; "
              + ", ".join(f"{s}: {sum(r.get('status') == s for r in records.values())}"
                          for s in ("eager-fails", "too-big", "hang", "died"))]
     for mode in MODES:
         counts: dict[str, int] = {}
+        ran = [r for r in ran_any if mode in r]
         for r in ran:
             v = verdict(r, mode)
             counts[v] = counts.get(v, 0) + 1
-        clean = sum(1 for r in ran if verdict(r, mode) in ("ok", "recompiles", "mismatch")
+        clean = sum(1 for r in ran if verdict(r, mode) in ("ok", "recompiles", "mismatch",
+                                                              "dropout-rng", "unstable")
                     and not (r.get(mode) or {}).get("fallback_ops"))
-        ratios = [x for x in (_ratio(r, mode) for r in ran if verdict(r, mode) == "ok") if x]
+        ratios = [x for x in (_ratio(r, mode) for r in ran
+                              if verdict(r, mode) in ("ok", "dropout-rng")) if x]
         med = f"{statistics.median(ratios):.2f}x" if ratios else "-"
         share = f"{100 * clean / len(ran):.0f}%" if ran else "-"
         lines.append(f"- **{mode}**: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
                      + f"; zero fallback ops: {clean}/{len(ran)} ({share}); "
-                     f"median step vs eager (ok entries): {med}")
+                     f"median step vs eager (ok, dropout-rng): {med}")
     return lines
 
 
 def _cell(rec: dict, mode: str) -> str:
     out = rec.get(mode) or {}
     v = verdict(rec, mode)
+    if v == "not-run":
+        return "-"
     if v == "crash":
         return f"crash: {out['crash'][:90]}"
     parts = [v]
@@ -80,6 +94,9 @@ def _cell(rec: dict, mode: str) -> str:
         parts.append(f"{out['compiles']} c / {out.get('compile_s', 0):.0f} s")
     if out.get("loss_difference", 0) > TOLERANCE:
         parts.append(f"Δ{out['loss_difference']:.1e}")
+        again = rec.get("no_dropout") or {}
+        if "loss_difference" in again:
+            parts.append(f"Δ{again['loss_difference']:.1e} without dropout")
     return " · ".join(parts)
 
 
@@ -105,10 +122,17 @@ def write_report(records: dict[str, dict], path: pathlib.Path) -> str:
         "(`LAZY_MLIR_COMPILE=wait`): the plain loop with `mark_step()`, and "
         "`lm.compile_train_step`. Verdicts: `crash` (the lazy program raised where eager "
         "runs), `eager-graph` (a whole graph ran eagerly), `fallback` (ops ran eagerly), "
-        f"`mismatch` (a loss differs from eager's by more than {TOLERANCE:g} relative), "
+        f"`mismatch` (a loss differs from eager's by more than {TOLERANCE:g} relative; "
+        "where the model uses dropout, the lazy device draws its own dropout stream, so "
+        "a mismatch is run again without dropout: `dropout-rng` where the losses then "
+        "match eager's; `unstable` where they do not, but eager itself with every weight "
+        "scaled by 1+1e-6 ends as far from its own losses: a chaotic tiny model, not a wrong "
+        "value), "
         "`recompiles` (a compile after the first five steps: the first step, the steady step, "
         "and on the fourth or fifth the early-output split of the loss read), `ok`. Cells: verdict, "
-        "fallback ops, step time against eager (after warm-up), compiles / compile seconds.",
+        "fallback ops, step time against eager (after warm-up), compiles / compile seconds; "
+        "`-`: the mode was not run (a triage run of the plain loop only). Each mode's counts "
+        "are over the entries run in that mode.",
         "", "## Summary", "", *summary(records), "", "## Entries", "", *table(records), ""])
     path.write_text(text)
     return text

@@ -18,6 +18,8 @@ import traceback
 
 import torch
 
+from .sweep_report import TOLERANCE
+
 # Steps whose compiles are expected: the first step's graph (no optimizer
 # state yet), the steady step's, and on the fourth or fifth step the plain
 # loop's early-output split of the steady step (its loss read: two graphs,
@@ -42,8 +44,18 @@ def _to(batch: dict, device) -> dict:
     return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
 
-def _eager(entry, steps: int) -> dict:
+PERTURBATION = 1e-6
+"""Relative change of every weight for eager's sensitivity check: a tiny
+model that trains chaotically (MobileNetV2 with batch norm over 2 images)
+ends as far from eager's own losses as the lazy device's float rounding."""
+
+
+def _eager(entry, steps: int, nudge: float = 0.0) -> dict:
     model = entry.make().train()
+    if nudge:
+        with torch.no_grad():
+            for p in model.parameters():
+                p.mul_(1 + nudge)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     losses, times = [], []
     for step in range(steps):
@@ -156,4 +168,27 @@ def run_entry(name: str, steps: int = 7, modes=("plain", "train_step")) -> dict:
             out = {"crash": _error(e), "traceback": traceback.format_exc()[-3000:]}
         record[mode] = out
     record["status"] = "ran"
+    if any((record[m] or {}).get("loss_difference", 0) > TOLERANCE for m in modes):
+        record["no_dropout"] = _without_dropout(entry, steps)
     return record
+
+
+def _without_dropout(entry, steps: int) -> dict:
+    """The plain loop again, eagerly and lazily, with every dropout
+    probability 0 (``LAZY_MLIR_SWEEP_NO_DROPOUT``): the lazy device draws its
+    own dropout stream, so a mismatch that vanishes here is that stream, not a
+    wrong value."""
+    os.environ["LAZY_MLIR_SWEEP_NO_DROPOUT"] = "1"
+    try:
+        eager = _eager(entry, steps)
+        lazy = _lazy(entry, steps, "plain")
+        out = {"loss_difference": _difference(eager["losses"], lazy["losses"]),
+               "eager_losses": eager["losses"], "losses": lazy["losses"]}
+        if out["loss_difference"] > TOLERANCE:  # (is eager itself that sensitive?)
+            nudged = _eager(entry, steps, nudge=PERTURBATION)
+            out["eager_perturbed_difference"] = _difference(eager["losses"], nudged["losses"])
+        return out
+    except Exception as e:  # noqa: BLE001 - reported, the entry's record stands
+        return {"crash": _error(e)}
+    finally:
+        del os.environ["LAZY_MLIR_SWEEP_NO_DROPOUT"]

@@ -17,3 +17,22 @@ def test_a_split_compiled_by_the_last_warmup_step_is_not_a_recompile():
 def test_a_compile_after_warmup_is_a_recompile():
     by_step = [1, 2] + [2] * (WARMUP - 2) + [3, 3]
     assert verdict(_record(by_step, 0), "plain") == "recompiles"
+
+
+def test_a_mode_not_run_is_not_counted():
+    from lazy_mlir.tools.sweep_report import summary
+    rec = dict(_record([1, 2, 2, 2, 2, 2, 2], 0), name="x", status="ran",
+               eager={"step_ms": 1.0})
+    assert verdict(rec, "train_step") == "not-run"
+    assert any("**train_step**: ;" in line or "0/0" in line for line in summary({"x": rec}))
+
+
+def test_a_mismatch_gone_without_dropout_is_the_dropout_stream():
+    rec = {"plain": {"loss_difference": 0.05, "compiles_by_step": [1, 2, 2, 2, 2, 2, 2]}}
+    assert verdict(rec, "plain") == "mismatch"
+    rec["no_dropout"] = {"loss_difference": 1e-6}
+    assert verdict(rec, "plain") == "dropout-rng"
+    rec["no_dropout"] = {"loss_difference": 0.05}
+    assert verdict(rec, "plain") == "mismatch"
+    rec["no_dropout"] = {"loss_difference": 0.05, "eager_perturbed_difference": 0.2}
+    assert verdict(rec, "plain") == "unstable"
