@@ -159,6 +159,8 @@ class _Specialized:
             out = session.to_host(array, value)
             if (k in viewing) if ranges is None else _inside(ranges, out):
                 out = out.clone()  # an argument's memory: the caller may outlive it
+            else:  # (fed to a later graph, a forward's activation to its backward)
+                out._lazy_mlir_array = (array, out._version)
             results.append(out)
         return results
 
@@ -196,10 +198,15 @@ class _Specialized:
 
     def _to_device(self, j: int, host: torch.Tensor):
         """The device array of input ``j``: the one imported at an earlier
-        call when ``host`` is the same tensor over the same memory."""
+        call when ``host`` is the same tensor over the same memory; the array
+        ``host`` was read from when it is a result of a graph, unwritten since
+        (a forward's activations, read by its backward, are not imported again)."""
         seen = self._imports[j]
         if seen is not None and seen[0]() is host and seen[1] == host.data_ptr():
             return seen[2]
+        made = getattr(host, "_lazy_mlir_array", None)
+        if made is not None and made[1] == host._version:
+            return made[0]
         array = self.session.to_device(host)
         imported = getattr(array, "_lazy_mlir_host", None)
         if imported is not None and imported[2] == host.data_ptr():

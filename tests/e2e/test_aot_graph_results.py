@@ -51,3 +51,25 @@ def test_a_result_in_an_inputs_memory_is_copied_out():
         assert run.entry.views == ((0, (0,)),)  # (what this test is about)
         assert torch.equal(grid, x.reshape(4, 4)) and torch.equal(twice, x * 2)
         assert not _shares_memory(grid, x) and not _shares_memory(twice, x)
+
+
+def test_a_result_fed_to_another_graph_is_not_imported_again():
+    # A forward's activation read by its backward: the backward is handed the
+    # array the forward left it in; written since, it is imported as usual.
+    import lazy_mlir as lm
+
+    def forward(x, w):
+        return (torch.tanh(x @ w),)
+
+    def backward(y):
+        return (y * 2,)
+
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    fwd, bwd = _compiled(forward, x, w), _compiled(backward, torch.empty(4, 8))
+    (y,) = fwd([x, w])
+    before = lm.metrics.counter_value("TransferToDevice")
+    torch.testing.assert_close(bwd([y])[0], y * 2)
+    assert lm.metrics.counter_value("TransferToDevice") == before  # (y's 128 bytes not moved)
+    y.add_(1)  # written by the caller: its array is stale
+    torch.testing.assert_close(bwd([y])[0], y * 2)
+    assert lm.metrics.counter_value("TransferToDevice") == before + y.nbytes
