@@ -57,3 +57,4 @@ def bool_bytes(x, dtype):
     if x.dtype != torch.bool or dtype not in (torch.uint8, torch.int8):
         return NotImplemented
     return aten._to_copy.default(x, dtype=dtype)
+

@@ -361,3 +361,29 @@ def test_uint8_constants_and_bool_bytes_compile():
     jitted = lm.jit(lambda x: torch.ones_like(x, dtype=torch.uint8)).lower(i0).compile()
     assert torch.equal(jitted(i0), torch.ones_like(i0, dtype=torch.uint8))
     assert not c.fell_back() and c.delta("EagerGraph") == 0
+
+
+def test_uint8_operands_promoted_exactly():
+    """An op promoting a uint8 operand (to float, to int16) took it as
+    signed in its lowering: ``uint8 200 * 1.5`` gave -84.0, ``cat`` and
+    ``where`` of uint8 and float -56.0, ``uint8 200 > 1.5`` False (silent;
+    fuzzer seed 68). On the lazy device, in lm.jit and torch.compile."""
+    from lazy_mlir.frontends import dynamo
+    dynamo.register()
+    torch._dynamo.reset()
+
+    def fn(u, f, i):
+        return [u * 1.5, torch.cat([u, f]), torch.where(u > 0, u, f), u > f, u > 1.5,
+                torch.maximum(u, i), u - i, torch.stack([u, i])]
+    args = (torch.tensor([200, 3, 130], dtype=torch.uint8), torch.tensor([1.5, 2.0, -1.0]),
+            torch.tensor([-5, 300, 7], dtype=torch.int16))
+    want = fn(*args)
+    c = Counters()
+    on_device = fn(*[lazy(a) for a in args])
+    lm.mark_step()
+    jitted = lm.jit(fn).lower(*args).compile()(*args)
+    compiled = torch.compile(fn, backend="lazy_mlir")(*args)
+    for got in ([t.cpu() for t in on_device], jitted, compiled):
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and torch.equal(g, w), (g, w)
+    assert not c.fell_back() and c.delta("EagerGraph") == 0 and c.delta("DynamoEagerGraph") == 0

@@ -31,24 +31,19 @@ RAISE = "eager raises at a record, the lazy device does not (or the reverse); "
 VALUE = "a value differs; "
 CRASH = "the lazy run raises at the sync where eager computes; "
 KNOWN = {
-    15: FALLBACK, 38: FALLBACK, 50: FALLBACK, 52: FALLBACK,
-    57: FALLBACK, 58: FALLBACK, 60: FALLBACK + RAISE, 65: FALLBACK, 68: VALUE,
-    94: FALLBACK, 111: FALLBACK, 124: FALLBACK, 150: FALLBACK, 155: FALLBACK,
-    169: FALLBACK, 187: FALLBACK, 201: FALLBACK, 221: RAISE,
-    237: RAISE, 300: FALLBACK, 315: FALLBACK, 324: FALLBACK,
-    375: FALLBACK, 377: FALLBACK,
+    50: FALLBACK, 57: FALLBACK, 58: FALLBACK, 60: FALLBACK + RAISE, 65: FALLBACK,
+    111: FALLBACK, 169: FALLBACK, 201: FALLBACK, 221: RAISE, 237: RAISE, 375: FALLBACK,
+    377: FALLBACK,
 }
 KNOWN_JIT = {  # (lm.jit raises where eager computes: CRASH)
     4: CRASH + "a write through overlapping unfold windows (NotImplementedError, by design)",
-    10: CRASH + "as_strided torch-mlir cannot map to its base", 43: CRASH + "a uint8 literal",
     52: CRASH + "a conversion to uint8", 53: CRASH + "a write eager computes in memory order "
     "(NotImplementedError, by design)", 65: CRASH + "LLVM translation of a cast",
-    68: VALUE, 78: CRASH + "all.dim not legalized",
+    78: CRASH + "all.dim not legalized",
 }
 
 KNOWN_DYNAMO = {
-    4: CRASH, 25: CRASH, 5: FALLBACK, 6: FALLBACK, 8: FALLBACK, 10: FALLBACK, 16: FALLBACK,
-    21: FALLBACK, 29: FALLBACK,
+    4: CRASH, 6: FALLBACK, 21: FALLBACK,
     26: "the process dies (compiled in the test process): max of a uint8/int64 graph",
 }
 

@@ -147,11 +147,12 @@ def _explain(op, target="cpu"):
     return explain_op(op, target=target)
 
 
-# (sub, not add: add.Tensor of bools is decomposed before import, lowering.add_bool)
-@pytest.mark.parametrize("spelling", [aten.sub.Tensor, "aten.sub.Tensor", "sub.Tensor"])
+# (not add or sub: decomposed before import, lowering.add_bool, uint8_promotion)
+@pytest.mark.parametrize("spelling", [aten.logical_and.default, "aten.logical_and.default",
+                                      "logical_and.default"])
 def test_explain_direct(spelling):
     e = _explain(spelling)
-    assert (e.op, e.verdict, e.in_dialect, e.steps) == ("aten.sub.Tensor", COMPILED, True, ())
+    assert (e.op, e.verdict, e.in_dialect, e.steps) == ("aten.logical_and.default", COMPILED, True, ())
     assert "compiled directly" in str(e)
 
 
