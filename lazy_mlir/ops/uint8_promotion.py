@@ -1,4 +1,5 @@
-"""uint8 operands of ops that promote: converted first.
+"""8-bit integer operands: uint8 operands of ops that promote converted
+first, and numbers beside an int8/uint8 tensor made 0-d tensors.
 
 torch-mlir's lowering of an op whose operands have different types converts
 each to the promoted type itself, and takes a uint8 operand as signed there:
@@ -60,3 +61,44 @@ def _uint8_promoted(op, below):
 for _op in _PROMOTING:
     register_decomposition(_op, scope=IMPORT, priority=20, overrides=True, chained=True)(
         _uint8_promoted)
+
+
+# A number beside an 8-bit integer tensor (``.Scalar`` overloads: torch.compile
+# graphs; the lazy device lifts numbers into tensors): torch-mlir converts the
+# number to i8 without the original dtype its conversion needs and either
+# raises ("for conversion to byte or char type dstOriginalDtype has to be
+# passed") or builds an op on a null value: SIGSEGV, the process died
+# (int8 ``x.mul_(7)`` under torch.compile; fuzzer seed 400079). The number as
+# a 0-d tensor of eager's result type, and the ``.Tensor`` overload (a
+# ``.Tensor`` overload given a number is imported as the ``.Scalar`` one).
+_SCALAR_SIBLINGS = {
+    aten.add.Scalar: aten.add.Tensor, aten.sub.Scalar: aten.sub.Tensor,
+    aten.mul.Scalar: aten.mul.Tensor, aten.div.Scalar: aten.div.Tensor,
+    aten.rsub.Scalar: aten.sub.Tensor, aten.remainder.Scalar: aten.remainder.Tensor,
+    aten.fmod.Scalar: aten.fmod.Tensor, aten.eq.Scalar: aten.eq.Tensor,
+    aten.ne.Scalar: aten.ne.Tensor, aten.lt.Scalar: aten.lt.Tensor,
+    aten.le.Scalar: aten.le.Tensor, aten.gt.Scalar: aten.gt.Tensor,
+    aten.ge.Scalar: aten.ge.Tensor,
+}
+_BYTES = (torch.int8, torch.uint8)
+
+
+def _number_as_tensor(op, below):
+    sibling = _SCALAR_SIBLINGS.get(op, op)
+
+    def decomposition(x, other, *rest, **kwargs):
+        if x.dtype in _BYTES and type(other) in (int, float):
+            dtype = torch.result_type(x, other)
+            number = aten.scalar_tensor.default(other, dtype=dtype, device=x.device)
+            if rest:  # (``alpha``: positional in add/sub/rsub.Scalar, keyword-only in .Tensor)
+                kwargs, rest = {**kwargs, "alpha": rest[0]}, ()
+            if op is aten.rsub.Scalar:  # (other - alpha * x: the dialect has no rsub.Tensor)
+                return sibling(number, x, *rest, **kwargs)
+            return sibling(x, number, *rest, **kwargs)
+        return below(x, other, *rest, **kwargs) if below is not None else NotImplemented
+    return decomposition
+
+
+for _op in (*_SCALAR_SIBLINGS, *set(_SCALAR_SIBLINGS.values())):
+    register_decomposition(_op, scope=IMPORT, priority=15, overrides=True, chained=True)(
+        _number_as_tensor)

@@ -387,3 +387,31 @@ def test_uint8_operands_promoted_exactly():
         for g, w in zip(got, want):
             assert g.dtype == w.dtype and torch.equal(g, w), (g, w)
     assert not c.fell_back() and c.delta("EagerGraph") == 0 and c.delta("DynamoEagerGraph") == 0
+
+
+def test_number_beside_an_int8_tensor_does_not_kill_the_process():
+    """torch-mlir converts a number to i8 without the original dtype its
+    conversion needs: ``int8_x.mul_(7)`` under torch.compile (``mul.Scalar``)
+    built an op on a null value, SIGSEGV, and the process died (fuzzer seed
+    400079); ``uint8_x == 5`` raised. The number enters as a 0-d tensor of
+    eager's result type. In a child process: the failure is its death."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    code = """
+import torch, lazy_mlir as lm
+from lazy_mlir.frontends import dynamo
+dynamo.register()
+def fn(x, u):
+    x.mul_(7)
+    return [x + 3, x - 2.5, x == 21, u * 3, u == 5, u > 200, 300 - u]
+args = lambda: (torch.arange(6, dtype=torch.int8).reshape(3, 2), torch.tensor([5, 201], dtype=torch.uint8))
+want = fn(*args())
+for got in (torch.compile(fn, backend="lazy_mlir")(*args()), lm.jit(fn).lower(*args()).compile()(*args())):
+    assert all(g.dtype == w.dtype and torch.equal(g, w) for g, w in zip(got, want)), (got, want)
+assert lm.metrics.counter_value("DynamoEagerGraph") == 0
+"""
+    env = {**__import__("os").environ, "LAZY_MLIR_COMPILE": "wait"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
