@@ -41,19 +41,25 @@ def _operands(args) -> list:
 
 
 def _uint8_promoted(op, below):
+    """Operands converted to the computation type first where one is uint8
+    and the type differs, or one is int8 beside another type (a bool: the
+    lowering's conversion to i8 built an op on a null value, SIGSEGV;
+    fuzzer seed 400076). ``where``'s condition stays as it is."""
+    first = 1 if op is aten.where.self else 0
+
     def decomposition(*args, **kwargs):
-        operands = _operands(args)
+        operands = _operands(args[first:])
         tensors = [t for t in operands if isinstance(t, torch.Tensor)]
-        if any(t.dtype == torch.uint8 for t in tensors) and len(operands) > 1:
+        if len(operands) > 1 and any(t.dtype in _BYTES for t in tensors):
             dtype, _ = elementwise_dtypes(*operands, type_promotion_kind=DEFAULT)
-            if dtype != torch.uint8:
+            if any(t.dtype != dtype for t in tensors):
                 def wide(a):
-                    if isinstance(a, torch.Tensor) and a.dtype == torch.uint8:
+                    if isinstance(a, torch.Tensor) and a.dtype != dtype:
                         return aten._to_copy.default(a, dtype=dtype)
                     if isinstance(a, (list, tuple)):
                         return type(a)(wide(t) for t in a)
                     return a
-                return op(*[wide(a) for a in args], **kwargs)
+                return op(*args[:first], *[wide(a) for a in args[first:]], **kwargs)
         return below(*args, **kwargs) if below is not None else NotImplemented
     return decomposition
 
@@ -102,3 +108,35 @@ def _number_as_tensor(op, below):
 for _op in (*_SCALAR_SIBLINGS, *set(_SCALAR_SIBLINGS.values())):
     register_decomposition(_op, scope=IMPORT, priority=15, overrides=True, chained=True)(
         _number_as_tensor)
+
+
+def _wide_division(op, below):
+    """Integer division with a rounding mode of 8-bit integers in int32,
+    wrapped back (torch-mlir raised "for conversion to byte or char type
+    dstOriginalDtype has to be passed"; fuzzer seeds 52, 400076): exact, as
+    eager's 8-bit quotient is the int32 one wrapped (-128 // -1 too)."""
+    def decomposition(x, other, *, rounding_mode=None):
+        dtype = torch.result_type(x, other)
+        if rounding_mode is None or dtype not in _BYTES:
+            return below(x, other, rounding_mode=rounding_mode) if below else NotImplemented
+        wide = [aten._to_copy.default(a, dtype=torch.int32) if isinstance(a, torch.Tensor) else a
+                for a in (x, other)]
+        return aten._to_copy.default(op(*wide, rounding_mode=rounding_mode), dtype=dtype)
+    return decomposition
+
+
+for _op in (aten.div.Tensor_mode, aten.div.Scalar_mode):
+    register_decomposition(_op, scope=IMPORT, priority=12, overrides=True, chained=True)(
+        _wide_division)
+
+
+def _floor_divide(op, below):
+    def decomposition(x, other):
+        if torch.result_type(x, other) not in _BYTES:
+            return below(x, other) if below else NotImplemented
+        return aten.div.Tensor_mode(x, other, rounding_mode="floor")  # (wide, above)
+    return decomposition
+
+
+register_decomposition(aten.floor_divide.default, scope=IMPORT, priority=12, overrides=True,
+                       chained=True)(_floor_divide)

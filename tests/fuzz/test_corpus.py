@@ -37,14 +37,13 @@ KNOWN = {
 }
 KNOWN_JIT = {  # (lm.jit raises where eager computes: CRASH)
     4: CRASH + "a write through overlapping unfold windows (NotImplementedError, by design)",
-    52: CRASH + "a conversion to uint8", 53: CRASH + "a write eager computes in memory order "
+    53: CRASH + "a write eager computes in memory order "
     "(NotImplementedError, by design)", 65: CRASH + "LLVM translation of a cast",
     78: CRASH + "all.dim not legalized",
 }
 
 KNOWN_DYNAMO = {
     4: CRASH, 6: FALLBACK, 21: FALLBACK,
-    26: "the process dies (compiled in the test process): max of a uint8/int64 graph",
 }
 
 
