@@ -140,3 +140,21 @@ def _floor_divide(op, below):
 
 register_decomposition(aten.floor_divide.default, scope=IMPORT, priority=12, overrides=True,
                        chained=True)(_floor_divide)
+
+
+def _bool_reduction(op, below):
+    """``all``/``any`` of uint8 (a uint8 result, as eager's) on ``x != 0``:
+    torch-mlir has no lowering of ``all.dim`` of uint8 and builds an invalid
+    ``arith.ori`` for ``any.dim`` (lm.jit raised; fuzzer seed 78)."""
+    def decomposition(x, *args, **kwargs):
+        if x.dtype != torch.uint8:
+            return below(x, *args, **kwargs) if below else NotImplemented
+        truth = aten.ne.Scalar(x, 0)
+        return aten._to_copy.default(op(truth, *args, **kwargs), dtype=torch.uint8)
+    return decomposition
+
+
+for _op in (aten.all.dim, aten.any.dim, aten.all.default, aten.any.default, aten.all.dims,
+            aten.any.dims):
+    register_decomposition(_op, scope=IMPORT, priority=12, overrides=True, chained=True)(
+        _bool_reduction)

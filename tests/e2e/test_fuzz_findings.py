@@ -418,3 +418,21 @@ assert lm.metrics.counter_value("DynamoEagerGraph") == 0
     proc = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2],
                           env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_all_and_any_of_uint8_compile():
+    """torch-mlir has no lowering of ``all.dim`` of uint8 and builds an
+    invalid ``arith.ori`` for ``any.dim``: lm.jit raised (fuzzer seed 78),
+    the lazy device fell back. Eager's result is uint8 too."""
+    x0 = torch.tensor([[1, 0, 2, 3], [4, 5, 6, 7]], dtype=torch.uint8)
+
+    def fn(x):
+        return [torch.all(x, 1), torch.any(x, 0), torch.all(x), torch.any(x == 9)]
+    want = fn(x0)
+    c = Counters()
+    on_device = fn(lazy(x0))
+    lm.mark_step()
+    for got in ([t.cpu() for t in on_device], lm.jit(fn).lower(x0).compile()(x0)):
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and torch.equal(g, w)
+    assert not c.fell_back() and c.delta("EagerGraph") == 0

@@ -39,7 +39,6 @@ KNOWN_JIT = {  # (lm.jit raises where eager computes: CRASH)
     4: CRASH + "a write through overlapping unfold windows (NotImplementedError, by design)",
     53: CRASH + "a write eager computes in memory order "
     "(NotImplementedError, by design)", 65: CRASH + "LLVM translation of a cast",
-    78: CRASH + "all.dim not legalized",
 }
 
 KNOWN_DYNAMO = {
