@@ -32,7 +32,7 @@ VALUE = "a value differs; "
 CRASH = "the lazy run raises at the sync where eager computes; "
 KNOWN = {
     50: FALLBACK, 57: FALLBACK, 58: FALLBACK, 60: FALLBACK + RAISE, 65: FALLBACK,
-    111: FALLBACK, 169: FALLBACK, 201: FALLBACK, 221: RAISE, 237: RAISE, 375: FALLBACK,
+    111: FALLBACK, 169: FALLBACK, 201: FALLBACK, 221: RAISE, 375: FALLBACK,
     377: FALLBACK,
 }
 KNOWN_JIT = {  # (lm.jit raises where eager computes: CRASH)
