@@ -12,7 +12,8 @@ on empty tensors), so they reach the importer from the aot graphs only.
   then builds a ``tensor.concat`` of none ("requires at least one input").
 - ``view(dtype)`` of bool as uint8 or int8 (the lazy device's graphs too):
   no lowering, and no bitcast of i1 (``passes/bitcast.py``); a bool's byte
-  is 0 or 1, so it is a conversion.
+  is 0 or 1, so it is a conversion; a view as its own dtype (any dtype) is
+  the tensor itself.
 """
 from __future__ import annotations
 
@@ -54,6 +55,8 @@ def cat_of_nothing(tensors, dim=0):
 
 @register_decomposition(aten.view.dtype, scope=IMPORT)
 def bool_bytes(x, dtype):
+    if dtype == x.dtype:  # (an identity: torch-mlir has no lowering of it either)
+        return aten.clone.default(x)
     if x.dtype != torch.bool or dtype not in (torch.uint8, torch.int8):
         return NotImplemented
     return aten._to_copy.default(x, dtype=dtype)

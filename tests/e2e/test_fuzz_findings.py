@@ -347,15 +347,16 @@ def test_uint8_constants_and_bool_bytes_compile():
     """torch-mlir folds a uint8 constant (``ones_like(x, dtype=uint8)``) into
     a literal whose text the next stage's parser refuses ("inferred type(s)
     si8 are incompatible with ui8"), and has no lowering of ``view(dtype)``
-    of bool as 8-bit integers: the graphs ran eagerly (lazy device) or
-    raised (lm.jit; fuzzer seeds 400011, 400022, 400038, 400049)."""
+    of bool as 8-bit integers (nor as bool: seed 400065): the graphs ran
+    eagerly (lazy device) or raised (lm.jit; fuzzer seeds 400011, 400022,
+    400038, 400049)."""
     b0, i0 = torch.tensor([True, False, True]), torch.arange(4, dtype=torch.int16)
     c = Counters()
     b, i = lazy(b0), lazy(i0)
-    got = [b.view(torch.uint8).clone(), b.view(torch.int8).clone(),
+    got = [b.view(torch.uint8).clone(), b.view(torch.int8).clone(), b.view(torch.bool).clone(),
            torch.ones_like(i, dtype=torch.uint8), torch.full_like(i, 200, dtype=torch.uint8)]
     lm.mark_step()
-    want = [b0.view(torch.uint8), b0.view(torch.int8), torch.ones_like(i0, dtype=torch.uint8),
+    want = [b0.view(torch.uint8), b0.view(torch.int8), b0, torch.ones_like(i0, dtype=torch.uint8),
             torch.full_like(i0, 200, dtype=torch.uint8)]
     for g, w in zip(got, want):
         assert g.dtype == w.dtype and torch.equal(g.cpu(), w)
