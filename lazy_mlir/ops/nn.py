@@ -296,30 +296,89 @@ register_decomposition(aten._upsample_bicubic2d_aa_backward.default, scope=CAPTU
 
 # -- before import: ops torch-mlir imports but cannot lower -----------------
 
-def _pair(v):
-    return [v[0], v[0]] if len(v) == 1 else list(v)
+def _window_scales(size, out, k, s, p, count_include_pad, divisor_override):
+    """Per output position along one axis: 1 / that axis's factor of ATen's
+    divisor (the window's length, clipped to input + padding, or to the input
+    without ``count_include_pad``), and 0 for a window wholly in padding."""
+    scales = []
+    for o in range(out):
+        start = o * s - p
+        end = min(start + k, size + p)
+        padded, clipped = end - start, min(end, size) - max(start, 0)
+        length = padded if count_include_pad else clipped
+        scales.append(0.0 if clipped <= 0 else (1.0 if divisor_override else 1.0 / length))
+    return scales
+
+
+def _constant_vector(values: list[float], like):
+    """``values`` as a 1-d tensor, from ``full`` runs of equal values (before
+    import ``torch.tensor`` would leave a ``detach_`` torch-mlir refuses)."""
+    runs: list[list] = []
+    for v in values:
+        if runs and runs[-1][0] == v:
+            runs[-1][1] += 1
+        else:
+            runs.append([v, 1])
+    parts = [torch.full([n], v, dtype=like.dtype, device=like.device) for v, n in runs]
+    return parts[0] if len(parts) == 1 else aten.cat.default(parts)
+
+
+def _avg_pool_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                       divisor_override, nd: int):
+    """The input gradient of ``nd``-d average pooling: the output gradient
+    divided by each window's divisor (a constant table: shapes are static,
+    so ``ceil_mode``'s shorter last windows and ``count_include_pad`` are
+    exact), then a transposed convolution with a ones kernel, each channel on
+    its own (channels folded into the batch: torch-mlir 20261001 miscompiles
+    grouped transposed convolutions), cut to the input's extent past the
+    padding."""
+    def per_axis(v):
+        v = list(v)
+        return v * nd if len(v) == 1 else v
+    k = per_axis(kernel_size)
+    st = per_axis(stride) if stride else k
+    pad = per_axis(padding)
+    batched = x.dim() == nd + 2
+    if not batched:
+        x, grad = aten.unsqueeze.default(x, 0), aten.unsqueeze.default(grad, 0)
+    n, c, size, out = x.shape[0], x.shape[1], list(x.shape[2:]), list(grad.shape[2:])
+    scale = None
+    for d in range(nd):
+        axis = _constant_vector(_window_scales(size[d], out[d], k[d], st[d], pad[d],
+                                               count_include_pad, divisor_override), grad)
+        axis = aten.reshape.default(axis, [out[d]] + [1] * (nd - 1 - d))
+        scale = axis if scale is None else aten.mul.Tensor(scale, axis)
+    g = aten.mul.Tensor(grad, scale)
+    if divisor_override:
+        g = aten.div.Scalar(g, divisor_override)
+    g = aten.reshape.default(g, [n * c, 1] + out)
+    weight = torch.full([1, 1] + k, 1.0, dtype=grad.dtype, device=grad.device)
+    full = aten.convolution.default(g, weight, None, st, [0] * nd, [1] * nd, True, [0] * nd, 1)
+    for d in range(nd):  # full covers [-pad, (out - 1) * stride + k - pad) of the input
+        short = pad[d] + size[d] - full.shape[2 + d]
+        if short > 0:
+            full = aten.constant_pad_nd.default(full, [0, 0] * (nd - 1 - d) + [0, short], 0.0)
+        full = aten.slice.Tensor(full, 2 + d, pad[d], pad[d] + size[d])
+    result = aten.reshape.default(full, [n, c] + size)
+    return result if batched else aten.squeeze.dim(result, 0)
 
 
 @register_decomposition(aten.avg_pool2d_backward.default, scope=IMPORT)
 def avg_pool2d_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
                         divisor_override):
-    """The input gradient of average pooling is a transposed convolution of
-    the output gradient with a constant 1/(kh*kw) kernel, each channel on its
-    own (channels folded into the batch: torch-mlir 20261001 miscompiles
-    grouped transposed convolutions)."""
-    kh, kw = _pair(kernel_size)
-    sh, sw = _pair(stride) if stride else (kh, kw)
-    ph, pw = _pair(padding)
-    if ceil_mode or divisor_override or (not count_include_pad and (ph or pw)) or x.dim() != 4:
-        return NotImplemented
-    n, c, h, w = x.shape
-    weight = torch.full((1, 1, kh, kw), 1.0 / (kh * kw), dtype=grad.dtype, device=grad.device)
-    oh = h - ((grad.shape[2] - 1) * sh - 2 * ph + kh)
-    ow = w - ((grad.shape[3] - 1) * sw - 2 * pw + kw)
-    folded = aten.reshape.default(grad, [n * c, 1, grad.shape[2], grad.shape[3]])
-    out = aten.convolution.default(folded, weight, None, [sh, sw], [ph, pw], [1, 1], True,
-                                   [oh, ow], 1)
-    return aten.reshape.default(out, [n, c, h, w])
+    """torch-mlir lowers neither ``ceil_mode`` nor an empty ``stride`` here
+    (EfficientNet's pooler: the whole graph ran eagerly)."""
+    return _avg_pool_backward(grad, x, kernel_size, stride, padding, ceil_mode,
+                              count_include_pad, divisor_override, 2)
+
+
+@register_decomposition(aten.avg_pool3d_backward.default, scope=IMPORT)
+def avg_pool3d_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                        divisor_override):
+    """torch-mlir does not lower it (``nn.LocalResponseNorm`` pools in 3-d:
+    the whole graph ran eagerly)."""
+    return _avg_pool_backward(grad, x, kernel_size, stride, padding, ceil_mode,
+                              count_include_pad, divisor_override, 3)
 
 
 @register_decomposition(aten.native_batch_norm.default, scope=IMPORT)

@@ -20,10 +20,21 @@ def test_avg_pool2d_backward(shape, k, s, p, cip):
     torch.testing.assert_close(avg_pool2d_backward(g, x, k, s, p, False, cip, None), expected)
 
 
-def test_avg_pool2d_backward_declines_what_it_does_not_cover():
-    x = torch.randn(1, 1, 5, 5)
-    g = torch.randn(1, 1, 3, 3)
-    assert avg_pool2d_backward(g, x, [2, 2], [2, 2], [0, 0], True, True, None) is NotImplemented
+@pytest.mark.parametrize("shape,k,s,p,ceil,cip,div", [
+    ((1, 1, 5, 5), [2, 2], [2, 2], [0, 0], True, True, None),
+    ((2, 3, 6, 7), [3, 3], [2, 2], [1, 1], True, False, None),
+    ((2, 3, 6, 7), [3, 3], [2, 2], [1, 1], True, True, None),
+    ((2, 2, 5, 5), [3, 3], [1, 1], [1, 1], False, True, 4),
+    ((2, 2, 6, 6), [2, 2], [], [0, 0], False, True, None),
+])
+def test_avg_pool2d_backward_ceil_mode_and_divisors(shape, k, s, p, ceil, cip, div):
+    """ceil_mode's shorter last windows, count_include_pad, divisor_override,
+    the empty stride: each window's divisor as ATen's kernel takes it."""
+    x = torch.randn(shape)
+    out = aten.avg_pool2d.default(x, k, s, p, ceil, cip, div)
+    g = torch.randn(out.shape)
+    expected = aten.avg_pool2d_backward.default(g, x, k, s, p, ceil, cip, div)
+    torch.testing.assert_close(avg_pool2d_backward(g, x, k, s, p, ceil, cip, div), expected)
 
 
 def test_native_batch_norm_eval():
