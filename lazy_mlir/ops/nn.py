@@ -411,3 +411,38 @@ def weight_norm_interface_backward(grad_w, saved_v, saved_g, saved_norms, dim):
     centred = aten.sub.Tensor(grad_w, aten.mul.Tensor(saved_v, aten.div.Tensor(sums, square)))
     grad_v = aten.mul.Tensor(aten.div.Tensor(saved_g, saved_norms), centred)
     return grad_v, aten.div.Tensor(sums, saved_norms)
+
+
+def _shrink_backward(grad, x, lambd):
+    """The gradient passes where ``x`` is outside ``[-lambd, lambd]``."""
+    inside = aten.logical_and.default(aten.ge.Scalar(x, -lambd), aten.le.Scalar(x, lambd))
+    return aten.where.self(inside, aten.zeros_like.default(grad), grad)
+
+
+# (not in the torch dialect: the op ran eagerly every step, nn.Hardshrink, nn.Softshrink)
+register_decomposition(aten.hardshrink_backward.default, scope=IMPORT)(_shrink_backward)
+register_decomposition(aten.softshrink_backward.default, scope=IMPORT)(_shrink_backward)
+
+
+def _adaptive_weights(size: int, out: int, like):
+    """[out, size]: 1/len where input ``h`` is in output ``o``'s adaptive
+    window (ATen's start floor(o*size/out), end ceil((o+1)*size/out))."""
+    rows = []
+    for o in range(out):
+        start, end = (o * size) // out, -((-(o + 1) * size) // out)
+        rows += [1.0 / (end - start) if start <= h < end else 0.0 for h in range(size)]
+    return aten.reshape.default(_constant_vector(rows, like), [out, size])
+
+
+@register_decomposition(aten._adaptive_avg_pool2d_backward.default, scope=IMPORT)
+def adaptive_avg_pool2d_backward(grad, x):
+    """Each axis's windows as a constant [out, in] matrix of 1/len: the input
+    gradient is the output gradient contracted with both (ran eagerly every
+    step: not in the torch dialect)."""
+    if x.dim() != 4 or grad.dim() != 4:
+        return NotImplemented
+    (oh, ow), (h, w) = grad.shape[2:], x.shape[2:]
+    rows = _adaptive_weights(h, oh, grad)                      # [oh, h]
+    cols = _adaptive_weights(w, ow, grad)                      # [ow, w]
+    left = aten.matmul.default(aten.transpose.int(rows, 0, 1), grad)   # [n, c, h, ow]
+    return aten.matmul.default(left, cols)                     # [n, c, h, w]

@@ -36,3 +36,22 @@ def test_input_gradient_compiles_with_eager_values(name, counters):
     lm.mark_step()
     torch.testing.assert_close(xl.grad.cpu(), x.grad, rtol=1e-5, atol=1e-5)
     assert counters.fell_back() == [] and counters.delta("EagerGraph") == 0
+
+
+@pytest.mark.parametrize("name,fn,shape", [
+    ("hardshrink", nn.Hardshrink(0.3), (4, 16)),
+    ("softshrink", nn.Softshrink(0.3), (4, 16)),
+    ("adaptive_avg_pool_uneven", nn.AdaptiveAvgPool2d((3, 2)), (2, 3, 4, 5)),
+    ("adaptive_avg_pool_global", nn.AdaptiveAvgPool2d(1), (2, 3, 4, 5)),
+])
+def test_backward_of_ops_outside_the_dialect_compiles(name, fn, shape, counters):
+    """Backward ops the torch dialect lacks, decomposed before import (each ran
+    eagerly every step: the sweep's nn/activations and nn/pooling)."""
+    x0 = torch.randn(*shape, generator=torch.Generator().manual_seed(1))
+    x = x0.clone().requires_grad_()
+    fn(x).square().sum().backward()
+    xl = lazy(x0).requires_grad_()
+    fn(xl).square().sum().backward()
+    lm.mark_step()
+    torch.testing.assert_close(xl.grad.cpu(), x.grad, rtol=1e-5, atol=1e-5)
+    assert counters.fell_back() == [] and counters.delta("EagerGraph") == 0
