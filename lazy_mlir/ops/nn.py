@@ -45,6 +45,9 @@ def _starts(samples, size, out, pool):
 def _fractional_max_pool(x, kernel_size, output_size, samples, nd):
     if not x.is_floating_point() or x.dtype == torch.float64 or x.dim() not in (nd + 1, nd + 2):
         return NotImplemented
+    if any(kk > h + 2 * pp for kk, h, pp in zip(k, x.shape[-nd:], pad)):
+        return NotImplemented  # (a kernel past the padded input: EfficientNet's 320-wide
+        # ceil_mode pooler of a 1x1 map; its graph then failed in iree-compile, whole)
     batched = x.dim() == nd + 2
     if not batched:
         x = x.unsqueeze(0)

@@ -18,8 +18,8 @@ CASES = {
                                                    count_include_pad=False), (2, 3, 6, 7)),
     "2d_default_stride": (lambda x: F.avg_pool2d(x, 2), (2, 3, 6, 6)),
     "2d_divisor": (lambda x: F.avg_pool2d(x, 3, 1, 1, divisor_override=4), (2, 3, 5, 5)),
-    # (not yet: the forward of an unbatched avg_pool2d, and of a kernel longer than
-    # its input with ceil_mode, fail in torch-mlir / iree-compile)
+    # (not yet: the forward of an unbatched avg_pool2d fails in torch-mlir, and a kernel
+    # past its input with ceil_mode in iree-compile: EfficientNet's pooler)
     "3d_local_response_norm": (lambda x: nn.LocalResponseNorm(3)(x), (2, 4, 5, 5)),
     "3d_ceil_pad": (lambda x: F.avg_pool3d(x, 2, 2, 1, ceil_mode=True), (2, 2, 5, 4, 5)),
 }
