@@ -38,9 +38,12 @@ _SIZES = {
     "max_position_embeddings": 128, "n_positions": 128, "max_seq_len": 128,
     "image_size": IMAGE, "num_channels": 3, "num_labels": 3,
     "num_mel_bins": 16,
-    "window_size": 4,
+    "window_size": 4,  # (Swin's 7 divides no stage of a 32x32 image: eager fails on the mask)
+    # multi-head latent attention (DeepSeek V2/V3, MiniCPM3): rope + nope = head_dim
+    "qk_rope_head_dim": HIDDEN // HEADS // 2, "qk_nope_head_dim": HIDDEN // HEADS // 2,
+    "v_head_dim": HIDDEN // HEADS, "q_lora_rank": HIDDEN, "kv_lora_rank": HIDDEN // 2,
     "rotary_dim": HIDDEN // HEADS // 2,  # (GPT-J's, CodeGen's 64 exceed the head)
-    "num_encoder_layers": LAYERS, "num_encoder_blocks": LAYERS,  # (ProphetNet; PoolFormer)  # (Swin's 7 divides no stage of a 32x32 image: eager fails on the mask)
+    "num_encoder_layers": LAYERS, "num_encoder_blocks": LAYERS,  # (ProphetNet; PoolFormer)
 }
 # list-valued per-stage fields of vision models -> (per-stage value, stages)
 _STAGES = {"hidden_sizes": [16, 32], "depths": [1, 1], "embed_dims": [16, 32],
@@ -122,6 +125,10 @@ def _shrink(cfg, depth: int = 0):
         value = getattr(cfg, key, None)
         if isinstance(value, int) and value >= VOCAB:
             setattr(cfg, key, VOCAB - 1 - ("pad" in key))
+    if isinstance(getattr(cfg, "qk_rope_head_dim", None), int) and hasattr(cfg, "head_dim"):
+        _set(cfg, "head_dim", cfg.qk_rope_head_dim)  # (latent attention: the rotary part's)
+    if getattr(cfg, "use_cache", None):  # (training: hybrid linear-attention caches refuse it)
+        cfg.use_cache = False
     if getattr(cfg, "pad_token_id", None) is None and hasattr(cfg, "pad_token_id"):
         cfg.pad_token_id = 0  # (sequence classification of a batch > 1 needs one)
     if getattr(cfg, "is_encoder_decoder", False) and \
