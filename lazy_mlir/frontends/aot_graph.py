@@ -153,8 +153,13 @@ class _Specialized:
                 results.append(value)
                 continue
             array, k = next(outs), k + 1
-            if k in returned:  # the caller's own tensor (as inductor returns it)
-                results.append(hosts[returned[k]])
+            if k in returned:  # the caller's own tensor (as inductor returns it) where
+                # the graph returns the argument itself; an argument's value computed
+                # (a copy IREE folded away) is a new tensor: aot_autograd writes the
+                # argument's mutations into it after the call (x.clone() then
+                # x.masked_fill_(...): the clone changed too, silently; seed 400186)
+                j = returned[k]
+                results.append(hosts[j] if j in self._direct else hosts[j].clone())
                 continue
             out = session.to_host(array, value)
             if (k in viewing) if ranges is None else _inside(ranges, out):
@@ -170,6 +175,7 @@ class _Specialized:
         from ..runtime.session import session_for
         self.session = session_for(self.target)
         self._returned = dict(self.entry.passthrough)
+        self._direct = _returned_as_they_are(self.gm, self.tensor_pos)
         self.outputs = self.program.layout
 
     def _run_eagerly(self, args):
@@ -235,6 +241,21 @@ def graph_key(gm: fx.GraphModule, inputs) -> str:
                     # (1-d first: a 0-d tensor of wider elements has no uint8 view)
                     h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return h.hexdigest()
+
+
+def _returned_as_they_are(gm, tensor_pos) -> set:
+    """The tensor arguments (their indices among the tensor arguments) that
+    ``gm`` returns as they are: an output that is the placeholder itself."""
+    places = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    flat = out.args[0] if isinstance(out.args[0], (list, tuple)) else [out.args[0]]
+    direct = set()
+    for a in flat:
+        if isinstance(a, torch.fx.Node) and a.op == "placeholder":
+            p = places.index(a)
+            if p in tensor_pos:
+                direct.add(tensor_pos.index(p))
+    return direct
 
 
 def _imported_ranges(arrays):

@@ -438,3 +438,25 @@ def test_all_and_any_of_uint8_compile():
         for g, w in zip(got, want):
             assert g.dtype == w.dtype and torch.equal(g, w)
     assert not c.fell_back() and c.delta("EagerGraph") == 0
+
+
+def test_torch_compile_copy_of_a_mutated_argument_keeps_its_value():
+    """IREE folds a copy of an argument into the argument itself; the
+    backend returned the caller's tensor for it, and aot_autograd then wrote
+    the argument's in-place update into it: the copy changed too (silent;
+    fuzzer seed 400186)."""
+    from lazy_mlir.frontends import dynamo
+    dynamo.register()
+    torch._dynamo.reset()
+
+    def fn(x):
+        kept = torch.zeros_like(x)
+        kept.copy_(x)
+        x.masked_fill_(x > 3, 1)
+        return [x, kept]
+    x0 = torch.arange(6, dtype=torch.int32)
+    want = fn(x0.clone())
+    compiled = torch.compile(fn, backend="lazy_mlir")
+    for _ in range(2):  # (the first call may run eagerly while compiling)
+        got = compiled(x0.clone())
+        assert all(torch.equal(g, w) for g, w in zip(got, want)), got
