@@ -45,9 +45,6 @@ def _starts(samples, size, out, pool):
 def _fractional_max_pool(x, kernel_size, output_size, samples, nd):
     if not x.is_floating_point() or x.dtype == torch.float64 or x.dim() not in (nd + 1, nd + 2):
         return NotImplemented
-    if any(kk > h + 2 * pp for kk, h, pp in zip(k, x.shape[-nd:], pad)):
-        return NotImplemented  # (a kernel past the padded input: EfficientNet's 320-wide
-        # ceil_mode pooler of a 1x1 map; its graph then failed in iree-compile, whole)
     batched = x.dim() == nd + 2
     if not batched:
         x = x.unsqueeze(0)
@@ -341,6 +338,9 @@ def _avg_pool_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_i
     k = per_axis(kernel_size)
     st = per_axis(stride) if stride else k
     pad = per_axis(padding)
+    if any(kk > h + 2 * pp for kk, h, pp in zip(k, x.shape[-nd:], pad)):
+        return NotImplemented  # (a kernel past the padded input: EfficientNet's 320-wide
+        # ceil_mode pooler of a 1x1 map; its graph then failed in iree-compile, whole)
     batched = x.dim() == nd + 2
     if not batched:
         x, grad = aten.unsqueeze.default(x, 0), aten.unsqueeze.default(grad, 0)
