@@ -53,13 +53,25 @@ def probe(func, metas: list, is_tensor, unflatten) -> None:
     """
     if not _probed(func):
         return
-    flat = [torch.ones((1,) * a.dim(), dtype=a.dtype) if is_tensor(a) else a for a in metas]
-    args, kwargs = unflatten(flat)
     try:
-        func(*args, **kwargs)
+        _run_on_ones(func, metas, is_tensor, unflatten, {})
     except RuntimeError as e:  # (NotImplementedError too: "not implemented for 'Float'")
         if not any(gap in str(e) for gap in _CPU_GAPS):
             raise
+        try:  # a CPU gap, or refused for floats of any width (bf16 & 3)?
+            _run_on_ones(func, metas, is_tensor, unflatten, _AS_FLOAT32)
+        except RuntimeError:
+            raise e from None
+
+
+_AS_FLOAT32 = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
+
+
+def _run_on_ones(func, metas, is_tensor, unflatten, dtypes: dict) -> None:
+    flat = [torch.ones((1,) * a.dim(), dtype=dtypes.get(a.dtype, a.dtype)) if is_tensor(a) else a
+            for a in metas]
+    args, kwargs = unflatten(flat)
+    func(*args, **kwargs)
 
 
 __all__ = ["probe"]

@@ -235,6 +235,7 @@ def test_uint8_abs_is_the_value():
     lambda v: v.int().pow_(-1),                  # negative integer power
     lambda v: v.mul_(3),                         # Long result into a bool tensor
     lambda v: v.to(torch.uint8)[None] @ v.int()[:, None],  # mm of two dtypes (seed 237)
+    lambda v: torch.bitwise_and(v.bfloat16(), -0.25),      # bitwise of bf16 (seed 400237)
 ])
 def test_eager_dtype_checks_of_python_numbers(call):
     """A pointwise op given a Python number: eager's CPU kernel refuses these
