@@ -68,8 +68,9 @@ _AS_FLOAT32 = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
 
 
 def _run_on_ones(func, metas, is_tensor, unflatten, dtypes: dict) -> None:
-    flat = [torch.ones((1,) * a.dim(), dtype=dtypes.get(a.dtype, a.dtype)) if is_tensor(a) else a
-            for a in metas]
+    # (host tensors too: a device mismatch is the dispatcher's error to raise)
+    flat = [torch.ones((1,) * a.dim(), dtype=dtypes.get(a.dtype, a.dtype))
+            if is_tensor(a) or isinstance(a, torch.Tensor) else a for a in metas]
     args, kwargs = unflatten(flat)
     func(*args, **kwargs)
 

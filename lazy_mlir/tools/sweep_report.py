@@ -7,6 +7,7 @@ import statistics
 
 MODES = ("plain", "train_step")
 TOLERANCE = 1e-2  # largest relative loss difference from eager over the steps
+WARMUP = 5  # steps before the steady state (sweep_run says why)
 
 
 def verdict(rec: dict, mode: str) -> str:
@@ -36,9 +37,8 @@ def verdict(rec: dict, mode: str) -> str:
 
 
 def _compiles_after_warmup(out: dict) -> int:
-    """Compiles after ``sweep_run.WARMUP`` steps, from the compiles by step
+    """Compiles after ``WARMUP`` steps, from the compiles by step
     where recorded (so a record made under an older warm-up reads the same)."""
-    from .sweep_run import WARMUP
     by_step = out.get("compiles_by_step") or []
     if len(by_step) >= WARMUP:
         return by_step[-1] - by_step[WARMUP - 1]

@@ -18,14 +18,13 @@ import traceback
 
 import torch
 
-from .sweep_report import TOLERANCE
+from .sweep_report import TOLERANCE, WARMUP
 
 # Steps whose compiles are expected: the first step's graph (no optimizer
 # state yet), the steady step's, and on the fourth or fifth step the plain
 # loop's early-output split of the steady step (its loss read: two graphs,
 # once; decided at the steady graph's second or third launch, then final,
-# lazy/early_outputs.py).
-WARMUP = 5
+# lazy/early_outputs.py): sweep_report.WARMUP.
 
 
 class _LossModule(torch.nn.Module):
