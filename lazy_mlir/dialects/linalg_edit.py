@@ -13,7 +13,7 @@ from .torch_import import func_d, ir
 __all__ = ["ops_named", "shape", "element_type", "element_bytes", "int_list", "zero_pad", "add_functions",
            "call_instead", "in_loop", "mark", "FUSION_BARRIER", "barrier_into", "barrier_before",
            "producer", "i64_array", "zero_fill", "printed_with", "function_bodies",
-           "elements", "barrier_uses_after"]
+           "elements", "barrier_uses_after", "copy_before"]
 
 
 def ops_named(module: ir.Module, name: str) -> list:
@@ -156,6 +156,19 @@ def barrier_before(op, index: int, barrier: str = FUSION_BARRIER) -> None:
     with ir.InsertionPoint(op), op.location:
         barrier = ir.Operation.create(barrier, results=[value.type], operands=[value])
     op.operands[index] = barrier.result
+
+
+def copy_before(op, index: int) -> None:
+    """Pass ``op``'s operand ``index`` (a static tensor) through a
+    ``linalg.copy`` into a new ``tensor.empty`` (for that use only): ``op``
+    then reads a tensor of its own."""
+    from torch_mlir.dialects import linalg, tensor
+    value = op.operands[index]
+    t = ir.RankedTensorType(value.type)
+    with ir.InsertionPoint(op), op.location:
+        empty = tensor.EmptyOp(list(t.shape), t.element_type).result
+        copied = linalg.copy(value, outs=[empty])
+    op.operands[index] = copied
 
 
 def barrier_into(value, users: tuple[str, ...]) -> int:

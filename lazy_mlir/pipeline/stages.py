@@ -198,6 +198,8 @@ def _linalg_edits(config: PipelineConfig, target: str | None) -> list[tuple]:
         edits.append(("column_sums", SUMS, column_sums_in_two_stages, "column sums"))
     from ..passes.self_inserts import copy_self_inserts, count_in as self_inserts
     edits.append(("self_inserts", self_inserts, copy_self_inserts, "self-overlapping slices copied"))
+    from ..passes.scatter_destinations import MARK as OWN, own_destinations
+    edits.append(("scatter_destinations", OWN, own_destinations, "scatter destinations copied"))
     from ..passes.scalar_dispatches import bound_scalar_dispatches, count_in as scalar_cuts
     edits.append(("scalar_dispatches", scalar_cuts, bound_scalar_dispatches, "scalar values cut"))
     return edits

@@ -1,0 +1,72 @@
+"""A scatter writes into a tensor of its own when its destination is read
+elsewhere too (a linalg-stage pass, every target).
+
+``tm_tensor.scatter`` (``index_put``, ``scatter``, ``x[i] = v``) updates its
+``outs`` tensor in place. When that tensor is also read by another op, IREE
+3.13 must copy it first, and misses the copy when the two uses reach the
+tensor through a reshape (its own unit-dimension folding makes one: a
+``[1]``-shaped clamp computed as 0-d). Its scheduler then ran the scatter
+before the other reader, which read the scattered values, silently: fuzzer
+seeds 400128 (``v3 = v2 & v0`` then ``v2.index_put_(...)``: ``v3`` came
+back computed from the written ``v2``) and 400151 (``torch.stack([v0, v0])``
+then ``v0.scatter_(...)``: the stack held the scattered ``v0``), each only
+when another program shared its graph and changed IREE's schedule. Here such
+a scatter's destination is passed through a ``linalg.copy`` (IREE computes
+it as a second result of the destination's producer): the copy IREE would
+have to make, made explicit. A destination read by nothing else is left as
+it is (a gradient's ``zeros`` accumulated into: no copy).
+"""
+from __future__ import annotations
+
+from ..dialects import linalg_edit as E
+
+IN_PLACE = ("tm_tensor.scatter",)
+_VIEWS = ("tensor.expand_shape", "tensor.collapse_shape", "tensor.cast",
+          "tensor.extract_slice")
+MARK = "lazy_mlir.own_destination"
+
+
+def _root(value):
+    """The tensor ``value`` is a view of (through reshapes, casts, slices)."""
+    for _ in range(64):
+        op = E.producer(value)
+        if op is None or op.name not in _VIEWS:
+            return value
+        value = op.operands[0]
+    return value
+
+
+def _read_elsewhere(value, op) -> bool:
+    """Whether the tensor ``value`` views, or any view of it, is used by an
+    operation other than ``op`` and the views between."""
+    todo, seen = [_root(value)], set()
+    while todo:
+        v = todo.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        for use in v.uses:
+            owner = use.owner
+            owner = owner.operation if hasattr(owner, "operation") else owner
+            if owner == op.operation:
+                continue
+            if owner.name in _VIEWS and use.operand_number == 0:
+                todo.extend(owner.results)
+            else:
+                return True
+    return False
+
+
+def own_destinations(module) -> int:
+    """Copy the destination of each in-place op of ``IN_PLACE`` that is read
+    elsewhere too; returns how many."""
+    count = 0
+    for name in IN_PLACE:
+        for op in E.ops_named(module, name):
+            index = len(op.operands) - 1  # (``outs``: the last operand)
+            if E.shape(op.operands[index]) is None or not _read_elsewhere(op.operands[index], op):
+                continue
+            E.copy_before(op, index)
+            E.mark(op, MARK)
+            count += 1
+    return count
