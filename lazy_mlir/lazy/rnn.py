@@ -25,7 +25,13 @@ per step's op), decided per call:
   reach here.
 
 Without gradients (``torch.no_grad``, ``torch.inference_mode``, nothing
-requiring grad) the forward node is recorded alone.
+requiring grad) the forward node is recorded alone, with room for oneDNN's
+workspace as in training (``_workspace``), so that on the cpu target it runs
+as oneDNN's calls too: as loops, an evaluation graph of several batches
+chains two loops per layer per batch, IREE's whole-module analyses of a
+module with that many loops and a host call stop converging ("failed to
+solve for timepoint coverage": PyTorch's word-language-model example's
+evaluation ran eagerly), and each loop is IREE's slow host-driven scan.
 
 Double backward (``create_graph=True`` through the LSTM) raises PyTorch's
 ``once_differentiable`` error rather than giving a wrong second derivative.
@@ -157,9 +163,9 @@ def lstm(input, hx, params, has_biases, num_layers, dropout, train, bidirectiona
     if why is not None:
         return fused.composite("rnn", why, aten.lstm.input, *args)
     config = _config(input, has_biases, num_layers, bidirectional, batch_first)
-    if not _needs_grad(tensors):
-        return tuple(ops.lstm.default(input, hx[0], hx[1], list(params), *config)[:3])
     config += (_workspace(input, hx[0], hx[1], config),)
+    if not _needs_grad(tensors):  # (a workspace all the same: oneDNN's calls, not loops)
+        return tuple(ops.lstm.default(input, hx[0], hx[1], list(params), *config)[:3])
     return _LSTM.apply(config, input, hx[0], hx[1], *params)
 
 
