@@ -46,6 +46,19 @@ MIN_MACS = 1 << 24
 0.244 against 0.259 ms); at 1024x512x512 (268 M) 0.70x. Below, the call's
 fixed cost and the host sync it forces outweigh a faster kernel."""
 
+MAX_LOOPS = 8
+"""Loops (``scf.for`` directly in a function's body) from which a module
+gets no call. IREE 3.13's whole-module analyses of its stream dialect
+(resource usage, timepoint coverage: ``DFX::Solver``) stop after 32
+iterations, and a module then fails ("failed to solve for usage analysis",
+"failed to solve for timepoint coverage"); a chain of loops whose value
+reaches a call's operand costs about two each, as the call exports it to
+the host: 18 chained one-carry loops before a call fail where 17 compile
+(``tests/unit/test_host_blas_rewrite.py``), and the 10 LSTM layers of PyTorch's
+word-language-model example's evaluation (two nested loops each, eight
+carries) failed beside one call. Without calls such a module compiles; its
+matmuls stay IREE's."""
+
 _FUNCTION = "lazy_mlir_blas_call_"
 CALL_PREFIX = "call @" + _FUNCTION
 """How a rewritten matmul reads in the printed module."""
@@ -111,10 +124,18 @@ def _rewritable(op, rank: int, min_macs: int) -> bool:
     return E.zero_fill(op.operands[2])
 
 
+def _loops(module) -> int:
+    """The most ``scf.for`` loops directly in one function's body."""
+    return max((sum(op.name == "scf.for" for op in body) for body in E.function_bodies(module)),
+               default=0)
+
+
 def matmuls_as_calls(module, min_macs: int = MIN_MACS) -> int:
     """Rewrite the module's large f32 ``linalg.matmul`` and
     ``linalg.batch_matmul`` ops into calls of the ``MODULE`` import, in place;
-    returns how many."""
+    returns how many (none in a module of ``MAX_LOOPS`` loops)."""
+    if _loops(module) >= MAX_LOOPS:
+        return 0
     functions: dict[str, str] = {}   # name -> text (declarations, then wrappers)
     sites = []
     for op_name, (kind, rank, swap) in _KINDS.items():
