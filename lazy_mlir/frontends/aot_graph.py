@@ -130,6 +130,7 @@ class _Specialized:
         self._imports: list = [None] * len(self.tensor_pos)
         self._returned: dict = {}  # result -> the argument it is, returned unchanged
         self._viewing: frozenset | None = None  # (``_views_of_arguments``, after a call)
+        self._plan: list | None = None  # (``_read_plan``: how each result is read, after a call)
 
     def __call__(self, args):
         if self.outputs is None:
@@ -138,11 +139,27 @@ class _Specialized:
             if self.entry.state != LOADED:
                 return self._run_eagerly(args)
             self._loaded()
-        session = self.session
         hosts = [args[i] for i in self.tensor_pos]
         args.clear()
-        arrays = [self._to_device(j, h) for j, h in enumerate(hosts)]
-        outs = iter(self.entry(*arrays))
+        arrays = []
+        for j, (host, seen) in enumerate(zip(hosts, self._imports)):
+            if seen is not None and seen[0]() is host and seen[1] == host.data_ptr():
+                arrays.append(seen[2])  # (``_to_device``'s first case, inline: the parameters)
+            else:
+                arrays.append(self._to_device(j, host))
+        outs = self.entry(*arrays)
+        plan = self._plan
+        if plan is None:
+            results = self._read(hosts, arrays, outs)
+            self._plan = _read_plan(self, outs)
+            return results
+        return _read_by_plan(plan, self.session, hosts, outs)
+
+    def _read(self, hosts, arrays, outs) -> list:
+        """The results of a call, each through ``Session.to_host`` (the first
+        call, and every call of a module whose views are unknown)."""
+        outs = iter(outs)
+        session = self.session
         returned = self._returned
         viewing = self._views_of_arguments()
         ranges = _imported_ranges(arrays) if viewing is None else None
@@ -165,7 +182,7 @@ class _Specialized:
             if (k in viewing) if ranges is None else _inside(ranges, out):
                 out = out.clone()  # an argument's memory: the caller may outlive it
             else:  # (fed to a later graph, a forward's activation to its backward)
-                out._lazy_mlir_array = (array, out._version)
+                _mark_made(out, array)
             results.append(out)
         return results
 
@@ -206,12 +223,14 @@ class _Specialized:
         """The device array of input ``j``: the one imported at an earlier
         call when ``host`` is the same tensor over the same memory; the array
         ``host`` was read from when it is a result of a graph, unwritten since
-        (a forward's activations, read by its backward, are not imported again)."""
+        (a forward's activations, read by its backward, are not imported again;
+        nor the gradients autograd hands the optimizer's graph: ``_mark_made``)."""
         seen = self._imports[j]
         if seen is not None and seen[0]() is host and seen[1] == host.data_ptr():
             return seen[2]
-        made = getattr(host, "_lazy_mlir_array", None)
-        if made is not None and made[1] == host._version:
+        made = getattr(host.untyped_storage(), "_lazy_mlir_array", None)
+        if made is not None and made[1] == host._version and made[2] == host.data_ptr() \
+                and made[3] == host.shape and made[4] == host.dtype and host.is_contiguous():
             return made[0]
         array = self.session.to_device(host)
         imported = getattr(array, "_lazy_mlir_host", None)
@@ -256,6 +275,99 @@ def _returned_as_they_are(gm, tensor_pos) -> set:
             if p in tensor_pos:
                 direct.add(tensor_pos.index(p))
     return direct
+
+
+def _mark_made(out: torch.Tensor, array) -> None:
+    """Note on ``out``'s storage that ``out`` holds ``array``'s contents, for
+    ``_to_device`` to hand the array back to a later graph. On the storage,
+    not the tensor: autograd stores a gradient as ``grad.detach()`` (a new
+    tensor over the same storage, sharing its version counter), and the
+    optimizer's graph is handed that. Checked there: the same address,
+    shape, dtype and layout, and the version the tensor had when read."""
+    out.untyped_storage()._lazy_mlir_array = (array, out._version, out.data_ptr(),
+                                              out.shape, out.dtype)
+
+
+_CONST, _MINE, _RETURNED, _VIEW, _READ = range(5)
+
+
+def _read_plan(spec: "_Specialized", outs) -> list | None:
+    """How each result of ``spec``'s module is read, made after its first
+    call (``outs``: that call's arrays), or None where the results must be
+    checked at every call (their views of the arguments unknown). Per
+    result: (_CONST, value), (_RETURNED, argument, as it is), (_VIEW, k,
+    spec) (copied out of an argument's memory), (_READ, k, spec) (general
+    ``to_host``) or (_MINE, k, nbytes): read in place through DLPack, as
+    ``Session.to_host`` would on the cpu target, without its checks (the
+    first call made them: the memory is the host's, DLPack reads the
+    element type, the shape and dtype are the result's)."""
+    viewing = spec._views_of_arguments()
+    session = spec.session
+    if viewing is None:
+        return None
+    plan = []
+    k = -1
+    for kind, value in spec.outputs:
+        if kind != "t":
+            plan.append((_CONST, value))
+            continue
+        k += 1
+        if k in spec._returned:
+            j = spec._returned[k]
+            plan.append((_RETURNED, j, j in spec._direct))
+        elif k in viewing:
+            plan.append((_VIEW, k, value))
+        elif session.zero_copy and _reads_in_place(session, outs[k], value):
+            plan.append((_MINE, k, outs[k]._buffer_view.byte_length))
+        else:
+            plan.append((_READ, k, value))
+    return plan
+
+
+def _reads_in_place(session, array, spec) -> bool:
+    """Whether ``session.to_host(array, spec)`` is DLPack's tensor as it is."""
+    view = array._buffer_view
+    if not session.owns(array) or not (view.get_buffer().memory_type()
+                                       & int(session.rt.MemoryType.HOST_VISIBLE)):
+        return False
+    try:
+        raw = torch.from_dlpack(session.device.create_dlpack_capsule(view, 1, 0))
+    except Exception:
+        return False
+    return raw.dtype == spec.dtype and tuple(raw.shape) == spec.shape
+
+
+def _read_by_plan(plan, session, hosts, outs) -> list:
+    """The results of a call, read as ``_read_plan`` says."""
+    capsule = session.device.create_dlpack_capsule
+    from_dlpack = torch._C._from_dlpack
+    results = []
+    nbytes = 0
+    for step in plan:
+        kind = step[0]
+        if kind == _MINE:
+            array = outs[step[1]]
+            out = from_dlpack(capsule(array._buffer_view, 1, 0))
+            out.untyped_storage()._lazy_mlir_array = (array, 0, out.data_ptr(),
+                                                      out.shape, out.dtype)
+            nbytes += step[2]
+        elif kind == _CONST:
+            results.append(step[1])
+            continue
+        elif kind == _RETURNED:
+            host = hosts[step[1]]
+            out = host if step[2] else host.clone()
+        elif kind == _VIEW:
+            out = session.to_host(outs[step[1]], step[2]).clone()
+        else:
+            array = outs[step[1]]
+            out = session.to_host(array, step[2])
+            _mark_made(out, array)
+        results.append(out)
+    if nbytes:
+        metrics.counter_inc("TransferFromDevice", nbytes)
+        metrics.counter_inc("ZeroCopyFromDevice", nbytes)
+    return results
 
 
 def _imported_ranges(arrays):
