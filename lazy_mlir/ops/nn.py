@@ -323,6 +323,42 @@ def _constant_vector(values: list[float], like):
     return parts[0] if len(parts) == 1 else aten.cat.default(parts)
 
 
+def whole_windows(size, kernel_size, stride, padding, ceil_mode, nd: int):
+    """(kernel, stride, padding, ceil_mode) of the same pooling with each
+    kernel longer than its padded input (``ceil_mode`` lets PyTorch take one)
+    cut to that length, its stride set to it; None if no kernel is. Such an
+    axis has one window: it starts at ``-padding``, and whatever its length,
+    it ends clipped at ``size + padding``, so a kernel of exactly that length
+    has the same window, the same divisor (clipped length, or the input's
+    elements without ``count_include_pad``) and one output. ``ceil_mode``
+    stays where another axis still has a partial window. torch-mlir lowers
+    neither the long kernel nor, for the backward, ``ceil_mode``
+    (EfficientNet's pooler: a 320-wide ``ceil_mode`` kernel over a 1x1 map).
+    (2-d only in practice: 3-d pooling refuses a kernel longer than its
+    input, in eager as here.)"""
+    def per_axis(v):
+        v = list(v)
+        return v * nd if len(v) == 1 else v
+    k, pad = per_axis(kernel_size), per_axis(padding)
+    st = per_axis(stride) if stride else list(k)
+    room = [h + 2 * p for h, p in zip(size[-nd:], pad)]
+    if all(kk <= r for kk, r in zip(k, room)):
+        return None
+    st = [r if kk > r else s for kk, s, r in zip(k, st, room)]
+    k = [min(kk, r) for kk, r in zip(k, room)]
+    return k, st, pad, bool(ceil_mode) and any((r - kk) % s for kk, s, r in zip(k, st, room))
+
+
+@register_decomposition(aten.avg_pool2d.default, scope=IMPORT)
+def avg_pool2d(x, kernel_size, stride=(), padding=(0,), ceil_mode=False,
+               count_include_pad=True, divisor_override=None):
+    """With a kernel longer than its padded input: ``whole_windows``."""
+    whole = whole_windows(x.shape, kernel_size, stride, padding, ceil_mode, 2)
+    if whole is None:
+        return NotImplemented
+    return aten.avg_pool2d.default(x, *whole, count_include_pad, divisor_override)
+
+
 def _avg_pool_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
                        divisor_override, nd: int):
     """The input gradient of ``nd``-d average pooling: the output gradient
@@ -335,12 +371,12 @@ def _avg_pool_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_i
     def per_axis(v):
         v = list(v)
         return v * nd if len(v) == 1 else v
+    whole = whole_windows(x.shape, kernel_size, stride, padding, ceil_mode, nd)
+    if whole is not None:  # (the same windows, each kernel within its padded input)
+        kernel_size, stride, padding, ceil_mode = whole
     k = per_axis(kernel_size)
     st = per_axis(stride) if stride else k
     pad = per_axis(padding)
-    if any(kk > h + 2 * pp for kk, h, pp in zip(k, x.shape[-nd:], pad)):
-        return NotImplemented  # (a kernel past the padded input: EfficientNet's 320-wide
-        # ceil_mode pooler of a 1x1 map; its graph then failed in iree-compile, whole)
     batched = x.dim() == nd + 2
     if not batched:
         x, grad = aten.unsqueeze.default(x, 0), aten.unsqueeze.default(grad, 0)

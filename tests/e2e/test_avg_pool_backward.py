@@ -1,7 +1,9 @@
 """Average pooling's input gradient compiles for every form (``ops/nn.py``):
 torch-mlir lowered neither ``avg_pool2d_backward`` with ``ceil_mode`` or an
 empty stride (EfficientNet's pooler) nor ``avg_pool3d_backward`` at all
-(``nn.LocalResponseNorm``): each graph ran eagerly, counted as a fallback."""
+(``nn.LocalResponseNorm``), nor either direction of a kernel longer than its
+padded input (``whole_windows``): each graph ran eagerly, counted as a
+fallback."""
 from __future__ import annotations
 
 import pytest
@@ -18,8 +20,12 @@ CASES = {
                                                    count_include_pad=False), (2, 3, 6, 7)),
     "2d_default_stride": (lambda x: F.avg_pool2d(x, 2), (2, 3, 6, 6)),
     "2d_divisor": (lambda x: F.avg_pool2d(x, 3, 1, 1, divisor_override=4), (2, 3, 5, 5)),
-    # (not yet: the forward of an unbatched avg_pool2d fails in torch-mlir, and a kernel
-    # past its input with ceil_mode in iree-compile: EfficientNet's pooler)
+    # a kernel past its padded input, which ceil_mode allows (EfficientNet's pooler:
+    # 320 wide over a 1x1 map; the forward failed to compile, the backward fell back)
+    "2d_kernel_past_input": (lambda x: F.avg_pool2d(x, 320, ceil_mode=True), (2, 3, 1, 1)),
+    "2d_kernel_past_one_axis": (lambda x: F.avg_pool2d(x, (7, 2), (3, 2), (1, 0), ceil_mode=True,
+                                                       count_include_pad=False), (2, 3, 3, 6)),
+    # (not yet: the forward of an unbatched avg_pool2d fails in torch-mlir)
     "3d_local_response_norm": (lambda x: nn.LocalResponseNorm(3)(x), (2, 4, 5, 5)),
     "3d_ceil_pad": (lambda x: F.avg_pool3d(x, 2, 2, 1, ceil_mode=True), (2, 2, 5, 4, 5)),
 }
