@@ -19,7 +19,7 @@ the workgroups (tiles) of one dispatch.
 (``--iree-hal-dump-executable-benchmarks-to``) and times it alone: warm
 inputs, no neighbour; on a 2-core machine its sum ran 1.5-2x the module.
 
-A graph that calls PyTorch's kernels (``runtime/host_calls.py``: the LSTM's
+A graph that calls PyTorch's kernels (``host_calls/runtime/switches.py``: the LSTM's
 oneDNN layers, host BLAS, flash attention) runs only inside lazy-mlir's
 process: it is refused with the switch that dumps it compiled whole
 (``LAZY_MLIR_RNN=0 LAZY_MLIR_DUMP_DIR=dump ...``).
@@ -43,7 +43,7 @@ from pathlib import Path
 # matmul_MxNxK, batch_matmul_BxMxNxK, matmul_like_..., conv_NxOHxOWxFxKHxKWxC.
 _CONTRACTION = re.compile(r"(?:matmul(?:_like)?|conv)_(\d+(?:x\d+){2,})_")
 _MAIN = re.compile(r"func\.func @main\((.*?)\)\s*->", re.S)
-# Calls into lazy-mlir's host modules (PyTorch's kernels: runtime/host_calls.py),
+# Calls into lazy-mlir's host modules (PyTorch's kernels: host_calls/runtime/switches.py),
 # each with the switch that compiles the graph without them.
 _HOST_CALL = re.compile(r"call @(lazy_mlir_(?:blas|rnn|attention))\.")
 _HOST_SWITCH = {"lazy_mlir_blas": "LAZY_MLIR_BLAS=0", "lazy_mlir_rnn": "LAZY_MLIR_RNN=0",

@@ -50,17 +50,17 @@ class PipelineConfig:
     input: str = "linalg"
     mixed_precision: str = "none"
     conv_lowering: str = "auto"
-    # Large f32 matmuls as calls into torch.mm (passes/host_blas.py). Never set
+    # Large f32 matmuls as calls into torch.mm (host_calls/passes/blas.py). Never set
     # in a TOML file: only the in-process cpu session turns it on
-    # (runtime.host_calls.session_config); a module with the calls needs
+    # (host_calls.runtime.switches.session_config); a module with the calls needs
     # PyTorch in the process that runs it.
     host_blas: bool = False
-    # LSTM layers as calls into PyTorch's oneDNN LSTM (passes/host_rnn.py); as
+    # LSTM layers as calls into PyTorch's oneDNN LSTM (host_calls/passes/rnn.py); as
     # host_blas: only the in-process cpu session turns it on
-    # (runtime.host_calls.session_config).
+    # (host_calls.runtime.switches.session_config).
     host_rnn: bool = False
     # Attention as calls into PyTorch's CPU flash attention
-    # (passes/host_attention.py); as host_blas (runtime.host_calls.session_config).
+    # (host_calls/passes/attention.py); as host_blas (host_calls.runtime.switches.session_config).
     host_attention: bool = False
     iree_flags: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
@@ -104,17 +104,17 @@ class PipelineConfig:
 
     def matmuls_as_calls(self, target: str | None) -> bool:
         """Whether large f32 matmuls compiled for ``target`` become calls of
-        ``torch.mm`` (``passes/host_blas.py``): cpu only, when ``host_blas``."""
+        ``torch.mm`` (``host_calls/passes/blas.py``): cpu only, when ``host_blas``."""
         return self.host_blas and target == "cpu"
 
     def rnn_as_calls(self, target: str | None) -> bool:
         """Whether LSTM layers compiled for ``target`` become calls of PyTorch's
-        oneDNN LSTM (``passes/host_rnn.py``): cpu only, when ``host_rnn``."""
+        oneDNN LSTM (``host_calls/passes/rnn.py``): cpu only, when ``host_rnn``."""
         return self.host_rnn and target == "cpu"
 
     def attention_as_calls(self, target: str | None) -> bool:
         """Whether attention nodes compiled for ``target`` become calls of
-        PyTorch's CPU flash attention (``passes/host_attention.py``): cpu only,
+        PyTorch's CPU flash attention (``host_calls/passes/attention.py``): cpu only,
         when ``host_attention``."""
         return self.host_attention and target == "cpu"
 

@@ -90,7 +90,7 @@ def package_versions() -> dict[str, str]:
 
 
 # The packages of lazy_mlir whose code decides what a graph compiles to.
-_COMPILER_DIRS = ("dialects", "ops", "passes", "pipeline", "runtime")
+_COMPILER_DIRS = ("dialects", "ops", "passes", "pipeline", "runtime", "host_calls")
 
 
 @functools.lru_cache(maxsize=None)

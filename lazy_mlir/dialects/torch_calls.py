@@ -1,6 +1,6 @@
 """Edits of the imported torch dialect: custom ops (``torch.operator``) as
 calls of external functions, which iree-compile makes imports of the module
-(``passes/host_rnn.py``); and pipelines without a pass."""
+(``host_calls/passes/rnn.py``); and pipelines without a pass."""
 from __future__ import annotations
 
 import re

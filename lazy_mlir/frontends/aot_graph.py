@@ -72,7 +72,7 @@ def compile_aot_graph(gm: fx.GraphModule, example_inputs, *, target: Target,
     """The boxed callable that runs ``gm`` compiled for ``target``. Its
     modules run in this process: they may call PyTorch's kernels as the lazy
     device's do (``host_calls.session_config``), and share their config."""
-    from ..runtime.host_calls import session_config
+    from ..host_calls.runtime.switches import session_config
     config = session_config(target, config)
     vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
     if any(_is_symbolic(v) for v in vals):

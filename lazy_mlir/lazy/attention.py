@@ -26,7 +26,7 @@ from torch.autograd.function import once_differentiable
 
 from ..config import switched_on
 from ..ops import attention as _attention_ops  # noqa: F401  (defines torch.ops.lazy_mlir.attention)
-from ..ops import attention_host as _attention_host
+from ..host_calls.ops import attention as _attention_host
 from . import fused
 
 aten = torch.ops.aten
@@ -112,7 +112,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 def _saves_lse(query, key, value, attn_mask) -> bool:
     """The node's ``lse`` argument: save the row log-sum-exps (not ``P``) where
     the node may become a host call of PyTorch's CPU flash attention
-    (``ops/attention_host.py``): no mask, 4-d ``[B, H, L, D]`` operands of one
+    (``host_calls/ops/attention.py``): no mask, 4-d ``[B, H, L, D]`` operands of one
     head width, large enough (``worth_a_call``), recorded for the cpu target,
     ``LAZY_MLIR_HOST_ATTENTION`` on (``attention_host.enabled``). Decided
     here because it shapes the node's outputs; whether the call is made is

@@ -44,7 +44,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from ..ops import rnn as _rnn_ops  # noqa: F401  (defines torch.ops.lazy_mlir.lstm, ...)
-from ..ops import rnn_host as _rnn_host
+from ..host_calls.ops import rnn as _rnn_host
 from . import fused
 
 aten = torch.ops.aten
@@ -134,7 +134,7 @@ def _config(input, has_biases, num_layers, bidirectional, batch_first) -> tuple:
 
 def _workspace(input, hx, cx, config: tuple) -> int:
     """The ``workspace`` argument of ``lazy_mlir::lstm``: room for oneDNN's
-    workspace (``ops/rnn_host.py``) when the node may be lowered to host calls
+    workspace (``host_calls/ops/rnn.py``) when the node may be lowered to host calls
     of PyTorch's oneDNN LSTM: a looped recurrence without projections,
     recorded for the cpu target, ``LAZY_MLIR_RNN`` not off; else 0. Decided
     here because it shapes the node's outputs; whether the host calls are

@@ -28,7 +28,8 @@ from .tensor import LazyTensor, live_storages
 from ..config import current_config
 from ..compile_service.executable import EagerExecutable
 from ..compile_service.lookup import executable_for, still_compiling
-from ..runtime import host_calls, run_queue
+from ..host_calls.runtime import switches as host_calls
+from ..runtime import run_queue
 from ..targets import get_target
 
 log = logging.getLogger("lazy_mlir")

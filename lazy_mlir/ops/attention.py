@@ -12,7 +12,7 @@ instead (under an autograd function):
   output and the attention probabilities ``P = softmax(q k^T * scale + mask)``,
   which the backward reads (as eager's math path saves them); with ``lse``
   (no mask; recorded where the node may become a host call of PyTorch's CPU
-  flash attention, ``passes/host_attention.py``) the row log-sum-exps
+  flash attention, ``host_calls/passes/attention.py``) the row log-sum-exps
   ``log(sum(exp(q k^T * scale)))`` instead, as the flash kernel saves them,
   from which the backward recomputes ``P``;
 - ``lazy_mlir::attention_backward(grad_out, q, k, v, out, P or lse, scale,
@@ -54,7 +54,7 @@ def _causal_keep(scores):
 def _flat(t):
     """``[..., n, m]`` as ``[batch, n, m]``: ``bmm`` with a transposed operand is
     a ``linalg.transpose`` into ``linalg.batch_matmul``, which the host BLAS
-    call (``passes/host_blas.py``) reads in place; ``matmul`` on 4-d tensors
+    call (``host_calls/passes/blas.py``) reads in place; ``matmul`` on 4-d tensors
     copies its operands (expand and reshape) instead."""
     return t.reshape(-1, *t.shape[-2:])
 

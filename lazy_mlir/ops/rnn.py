@@ -43,14 +43,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from . import rnn_host
+from ..host_calls.ops import rnn as rnn_host
 from .loops import as_traced_loops, scan
 from .registry import IMPORT, register_decomposition
 
 _CONFIG = "bool has_biases, int num_layers, bool bidirectional, bool batch_first, bool unroll"
 _LIB = torch.library.Library("lazy_mlir", "FRAGMENT")  # (other modules may add ops)
 # ``workspace``: the float32 length of one layer and direction's oneDNN
-# workspace (``ops/rnn_host.py``), one more saved output per layer and
+# workspace (``host_calls/ops/rnn.py``), one more saved output per layer and
 # direction after the packs; 0: none. With one, the backward's ``saved`` ends
 # with the forward's ``hy`` and ``cy`` (which the loops do not read).
 _LSTM_CONFIG = _CONFIG + ", int workspace=0"
@@ -210,7 +210,7 @@ def lstm(input, hx, cx, params, has_biases, num_layers, bidirectional, batch_fir
          unroll=False, workspace=0):
     """``[output, hy, cy, layer outputs, *packs, *workspaces]``; see the module
     docstring. The workspaces (``workspace`` > 0) are zeros here: only the
-    host-call lowering (``passes/host_rnn.py``) fills and reads them."""
+    host-call lowering (``host_calls/passes/rnn.py``) fills and reads them."""
     x = _to_time_major(input, batch_first)
     groups = _groups(params, has_biases, hx.shape[-1] != cx.shape[-1])
     dirs = _directions(bidirectional)
@@ -328,7 +328,7 @@ def _host_biases(b_ih, b_hh, w_ih):
 def host_lstm(input, hx, cx, params, has_biases, num_layers, bidirectional, batch_first,
               unroll=False, workspace=0):
     """``lazy_mlir::lstm`` as one oneDNN kernel call per layer and direction
-    (``ops/rnn_host.py``); its packs are NaN, its workspaces oneDNN's.
+    (``host_calls/ops/rnn.py``); its packs are NaN, its workspaces oneDNN's.
     ``NotImplemented`` for a node without a workspace (it keeps the loops)."""
     if unroll or not workspace:
         return NotImplemented

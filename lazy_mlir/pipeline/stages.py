@@ -84,12 +84,12 @@ def lower(gm: fx.GraphModule, config: PipelineConfig,
         from ..passes.variance_f32 import DECOMPOSITIONS as f32_statistics
         extra = {**extra, **f32_statistics}
         made_by.append("variance_f32")
-    if config.rnn_as_calls(target):  # LSTM layers as oneDNN calls (passes/host_rnn.py)
-        from ..passes.host_rnn import decompositions as host_rnn
+    if config.rnn_as_calls(target):  # LSTM layers as oneDNN calls (host_calls/passes/rnn.py)
+        from ..host_calls.passes.rnn import decompositions as host_rnn
         extra = {**extra, **host_rnn()}
         made_by.append("host_rnn")
-    if config.attention_as_calls(target):  # flash attention calls (passes/host_attention.py)
-        from ..passes.host_attention import decompositions as host_attention
+    if config.attention_as_calls(target):  # flash attention calls (host_calls/passes/attention.py)
+        from ..host_calls.passes.attention import decompositions as host_attention
         extra = {**extra, **host_attention()}
         made_by.append("host_attention")
     if config.decompositions or extra:
@@ -129,10 +129,10 @@ def _imported(gm: fx.GraphModule, config: PipelineConfig, target: str | None):
     from ..dialects.torch_import import import_fx
     module = import_fx(gm)
     if config.rnn_as_calls(target):
-        from ..passes.host_rnn import calls_instead
+        from ..host_calls.passes.rnn import calls_instead
         calls_instead(module)
     if config.attention_as_calls(target):
-        from ..passes.host_attention import calls_instead as attention_calls
+        from ..host_calls.passes.attention import calls_instead as attention_calls
         attention_calls(module)
     return module
 
@@ -156,7 +156,7 @@ def lower_torch(torch_stage: Stage, config: PipelineConfig, target: str | None =
     linalg_passes = pipelines.linalg(config)
     edits = _linalg_edits(config, target)
     pipeline = pipelines.as_pipeline(linalg_passes)
-    from ..passes import host_attention, host_rnn
+    from ..host_calls.passes import attention as host_attention, rnn as host_rnn
     calls = [(name, mark) for name, mark in (("host_rnn", host_rnn.CALL_MARK), (
         "host_attention", host_attention.CALL_MARK)) if mark in backend.text]
     if calls:  # (its contract check refuses the calls)
@@ -186,7 +186,7 @@ def _linalg_edits(config: PipelineConfig, target: str | None) -> list[tuple]:
         from ..passes.conv_channels_last import CALL_PREFIX, to_channels_last
         edits.append(("conv_channels_last", CALL_PREFIX, to_channels_last, "convolutions"))
     if config.matmuls_as_calls(target):
-        from ..passes.host_blas import CALL_PREFIX as BLAS_PREFIX, matmuls_as_calls
+        from ..host_calls.passes.blas import CALL_PREFIX as BLAS_PREFIX, matmuls_as_calls
         edits.append(("host_blas", BLAS_PREFIX, matmuls_as_calls, "matmuls"))
     if target == "cpu":
         from ..passes.data_tiling import HINT, choose_tiled_matmuls

@@ -34,7 +34,8 @@ import concurrent.futures
 import threading
 import time
 
-from . import one_team, waiting
+from ..host_calls.runtime import one_team
+from . import waiting
 
 _lock = threading.Lock()
 _ready = threading.Condition(_lock)  # a job was queued, or the running one finished

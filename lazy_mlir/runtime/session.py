@@ -48,7 +48,8 @@ from .. import metrics
 from ..config import switched_on
 from ..targets import (LLVMPIPE_FEATURES, VULKAN_I64_DEMOTION, Target, configure_cpu_threads,
                        driver_devices)
-from . import host_attention, host_blas, host_rnn, invoke, spinning_threads, waiting
+from ..host_calls.runtime import attention as host_attention, blas as host_blas, rnn as host_rnn
+from . import invoke, spinning_threads, waiting
 from .host_memory import keep_freed_memory
 
 log = logging.getLogger("lazy_mlir")

@@ -217,7 +217,7 @@ def _host_gemm_note() -> str:
     """Whether cpu modules call PyTorch's GEMM (``host_gemm``), and why."""
     import torch
 
-    from .. import host_gemm
+    from ..host_calls import gemm as host_gemm
     parts = []
     for what, switch in (("matmuls", "LAZY_MLIR_BLAS"), ("attention", "LAZY_MLIR_HOST_ATTENTION")):
         try:

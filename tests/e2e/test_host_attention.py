@@ -1,5 +1,5 @@
 """Attention nodes as host calls into PyTorch's CPU flash attention
-(``passes/host_attention.py``, ``runtime/host_attention.py``) on the lazy
+(``host_calls/passes/attention.py``, ``host_calls/runtime/attention.py``) on the lazy
 device, against eager: outputs and q/k/v gradients with the calls and with
 ``LAZY_MLIR_HOST_ATTENTION=0``, the count of calls, a sync between forward
 and backward, and a tiny GPT-2 that trains like eager."""
@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import lazy_mlir as lm
-from lazy_mlir.ops import attention_host
+from lazy_mlir.host_calls.ops import attention as attention_host
 from lazy_mlir.tools.real_models import real_model
 from e2e_helpers import Counters, assert_trains_like_eager
 

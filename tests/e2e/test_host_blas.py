@@ -1,5 +1,5 @@
-"""Large f32 matmuls of cpu modules run by torch.mm (passes/host_blas.py,
-runtime/host_blas.py): a model whose matmuls are above the threshold trains
+"""Large f32 matmuls of cpu modules run by torch.mm (host_calls/passes/blas.py,
+host_calls/runtime/blas.py): a model whose matmuls are above the threshold trains
 as eager does, with the calls and without them (``LAZY_MLIR_BLAS=0``)."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch.nn as nn
 
 import lazy_mlir as lm
 from lazy_mlir import metrics
-from lazy_mlir.passes.host_blas import MIN_MACS
+from lazy_mlir.host_calls.passes.blas import MIN_MACS
 
 from e2e_helpers import train_steps
 
@@ -49,8 +49,8 @@ def test_an_export_artifact_never_imports_torch_mm(tmp_path, monkeypatch):
     """Export compiles with the config as given: no call, whatever the env."""
     monkeypatch.setenv("LAZY_MLIR_BLAS", "1")
     from lazy_mlir.config import PipelineConfig
-    from lazy_mlir.runtime.host_blas import imports_blas
-    from lazy_mlir.runtime.host_calls import session_config
+    from lazy_mlir.host_calls.runtime.blas import imports_blas
+    from lazy_mlir.host_calls.runtime.switches import session_config
     from lazy_mlir.targets import get_target
     cpu = get_target("cpu")
     assert session_config(cpu, PipelineConfig()).host_blas

@@ -1,5 +1,5 @@
 """LSTM layers of cpu modules run by PyTorch's oneDNN LSTM kernels
-(passes/host_rnn.py, runtime/host_rnn.py): a looped LSTM language model
+(host_calls/passes/rnn.py, host_calls/runtime/rnn.py): a looped LSTM language model
 trains as eager does, with the calls and without them (``LAZY_MLIR_RNN=0``),
 multi-layer and bidirectional, every gradient as eager's, no op run eagerly."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch.nn as nn
 import lazy_mlir as lm
 from lazy_mlir import metrics
 from lazy_mlir.ops import rnn as rnn_ops
-from lazy_mlir.runtime import host_rnn as runtime_rnn
+from lazy_mlir.host_calls.runtime import rnn as runtime_rnn
 
 from e2e_helpers import Counters
 
@@ -110,8 +110,8 @@ def test_an_exported_training_step_never_imports_the_rnn_module(tmp_path, monkey
     LSTM's node is recorded with room for a workspace (cpu target) and
     lowered to loops all the same."""
     from lazy_mlir.config import PipelineConfig
-    from lazy_mlir.runtime.host_calls import session_config
-    from lazy_mlir.runtime.host_rnn import imports_rnn
+    from lazy_mlir.host_calls.runtime.switches import session_config
+    from lazy_mlir.host_calls.runtime.rnn import imports_rnn
     from lazy_mlir.targets import get_target
     assert session_config(get_target("cpu"), PipelineConfig()).host_rnn
     monkeypatch.setenv("LAZY_MLIR_RNN", "1")

@@ -1,5 +1,5 @@
 """Attention as host calls into PyTorch's CPU flash attention
-(``passes/host_attention.py``, ``ops/attention_host.py``): the host
+(``host_calls/passes/attention.py``, ``host_calls/ops/attention.py``): the host
 decompositions against eager and against the decomposition that saves
 log-sum-exps, and the gating (in-process cpu only)."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from lazy_mlir.ops import attention as math_attention
-from lazy_mlir.ops import attention_host
-from lazy_mlir.passes import host_attention
+from lazy_mlir.host_calls.ops import attention as attention_host
+from lazy_mlir.host_calls.passes import attention as host_attention
 
 
 def _qkv(heads_first_strides: bool):

@@ -1,5 +1,5 @@
 """The host_blas linalg-stage pass: which matmuls become calls of torch.mm, and
-that IREE's module calling ``runtime.host_blas`` computes what torch does."""
+that IREE's module calling ``host_calls.runtime.blas`` computes what torch does."""
 import iree.compiler as ic
 import iree.runtime as rt
 import numpy as np
@@ -8,8 +8,8 @@ import torch
 
 from lazy_mlir.config import PipelineConfig
 from lazy_mlir.dialects.torch_import import parse
-from lazy_mlir.passes import host_blas as hb
-from lazy_mlir.runtime import host_blas as runtime_blas
+from lazy_mlir.host_calls.passes import blas as hb
+from lazy_mlir.host_calls.runtime import blas as runtime_blas
 from lazy_mlir.targets import get_target
 
 

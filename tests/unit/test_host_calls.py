@@ -1,4 +1,4 @@
-"""``runtime.host_calls.session_config``: the one gate of the three kinds of
+"""``host_calls.runtime.switches.session_config``: the one gate of the three kinds of
 host call (matmuls, LSTM layers, flash attention). Only the in-process cpu
 session turns a kind on, each kind's switch turns it off, and the field is
 part of every cache key. No compiler needed."""
@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from lazy_mlir.config import PipelineConfig
-from lazy_mlir.ops import attention_host, rnn_host
-from lazy_mlir.runtime import host_blas as runtime_blas
-from lazy_mlir.runtime import host_calls
+from lazy_mlir.host_calls.ops import attention as attention_host, rnn as rnn_host
+from lazy_mlir.host_calls.runtime import blas as runtime_blas
+from lazy_mlir.host_calls.runtime import switches as host_calls
 from lazy_mlir.targets import Target, get_target
 
 KINDS = {  # field: (the config's "as calls" question, the switch, its enabled())

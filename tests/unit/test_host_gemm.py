@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from lazy_mlir import host_gemm
-from lazy_mlir.ops import attention_host
-from lazy_mlir.runtime import host_blas
+from lazy_mlir.host_calls import gemm as host_gemm
+from lazy_mlir.host_calls.ops import attention as attention_host
+from lazy_mlir.host_calls.runtime import blas as host_blas
 
 
 @pytest.fixture

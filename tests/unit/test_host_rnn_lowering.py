@@ -1,5 +1,5 @@
-"""LSTM layers as host calls of PyTorch's oneDNN LSTM (ops/rnn_host.py,
-passes/host_rnn.py, runtime/host_rnn.py): the decompositions compute eager's
+"""LSTM layers as host calls of PyTorch's oneDNN LSTM (host_calls/ops/rnn.py,
+host_calls/passes/rnn.py, host_calls/runtime/rnn.py): the decompositions compute eager's
 values and gradients, the torch-dialect rewrite leaves calls that lower to
 linalg and run through IREE as eager, and only the in-process cpu session
 ever turns it on."""
@@ -12,9 +12,9 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from lazy_mlir.config import PipelineConfig
 from lazy_mlir.ops import rnn as rnn_ops
-from lazy_mlir.ops import rnn_host
-from lazy_mlir.passes import host_rnn
-from lazy_mlir.runtime import host_rnn as runtime_rnn
+from lazy_mlir.host_calls.ops import rnn as rnn_host
+from lazy_mlir.host_calls.passes import rnn as host_rnn
+from lazy_mlir.host_calls.runtime import rnn as runtime_rnn
 from lazy_mlir.targets import get_target
 
 T, B, I, H = 6, 3, 4, 5

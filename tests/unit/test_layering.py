@@ -19,11 +19,16 @@ ROOT = pathlib.Path(__file__).resolve().parents[2] / "lazy_mlir"
 # Bottom to top. Packages in one row are independent of each other.
 LAYERS = [
     ("lazy_mlir.metrics", "lazy_mlir.config", "lazy_mlir.targets",
-     "lazy_mlir.host_gemm", "lazy_mlir.models"),  # facts (this machine's too), counters; model zoos
+     "lazy_mlir.host_calls", "lazy_mlir.host_calls.gemm",
+     "lazy_mlir.models"),  # facts (this machine's too), counters; model zoos
     ("lazy_mlir.graph",),      # the captured program: Values, nodes, keys
     ("lazy_mlir.dialects",),   # MLIR bindings: contexts, import, pass-manager runs
+    # Host calls (one folder, lazy_mlir/host_calls/), each part below its layer:
+    ("lazy_mlir.host_calls.ops",),      # when an op's kernel is PyTorch's
     ("lazy_mlir.ops",),        # how an aten op reaches the torch dialect
+    ("lazy_mlir.host_calls.passes",),   # the rewrites into calls
     ("lazy_mlir.passes",),     # pipelines and project passes
+    ("lazy_mlir.host_calls.runtime",),  # the modules serving the calls, their OpenMP team
     ("lazy_mlir.runtime",),    # IREE sessions, devices, buffers, host memory (no compiling)
     ("lazy_mlir.pipeline",),   # stages and the one compile path
     ("lazy_mlir.compile_service",),  # lookup-or-compile: caches, workers, loading, fallback

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from lazy_mlir import metrics
-from lazy_mlir.runtime import one_team, run_queue
+from lazy_mlir.host_calls.runtime import one_team
+from lazy_mlir.runtime import run_queue
 
 
 def _when(cond, seconds=10.0) -> bool:
@@ -120,8 +121,8 @@ def test_a_real_modules_torch_mm_is_served():
     import numpy as np
 
     from lazy_mlir.dialects.torch_import import parse
-    from lazy_mlir.passes import host_blas as hb
-    from lazy_mlir.runtime import host_blas as runtime_blas
+    from lazy_mlir.host_calls.passes import blas as hb
+    from lazy_mlir.host_calls.runtime import blas as runtime_blas
     from lazy_mlir.targets import get_target
     from test_host_blas_rewrite import matmul, module
 

@@ -1,7 +1,7 @@
 """The ``lazy_mlir_rnn`` import module: LSTM layers of cpu modules run by
-PyTorch's oneDNN LSTM kernels (``ops/rnn_host.py``) on IREE's host buffers.
+PyTorch's oneDNN LSTM kernels (``host_calls/ops/rnn.py``) on IREE's host buffers.
 
-``passes/host_rnn.py`` lowers each LSTM layer and direction to calls of
+``host_calls/passes/rnn.py`` lowers each LSTM layer and direction to calls of
 ``@lazy_mlir_rnn.lstm_layer[_reverse](x, h0, c0, w_ih, w_hh, b_ih, b_hh,
 workspace)`` and ``.lstm_layer_backward[_reverse](x, h0, c0, w_ih, w_hh,
 b_ih, b_hh, y, hy, cy, saved, pack, dy, dhy, dcy)``; this module implements
@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import weakref
 
-from .. import metrics
+from ... import metrics
 from .one_team import on_team
 
 MODULE = "lazy_mlir_rnn"
-"""``passes.host_rnn.MODULE`` (not imported from there: the MLIR bindings)."""
+"""``host_calls.passes.rnn.MODULE`` (not imported from there: the MLIR bindings)."""
 
 IMPORT_MARK = MODULE.encode() + b"."
 
@@ -43,7 +43,7 @@ class _Calls:
         import iree.runtime as rt
         import torch
 
-        from ..ops import rnn_host
+        from ..ops import rnn as rnn_host
         self.rt, self.np, self.torch, self.kernels = rt, np, torch, rnn_host
         self.device = device
         self.dtype = np.dtype(np.float32)

@@ -15,7 +15,7 @@ each layer and direction becomes one ``lazy_mlir::host_lstm_layer`` forward
 and one ``host_lstm_layer_backward``, which torch-mlir imports as
 ``torch.operator``s; ``calls_instead`` turns those into calls of external
 functions ``@lazy_mlir_rnn.*`` on dynamically shaped tensors, which
-iree-compile makes imports of the module and ``runtime/host_rnn.py``
+iree-compile makes imports of the module and ``host_calls/runtime/rnn.py``
 implements. Only nodes recorded with room for oneDNN's workspace
 (``workspace`` > 0, ``lazy/rnn.py``: looped, no projections, cpu) are taken;
 the others keep their loops.
@@ -32,12 +32,12 @@ import re
 
 import torch
 
-from ..dialects import torch_calls as T
-from ..ops import rnn as R
-from ..ops import rnn_host  # noqa: F401  (defines torch.ops.lazy_mlir.host_lstm_layer*)
+from ...dialects import torch_calls as T
+from ...ops import rnn as R
+from ..ops import rnn as rnn_host  # noqa: F401  (defines torch.ops.lazy_mlir.host_lstm_layer*)
 
 MODULE = "lazy_mlir_rnn"
-"""The name of the import module (``runtime/host_rnn.py`` registers it)."""
+"""The name of the import module (``host_calls/runtime/rnn.py`` registers it)."""
 
 CALL_MARK = f"call @{MODULE}."
 """How a call reads in the printed module."""

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import functools
 
-from ..config import PipelineConfig
-from . import host_blas
-from .host_blas import in_process_cpu
+from ...config import PipelineConfig
+from . import blas as host_blas
+from .blas import in_process_cpu
 
 
 def session_config(target, config: PipelineConfig) -> PipelineConfig:
@@ -24,8 +24,8 @@ def session_config(target, config: PipelineConfig) -> PipelineConfig:
     ``target``: each host call on where it may run and its switch allows."""
     if not in_process_cpu(target):
         return config
-    from ..ops.attention_host import enabled as attention_on
-    from ..ops.rnn_host import enabled as rnn_on
+    from ..ops.attention import enabled as attention_on
+    from ..ops.rnn import enabled as rnn_on
     return _with_host_calls(config, host_blas.enabled(), rnn_on(), attention_on())
 
 

@@ -5,10 +5,10 @@
 GPT-2, against ~70 ms for the ``bmm`` calls, softmax and head transposes
 the decomposition of ``lazy_mlir::attention`` runs).
 
-``passes/host_attention.py`` lowers ``lazy_mlir::attention`` /
+``host_calls/passes/attention.py`` lowers ``lazy_mlir::attention`` /
 ``attention_backward`` nodes recorded with ``lse`` (``lazy/attention.py``)
 to the two ops below for the in-process cpu session, and
-``runtime/host_attention.py`` runs them from the IREE module as host calls.
+``host_calls/runtime/attention.py`` runs them from the IREE module as host calls.
 
 Operands and results are in the kernel's own memory layout,
 ``[batch, length, heads, head width]``: the models hand attention
@@ -25,7 +25,7 @@ import struct
 
 import torch
 
-from .. import host_gemm
+from .. import gemm as host_gemm
 
 _LIB = torch.library.Library("lazy_mlir", "FRAGMENT")
 _LIB.define("host_attention(Tensor query, Tensor key, Tensor value, int scale_bits, "
@@ -39,7 +39,7 @@ aten = torch.ops.aten
 MIN_MACS = 1 << 24
 """Attention with fewer multiply-adds in ``q k^T`` stays IREE's: a host call
 is a sync point with Python around it (the tiny suite, 0.26 M, stays; the
-medium suite's 17-67 M are called). ``passes/host_blas.py``'s bound for
+medium suite's 17-67 M are called). ``host_calls/passes/blas.py``'s bound for
 matmuls, for the same reason."""
 
 

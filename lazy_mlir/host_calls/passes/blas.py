@@ -10,7 +10,7 @@ As torch.compile's inductor (``aten.mm`` as an extern kernel) and XLA:CPU
 float32 with at least ``MIN_MACS`` multiply-adds becomes a call of an
 external function ``@lazy_mlir_blas.matmul`` / ``.batch_matmul``: iree-compile
 turns it into an import taking and returning ``!hal.buffer_view``, and
-``runtime.host_blas`` implements it (an ``iree.runtime.PyModuleInterface``
+``host_calls.runtime.blas`` implements it (an ``iree.runtime.PyModuleInterface``
 registered before the module) with ``torch.mm(a, b, out=c)`` on the mapped
 host buffers. One 1024x2048x512 matmul, one thread, process CPU time: IREE
 19.0-20.5 ms, the call 13.8-14.4 (torch.mm alone 12.0-12.2).
@@ -29,13 +29,13 @@ an add) with static shapes are taken; everything else stays IREE's.
 
 Nothing here may reach an artifact that runs without PyTorch (export), nor a
 GPU target: ``PipelineConfig.host_blas`` is off unless the in-process cpu
-session turns it on (``runtime.host_calls.session_config``).
+session turns it on (``host_calls.runtime.switches.session_config``).
 """
 from __future__ import annotations
 
 import math
 
-from ..dialects import linalg_edit as E
+from ...dialects import linalg_edit as E
 
 MODULE = "lazy_mlir_blas"
 """The name of the import module (the runtime registers it under this name)."""

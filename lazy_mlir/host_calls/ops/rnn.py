@@ -3,9 +3,9 @@
 
 Eager ``nn.LSTM`` training on the CPU runs these two kernels for float32
 (ATen's ``use_mkldnn``; profiled on the suite's medium LSTM: 90% of eager's
-step), and so does inductor (an extern kernel). ``passes/host_rnn.py`` lowers
+step), and so does inductor (an extern kernel). ``host_calls/passes/rnn.py`` lowers
 ``lazy_mlir::lstm`` / ``lstm_backward`` to the two ops below for the
-in-process cpu session, and ``runtime/host_rnn.py`` runs them from the IREE
+in-process cpu session, and ``host_calls/runtime/rnn.py`` runs them from the IREE
 module as host calls.
 
 The forward saves oneDNN's workspace for the backward, as eager's autograd
@@ -13,14 +13,14 @@ does. The lazy forward node's outputs are fixed when it is recorded, so the
 workspace is one more output per layer and direction there: ``lazy/rnn.py``
 asks ``workspace_floats`` for its size (a probe run of the kernel, once per
 shape) and records it in the node's ``workspace`` argument. It is oneDNN's
-workspace itself, its bytes seen as float32 (no copy: ``runtime/host_rnn.py``
+workspace itself, its bytes seen as float32 (no copy: ``host_calls/runtime/rnn.py``
 hands that very memory to IREE), padded into a copy only where the node's
 length (the largest over its layers) exceeds this layer's. The backward
 also takes the forward's ``hy`` and ``cy`` (``lazy/rnn.py`` saves them).
 
 ``ops/rnn.host_lstm`` / ``host_lstm_backward`` are the whole node in this
 form, one kernel call per layer and direction: the IMPORT decompositions of
-``passes/host_rnn.py`` and, wherever the node has a workspace and
+``host_calls/passes/rnn.py`` and, wherever the node has a workspace and
 ``enabled()`` holds, its CPU kernels too (a graph run
 eagerly while its module compiles then saves what a compiled one does, so
 a forward and a backward in different graphs match whichever of the two
@@ -34,7 +34,7 @@ import functools
 
 import torch
 
-from ..config import switched_on
+from ...config import switched_on
 
 _LIB = torch.library.Library("lazy_mlir", "FRAGMENT")
 _LIB.define("host_lstm_layer(Tensor x, Tensor h0, Tensor c0, Tensor w_ih, Tensor w_hh, "

@@ -10,13 +10,13 @@ kernel takes 45-50 ms (``/work/notes/issue-26-attn1.md``).
 Where ``PipelineConfig.attention_as_calls(target)`` holds, ``decompositions()``
 replaces the two ops' IMPORT decompositions: a node recorded with ``lse``
 (``lazy/attention.py``: no mask, 4-d, cpu) becomes one
-``lazy_mlir::host_attention`` (``ops/attention_host.py``) forward and one
+``lazy_mlir::host_attention`` (``host_calls/ops/attention.py``) forward and one
 ``host_attention_backward``, on ``[B, L, H, D]`` operands (the transposes
 back to the model's layout cancel out), which torch-mlir imports as
 ``torch.operator``s; ``calls_instead`` turns those into calls of external
 functions ``@lazy_mlir_attention.flash[_backward][_causal]``, which
-iree-compile makes imports of the module and ``runtime/host_attention.py``
-implements. Other nodes keep the decomposition. As ``passes/host_rnn.py``:
+iree-compile makes imports of the module and ``host_calls/runtime/attention.py``
+implements. Other nodes keep the decomposition. As ``host_calls/passes/rnn.py``:
 such a module runs the linalg pipeline without torch-mlir's backend-contract
 check (``host_rnn.unverified``, ``host_rnn.check_lowered``).
 """
@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import torch
 
-from ..dialects import torch_calls as T
-from ..ops import attention as _attention_ops  # noqa: F401  (torch.ops.lazy_mlir.attention)
-from ..ops import attention_host as H
+from ...dialects import torch_calls as T
+from ...ops import attention as _attention_ops  # noqa: F401  (torch.ops.lazy_mlir.attention)
+from ..ops import attention as H
 
 MODULE = "lazy_mlir_attention"
-"""The name of the import module (``runtime/host_attention.py`` registers it)."""
+"""The name of the import module (``host_calls/runtime/attention.py`` registers it)."""
 
 CALL_MARK = f"call @{MODULE}."
 """How a call reads in the printed module."""

@@ -1,8 +1,8 @@
 """The ``lazy_mlir_attention`` import module: attention in cpu modules run by
-PyTorch's CPU flash attention kernels (``ops/attention_host.py``) on IREE's
+PyTorch's CPU flash attention kernels (``host_calls/ops/attention.py``) on IREE's
 host buffers.
 
-``passes/host_attention.py`` lowers attention nodes to calls of
+``host_calls/passes/attention.py`` lowers attention nodes to calls of
 ``@lazy_mlir_attention.flash[_causal](q, k, v, scale_bits) -> (out, lse)``
 and ``.flash_backward[_causal](grad_out, q, k, v, out, lse, scale_bits) ->
 (grad_q, grad_k, grad_v)`` (``[B, L, H, D]`` tensors, ``lse`` ``[B, H, L]``);
@@ -20,11 +20,11 @@ the ``HostAttentionCall`` metric.
 from __future__ import annotations
 
 
-from .. import metrics
+from ... import metrics
 from .one_team import on_team
 
 MODULE = "lazy_mlir_attention"
-"""``passes.host_attention.MODULE`` (not imported from there: the MLIR bindings)."""
+"""``host_calls.passes.attention.MODULE`` (not imported from there: the MLIR bindings)."""
 
 IMPORT_MARK = MODULE.encode() + b"."
 
@@ -48,7 +48,7 @@ class _Calls:
         import iree.runtime as rt
         import torch
 
-        from ..ops import attention_host
+        from ..ops import attention as attention_host
         self.rt, self.np, self.torch, self.kernels = rt, np, torch, attention_host
         self.allocator = device.allocator
         self.memory = rt.MemoryType.DEVICE_LOCAL | rt.MemoryType.HOST_VISIBLE

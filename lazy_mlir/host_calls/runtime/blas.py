@@ -1,7 +1,7 @@
 """The ``lazy_mlir_blas`` import module: large f32 matmuls of cpu modules run by
 PyTorch's ``torch.mm`` / ``torch.bmm`` (MKL/oneDNN) on IREE's host buffers.
 
-``passes/host_blas.py`` rewrites the matmuls into calls of
+``host_calls/passes/blas.py`` rewrites the matmuls into calls of
 ``@lazy_mlir_blas.matmul(a, b, transpose_a, transpose_b)`` (and
 ``.batch_matmul``); this module implements them as an
 ``iree.runtime.PyModuleInterface`` that ``Session.load`` puts in a module's VM
@@ -26,11 +26,12 @@ are counted as the ``HostBlasCall`` metric.
 """
 from __future__ import annotations
 
-from .. import host_gemm, metrics
+from ... import metrics
+from .. import gemm as host_gemm
 from .one_team import on_team
 
 MODULE = "lazy_mlir_blas"
-"""``passes.host_blas.MODULE``, not imported from there: that module imports
+"""``host_calls.passes.blas.MODULE``, not imported from there: that module imports
 the MLIR bindings, which running a module does not need."""
 
 IMPORT_MARK = MODULE.encode() + b"."

@@ -40,7 +40,7 @@ import logging
 import threading
 import time
 
-from .. import metrics
+from ... import metrics
 
 log = logging.getLogger("lazy_mlir")
 
