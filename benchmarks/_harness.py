@@ -19,6 +19,6 @@ from _report import (HEADER, judge, markdown, paired_ratio, print_report,  # noq
                      rich_table, table_rows, _fmt, _rel)
 from _specs import (BACKENDS, COMPILE_ABS_TOL, CONV_MODELS, DRIFT_REL_TOL,  # noqa: F401
                     MODELS, REL_TOL, RESULT_TAG, Row, Spec, build, default_specs,
-                    make_inputs, seed_models, tool_module, _conv_model)
+                    make_inputs, seed_models, zoo_module, _conv_model)
 from _worker import (cycling_step, emit, run_worker, timed_lazy_step,  # noqa: F401
                      _backend_notes, _fallback_note, _setup_backend)

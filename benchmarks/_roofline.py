@@ -88,7 +88,7 @@ def main(argv=None) -> int:
     else:
         import _harness as H
         name, size = a.flops.rsplit("-", 1)
-        out = {"gflop": step_gflop(H.tool_module("real_models.py").real_model(name, size))}
+        out = {"gflop": step_gflop(H.zoo_module("real.py").real_model(name, size))}
     print(json.dumps(out))
     return 0
 

@@ -1,8 +1,8 @@
 """The benchmarks' rows and models, shared by the driver, the worker and the
 report: the backends and model names, ``Spec`` (a row to run), the seed
 models and their optimizers and losses (``build``), the inputs every backend
-loads (``make_inputs``), ``Row`` (a row's result), and ``tool_module``, which
-loads the model zoos by path without importing lazy_mlir (that registers the
+loads (``make_inputs``), ``Row`` (a row's result), and ``zoo_module``, which
+loads the model zoos (``lazy_mlir/models/``) by path without importing lazy_mlir (that registers the
 ``lazy`` device, which must not happen in the ts_lazy worker)."""
 from __future__ import annotations
 
@@ -79,9 +79,9 @@ def default_specs(models, quick: bool, steps: int | None) -> list[Spec]:
     return out
 
 
-def tool_module(filename: str):
-    """``lazy_mlir/tools/<filename>`` loaded from its file, without importing
-    the ``lazy_mlir`` package: importing it registers the ``lazy`` device, which
+def zoo_module(filename: str):
+    """``lazy_mlir/models/<filename>`` (a model zoo) loaded from its file,
+    without importing the ``lazy_mlir`` package: importing it registers the ``lazy`` device, which
     must not happen in the ts_lazy worker (nor in the driver)."""
     import importlib.util
     name = "_bench_" + filename.removesuffix(".py")
@@ -91,7 +91,7 @@ def tool_module(filename: str):
     if pkg is None or not pkg.submodule_search_locations:
         raise ImportError("lazy_mlir is not importable: run `pip install -e .` in the repo, "
                           "or set PYTHONPATH to the repo's root")
-    path = os.path.join(list(pkg.submodule_search_locations)[0], "tools", filename)
+    path = os.path.join(list(pkg.submodule_search_locations)[0], "models", filename)
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
@@ -100,8 +100,8 @@ def tool_module(filename: str):
 
 
 def seed_models():
-    """``lazy_mlir.tools.seed_models``, loaded by ``tool_module``."""
-    return tool_module("seed_models.py")
+    """``lazy_mlir.models.seed``, loaded by ``zoo_module``."""
+    return zoo_module("seed.py")
 
 
 def build(name: str):

@@ -21,7 +21,7 @@ WORKER = r"""
 import json, statistics, sys, time
 import torch, torch.nn.functional as F
 import lazy_mlir as lm
-from lazy_mlir.tools.seed_models import MnistCNN
+from lazy_mlir.models.seed import MnistCNN
 batch, steps = int(sys.argv[1]), int(sys.argv[2])
 torch.manual_seed(0)
 model = MnistCNN(dropout=False).to("lazy")

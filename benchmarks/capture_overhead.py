@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 import lazy_mlir as lm
-from lazy_mlir.tools.seed_models import MnistCNN
+from lazy_mlir.models.seed import MnistCNN
 
 
 def _ops_captured() -> int:

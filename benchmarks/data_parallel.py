@@ -34,7 +34,7 @@ def _model(name: str, device: str):
     import torch
     import torch.nn.functional as F
     if name == "cnn":
-        from lazy_mlir.tools.seed_models import MnistCNN, digits
+        from lazy_mlir.models.seed import MnistCNN, digits
         torch.manual_seed(0)
         model = MnistCNN(dropout=False).to(device)
         x, y = digits()[:2]
@@ -44,7 +44,7 @@ def _model(name: str, device: str):
             return {"x": x[i:i + 32].to(device), "y": y[i:i + 32].to(device)}
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         return model, opt, batch, lambda m, b: F.nll_loss(m(b["x"]), b["y"])
-    from lazy_mlir.tools.real_models import real_model
+    from lazy_mlir.models.real import real_model
     rm = real_model(name, "tiny")
     model = rm.make().to(device)
     return model, rm.optimizer(model), lambda step, rank: rm.batch(2 * step + rank, device), rm.loss

@@ -1,6 +1,6 @@
 """Time to the first step and wall time of the first steps of each real model.
 
-For each model of ``lazy_mlir.tools.real_models`` (tiny; ``--size medium``)
+For each model of ``lazy_mlir.models.real`` (tiny; ``--size medium``)
 trained with AdamW, each backend runs in a fresh subprocess:
 
 - ``eager``: PyTorch on the CPU;
@@ -38,7 +38,7 @@ COUNTERS = ("UncachedCompile", "EagerWhileCompiling", "CachedCompile", "Persiste
 
 def worker(backend: str, name: str, size: str, steps: int) -> dict:
     import torch
-    from lazy_mlir.tools.real_models import real_model
+    from lazy_mlir.models.real import real_model
     res: dict = {"backend": backend, "model": name}
     lazy = backend.startswith("lazy_mlir")
     if lazy:

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 import lazy_mlir as lm
-from lazy_mlir.tools.seed_models import MLP, LeNet5
+from lazy_mlir.models.seed import MLP, LeNet5
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _harness, beside
 import _harness as H  # noqa: E402

@@ -4,7 +4,7 @@ real-model suite, per recorded op, on repeated (cache-hit) steps.
     python benchmarks/plain_loop.py [--models gpt2,bert,...] [--size tiny]
         [--steps N] [--warmup N] [--profile N] [--no-eager] [--floor]
 
-For each model of ``lazy_mlir.tools.real_models`` runs the README's loop
+For each model of ``lazy_mlir.models.real`` runs the README's loop
 (``zero_grad(set_to_none=True)``, ``rm.loss(model, batch)``, ``backward``,
 ``opt.step()``, ``lm.mark_step()``) until every graph is cached, then times
 ``--steps`` more, one phase at a time: capture (the step's Python, every aten
@@ -45,7 +45,7 @@ import time
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import lazy_mlir as lm
-from lazy_mlir.tools.real_models import MODEL_NAMES, real_model
+from lazy_mlir.models.real import MODEL_NAMES, real_model
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _harness, beside
 import _harness as H  # noqa: E402

@@ -4,7 +4,7 @@
         [--backends eager,compile,ts_lazy,lazy_mlir,lazy_mlir_step,lazy_mlir_compile] [--steps N]
         [--warmup W] [--rounds R] [--out FILE.md] [--log-dir DIR] [--warm-caches] [--no-floor]
 
-The models are ``lazy_mlir.tools.real_models``' (GPT-2, BERT, ViT, ResNet
+The models are ``lazy_mlir.models.real``' (GPT-2, BERT, ViT, ResNet
 from transformers configs, an LSTM and an nn.TransformerEncoder language
 model), trained with AdamW from the same seeded weights on the same batches.
 Each (model, backend) pair runs in a fresh subprocess: PyTorch's TorchScript
@@ -52,9 +52,9 @@ DEFAULT_STEPS = {"tiny": 20, "medium": 8}
 
 
 def suite_module():
-    """``lazy_mlir.tools.real_models``, loaded by ``_harness.tool_module``
+    """``lazy_mlir.models.real``, loaded by ``_harness.zoo_module``
     (without registering lazy-mlir's ``lazy`` device)."""
-    return H.tool_module("real_models.py")
+    return H.zoo_module("real.py")
 
 
 # --------------------------------------------------------------------------- runners

@@ -19,7 +19,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 import lazy_mlir as lm
-from lazy_mlir.tools.seed_models import MnistCNN, digits
+from lazy_mlir.models.seed import MnistCNN, digits
 
 
 def main() -> None:

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 import lazy_mlir as lm  # noqa: F401  (registers the lazy device export captures on)
 from lazy_mlir.export import export, load
-from lazy_mlir.tools.seed_models import LeNet5, digits
+from lazy_mlir.models.seed import LeNet5, digits
 
 
 def train(steps: int = 100, batch: int = 32) -> LeNet5:

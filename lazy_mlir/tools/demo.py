@@ -41,7 +41,7 @@ def train(device, x, y, epochs, batch_size, steps=None, progress=None, seed=0,
     ``compiled``: on the lazy device, through ``lm.compile_train_step``.
     ``warmup``: a list that gets, per step, whether it was a warm-up step."""
     import lazy_mlir as lm
-    from .seed_models import MnistCNN
+    from ..models.seed import MnistCNN
     torch.manual_seed(seed)
     model = MnistCNN().to(device)
     optimizer = torch.optim.Adadelta(model.parameters(), lr=1.0)
@@ -109,7 +109,7 @@ def run_demo(args) -> int:
     import lazy_mlir as lm
     from ..lazy.sync import current_target
     from ..compile_service.lookup import compiles_running, wait_for_compiles
-    from .seed_models import digits
+    from ..models.seed import digits
 
     if args.target:
         lm.set_target(args.target)

@@ -2,7 +2,7 @@
 
 ::
 
-    lazy-mlir export lazy_mlir.tools.seed_models:LeNet5 --example 'float32[1,1,28,28]' \\
+    lazy-mlir export lazy_mlir.models.seed:LeNet5 --example 'float32[1,1,28,28]' \\
         --target cpu -o lenet/
     lazy-mlir run lenet/ --input x.npy --output y.npy
 
@@ -83,7 +83,7 @@ def load_factory(ref: str):
     mod_name, sep, attr = ref.rpartition(":")
     if not sep or not mod_name or not attr:
         raise UsageError(f"{ref!r}: expected MODULE:FACTORY such as "
-                         "lazy_mlir.tools.seed_models:LeNet5")
+                         "lazy_mlir.models.seed:LeNet5")
     try:
         if mod_name.endswith(".py"):
             path = Path(mod_name)

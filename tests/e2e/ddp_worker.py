@@ -40,7 +40,7 @@ def optimizer_for(name: str, params):
 
 def batches():
     """The global batches, the same in every process."""
-    from lazy_mlir.tools.seed_models import digits
+    from lazy_mlir.models.seed import digits
     x, y = digits()[:2]
     return [(x[i * GLOBAL_BATCH:(i + 1) * GLOBAL_BATCH], y[i * GLOBAL_BATCH:(i + 1) * GLOBAL_BATCH])
             for i in range(STEPS)]

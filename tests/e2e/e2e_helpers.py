@@ -98,7 +98,7 @@ def train_classifier(model, opt, batches, device: str, between=None) -> list[flo
 
 
 def assert_trains_like_eager(rm, steps: int = 3) -> Counters:
-    """Train ``rm`` (a ``tools.real_models.RealModel``) ``steps`` AdamW steps
+    """Train ``rm`` (a ``models.real.RealModel``) ``steps`` AdamW steps
     eagerly and on the lazy device side by side: the losses and the final
     weights must be eager's. The counters from before the first step."""
     import pytest

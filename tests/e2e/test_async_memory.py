@@ -14,7 +14,7 @@ import lazy_mlir as lm
 from lazy_mlir.graph import ir
 from lazy_mlir.lazy import sync
 from lazy_mlir.lazy.capture import value_of
-from lazy_mlir.tools.seed_models import MnistCNN
+from lazy_mlir.models.seed import MnistCNN
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 import lazy_mlir as lm
 from lazy_mlir.config import PipelineConfig
 from lazy_mlir.lazy import attention as lazy_attention
-from lazy_mlir.tools.real_models import real_model
+from lazy_mlir.models.real import real_model
 from e2e_helpers import Counters, assert_trains_like_eager
 
 L, S, E = 6, 5, 4

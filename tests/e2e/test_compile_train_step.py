@@ -15,7 +15,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import lazy_mlir as lm
-from lazy_mlir.tools.seed_models import digits
+from lazy_mlir.models.seed import digits
 
 X, Y = (t[:64] for t in digits()[:2])
 TOL = dict(rtol=1e-4, atol=1e-5)

@@ -8,7 +8,7 @@ import pytest
 import lazy_mlir as lm
 from lazy_mlir.lazy.sync import current_target, set_target
 from lazy_mlir.host_calls.ops import attention as attention_host
-from lazy_mlir.tools.real_models import real_model
+from lazy_mlir.models.real import real_model
 from e2e_helpers import assert_trains_like_eager
 
 

@@ -25,8 +25,8 @@ import torch.nn.functional as F
 
 import lazy_mlir as lm
 from lazy_mlir.frontends import dynamo
-from lazy_mlir.tools.real_models import MODEL_NAMES, real_model
-from lazy_mlir.tools.seed_models import LeNet5, MnistCNN, digits
+from lazy_mlir.models.real import MODEL_NAMES, real_model
+from lazy_mlir.models.seed import LeNet5, MnistCNN, digits
 
 TOL = dict(rtol=1e-4, atol=1e-5)
 X, Y = (t[:96] for t in digits()[:2])

@@ -25,7 +25,7 @@ from lazy_mlir.export import ArtifactError, SignatureError, load, read_params, s
 from lazy_mlir.export.capture import ExportError
 from lazy_mlir.export.train import export_train_step
 from lazy_mlir.export.writer import export
-from lazy_mlir.tools.seed_models import LeNet5, digits
+from lazy_mlir.models.seed import LeNet5, digits
 
 from e2e_helpers import train_steps
 
@@ -313,7 +313,7 @@ def _cli(*argv) -> int:
 
 def test_cli_export_and_run(tmp_path, capsys):
     out = tmp_path / "lenet"
-    assert _cli("export", "lazy_mlir.tools.seed_models:LeNet5", "--example",
+    assert _cli("export", "lazy_mlir.models.seed:LeNet5", "--example",
                 "float32[1,1,28,28]", "--target", "cpu", "-o", str(out)) == 0
     assert "forward(x: float32[1,1,28,28])" in capsys.readouterr().out
     x = _x(seed=5)
@@ -326,9 +326,9 @@ def test_cli_export_and_run(tmp_path, capsys):
     cases = [
         (2, ["export", "no_such_module:f", "--example", "float32[1]", "-o", str(tmp_path / "a")],
          "cannot import"),
-        (2, ["export", "lazy_mlir.tools.seed_models:LeNet5", "--example", "float32[1,2",
+        (2, ["export", "lazy_mlir.models.seed:LeNet5", "--example", "float32[1,2",
              "-o", str(tmp_path / "a")], "expected dtype[d0,d1,...]"),
-        (2, ["export", "lazy_mlir.tools.seed_models:Nope", "--example", "float32[1]",
+        (2, ["export", "lazy_mlir.models.seed:Nope", "--example", "float32[1]",
              "-o", str(tmp_path / "a")], "has no attribute"),
         (1, ["run", str(tmp_path / "nowhere"), "--input", str(tmp_path / "x.npy")],
          "no artifact directory"),

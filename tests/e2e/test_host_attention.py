@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import lazy_mlir as lm
 from lazy_mlir.host_calls.ops import attention as attention_host
-from lazy_mlir.tools.real_models import real_model
+from lazy_mlir.models.real import real_model
 from e2e_helpers import Counters, assert_trains_like_eager
 
 CALLS = "HostAttentionCall"

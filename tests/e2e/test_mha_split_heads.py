@@ -13,7 +13,7 @@ import torch.nn.functional as F
 import lazy_mlir as lm
 from lazy_mlir.lazy import mha as lazy_mha
 from lazy_mlir.lazy import tensor as lazy_tensor
-from lazy_mlir.tools.real_models import real_model
+from lazy_mlir.models.real import real_model
 from e2e_helpers import Counters, assert_trains_like_eager
 
 L, B, E, H = 5, 2, 8, 2

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 import lazy_mlir as lm
 from lazy_mlir.frontends import torch_lazy
-from lazy_mlir.tools.seed_models import LeNet5, MnistCNN, digits
+from lazy_mlir.models.seed import LeNet5, MnistCNN, digits
 
 
 class _LogSoftmax(torch.nn.Module):

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch.optim.lr_scheduler import StepLR
 
 import lazy_mlir as lm
-from lazy_mlir.tools.seed_models import MLP, LeNet5, MnistCNN, digits
+from lazy_mlir.models.seed import MLP, LeNet5, MnistCNN, digits
 
 DATA = digits()
 

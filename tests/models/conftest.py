@@ -1,4 +1,4 @@
-"""Fixtures of the real-model tests (``lazy_mlir.tools.real_models``)."""
+"""Fixtures of the real-model tests (``lazy_mlir.models.real``)."""
 from __future__ import annotations
 
 import pytest

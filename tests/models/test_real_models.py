@@ -1,6 +1,6 @@
 """The real-model suite trained on the lazy device, compared with eager PyTorch.
 
-Every model of ``lazy_mlir.tools.real_models`` trains a few steps from the
+Every model of ``lazy_mlir.models.real`` trains a few steps from the
 same weights and batches in eager PyTorch and on the lazy device, by the two
 paths a user has: the plain loop (device + ``mark_step()``) and
 ``lm.compile_train_step`` (replayed as one compiled graph). Each test checks
@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import lazy_mlir as lm
-from lazy_mlir.tools.real_models import MODEL_NAMES, real_model
+from lazy_mlir.models.real import MODEL_NAMES, real_model
 
 pytest.importorskip("transformers")
 

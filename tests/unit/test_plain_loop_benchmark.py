@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from lazy_mlir.tools.real_models import real_model
+from lazy_mlir.models.real import real_model
 
 
 def test_every_aten_op_is_counted_once(load_benchmark):

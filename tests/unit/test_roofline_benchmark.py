@@ -29,7 +29,7 @@ def _matmul_flops(m, n, k):
 
 
 def test_an_lstm_step_counts_its_recurrent_and_input_matmuls(roofline):
-    from lazy_mlir.tools.real_models import SIZES, VOCAB, real_model
+    from lazy_mlir.models.real import SIZES, VOCAB, real_model
     rm = real_model("lstm", "tiny")
     d = SIZES["tiny"]
     tokens, h = d["batch"] * d["seq"], d["hidden"]

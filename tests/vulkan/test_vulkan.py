@@ -93,7 +93,7 @@ def test_mnist_cnn_training_matches_cpu(vulkan_session):
     """The LTC tutorial's CNN, a few SGD steps: the losses on Vulkan are the
     cpu target's within 1e-4, and so are the trained weights."""
     torch.manual_seed(0)
-    from lazy_mlir.tools.seed_models import MnistCNN
+    from lazy_mlir.models.seed import MnistCNN
     base = MnistCNN(dropout=False)
     x = torch.randn(4, 1, 28, 28)
     y = torch.randint(0, 10, (4,))

@@ -35,7 +35,7 @@ import torch
 
 import lazy_mlir as lm
 from lazy_mlir.targets import get_target
-from lazy_mlir.tools.real_models import MODEL_NAMES, real_model
+from lazy_mlir.models.real import MODEL_NAMES, real_model
 
 pytest.importorskip("transformers")
 
