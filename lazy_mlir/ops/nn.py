@@ -349,14 +349,50 @@ def whole_windows(size, kernel_size, stride, padding, ceil_mode, nd: int):
     return k, st, pad, bool(ceil_mode) and any((r - kk) % s for kk, s, r in zip(k, st, room))
 
 
+def _pooled_length(size: int, k: int, s: int, p: int, ceil_mode: bool) -> int:
+    """ATen's ``pooling_output_shape`` (dilation 1)."""
+    out = (size + 2 * p - k + (s - 1 if ceil_mode else 0)) // s + 1
+    return out - 1 if ceil_mode and (out - 1) * s >= size + p else out
+
+
 @register_decomposition(aten.avg_pool2d.default, scope=IMPORT)
 def avg_pool2d(x, kernel_size, stride=(), padding=(0,), ceil_mode=False,
                count_include_pad=True, divisor_override=None):
-    """With a kernel longer than its padded input: ``whole_windows``."""
+    """A kernel longer than its padded input: ``whole_windows``. An
+    unbatched input: batched (torch-mlir's lowering fails on it). ``ceil_mode``
+    with a last window past the padded input: the windows' sums over the
+    input padded with zeros to the windows' extent, times a constant table of
+    ATen's divisors (``_window_scales``), as ``_avg_pool_backward`` does;
+    torch-mlir's lowering of such windows fails in iree-compile when the
+    axes differ ("inferred input/output operand #1 has shape's dimension #0
+    to be 10, but found 5": a 3-row kernel over 3 rows, 2-wide over 5)."""
     whole = whole_windows(x.shape, kernel_size, stride, padding, ceil_mode, 2)
-    if whole is None:
+    if whole is not None:
+        return aten.avg_pool2d.default(x, *whole, count_include_pad, divisor_override)
+    if x.dim() == 3:
+        return aten.squeeze.dim(aten.avg_pool2d.default(
+            aten.unsqueeze.default(x, 0), kernel_size, stride, padding, ceil_mode,
+            count_include_pad, divisor_override), 0)
+    if not ceil_mode or not x.dtype.is_floating_point:
         return NotImplemented
-    return aten.avg_pool2d.default(x, *whole, count_include_pad, divisor_override)
+    k = list(kernel_size) * 2 if len(kernel_size) == 1 else list(kernel_size)
+    st = (list(stride) * 2 if len(stride) == 1 else list(stride)) if stride else k
+    pad = list(padding) * 2 if len(padding) == 1 else list(padding)
+    size = list(x.shape[-2:])
+    out = [_pooled_length(*a, True) for a in zip(size, k, st, pad)]
+    extra = [(o - 1) * s + kk - (h + 2 * p) for o, s, kk, h, p in zip(out, st, k, size, pad)]
+    if all(e <= 0 for e in extra):  # (no window past the padded input: ceil_mode changes nothing)
+        return aten.avg_pool2d.default(x, k, st, pad, False, count_include_pad,
+                                       divisor_override)
+    xp = aten.constant_pad_nd.default(x, [pad[1], pad[1] + max(extra[1], 0),
+                                          pad[0], pad[0] + max(extra[0], 0)], 0.0)
+    sums = aten.avg_pool2d.default(xp, k, st, [0, 0], False, True, 1)
+    rows, cols = (_constant_vector(_window_scales(size[d], out[d], k[d], st[d], pad[d],
+                                                  count_include_pad, divisor_override), x)
+                  for d in (0, 1))
+    result = aten.mul.Tensor(aten.mul.Tensor(sums, aten.reshape.default(rows, [out[0], 1])),
+                             cols)
+    return aten.div.Scalar(result, divisor_override) if divisor_override else result
 
 
 def _avg_pool_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad,

@@ -25,7 +25,10 @@ CASES = {
     "2d_kernel_past_input": (lambda x: F.avg_pool2d(x, 320, ceil_mode=True), (2, 3, 1, 1)),
     "2d_kernel_past_one_axis": (lambda x: F.avg_pool2d(x, (7, 2), (3, 2), (1, 0), ceil_mode=True,
                                                        count_include_pad=False), (2, 3, 3, 6)),
-    # (not yet: the forward of an unbatched avg_pool2d fails in torch-mlir)
+    # forward decomposed too (ops/nn.avg_pool2d): the graph failed in torch-mlir or IREE
+    "2d_unbatched": (lambda x: F.avg_pool2d(x, 2, ceil_mode=True), (3, 5, 5)),
+    "2d_ceil_one_axis_partial": (lambda x: F.avg_pool2d(x, (3, 2), (3, 2), ceil_mode=True),
+                                 (2, 3, 3, 5)),
     "3d_local_response_norm": (lambda x: nn.LocalResponseNorm(3)(x), (2, 4, 5, 5)),
     "3d_ceil_pad": (lambda x: F.avg_pool3d(x, 2, 2, 1, ceil_mode=True), (2, 2, 5, 4, 5)),
 }

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from lazy_mlir.ops.nn import avg_pool2d_backward
+from lazy_mlir.ops.nn import avg_pool2d, avg_pool2d_backward
 
 aten = torch.ops.aten
 
@@ -35,6 +35,25 @@ def test_avg_pool2d_backward_ceil_mode_and_divisors(shape, k, s, p, ceil, cip, d
     g = torch.randn(out.shape)
     expected = aten.avg_pool2d_backward.default(g, x, k, s, p, ceil, cip, div)
     torch.testing.assert_close(avg_pool2d_backward(g, x, k, s, p, ceil, cip, div), expected)
+
+
+@pytest.mark.parametrize("shape,k,s,p,cip,div", [
+    ((2, 3, 3, 5), [3, 2], [3, 2], [0, 0], True, None),    # one axis with a last partial window
+    ((2, 3, 6, 5), [3, 2], [2, 2], [1, 1], False, 3),      # padding excluded, a divisor
+    ((2, 3, 6, 7), [3, 3], [2, 2], [1, 1], True, None),
+    ((2, 3, 4, 9), [5, 1], [1, 3], [1, 0], False, None),
+    ((2, 3, 1, 1), [320, 320], [], [0, 0], True, None),    # EfficientNet's pooler
+    ((3, 5, 5), [2, 2], [], [0, 0], True, None),           # unbatched
+])
+def test_avg_pool2d_ceil_mode_unbatched_and_long_kernels(shape, k, s, p, cip, div):
+    """ceil_mode's partial last windows as sums times ATen's divisors, an
+    unbatched input batched, a kernel past its padded input cut to it: each
+    as the op computes it. (Applied again until the op is kept, as before
+    import.)"""
+    x = torch.randn(shape)
+    got = avg_pool2d(x, k, s, p, True, cip, div)
+    assert got is not NotImplemented
+    torch.testing.assert_close(got, aten.avg_pool2d.default(x, k, s, p, True, cip, div))
 
 
 def test_native_batch_norm_eval():
