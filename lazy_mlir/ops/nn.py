@@ -456,6 +456,34 @@ def avg_pool3d_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_
                               count_include_pad, divisor_override, 3)
 
 
+def _scatter_to_maxima(grad_output, x, indices, nd: int):
+    """Each output gradient added at its maximum's place: ``indices`` are
+    flat within each plane (the ``nd`` trailing dimensions) and adaptive
+    windows may overlap, so a ``scatter_add`` over the flattened planes
+    (ATen's kernel: ``grad_input[index] += grad_output``)."""
+    lead = list(x.shape[:x.dim() - nd])
+    plane = 1
+    for n in x.shape[x.dim() - nd:]:
+        plane *= n
+    zeros = aten.new_zeros.default(grad_output, lead + [plane])
+    g = aten.reshape.default(grad_output, lead + [-1])
+    i = aten.reshape.default(indices, lead + [-1])
+    return aten.reshape.default(aten.scatter_add.default(zeros, len(lead), i, g), list(x.shape))
+
+
+@register_decomposition(aten.adaptive_max_pool2d_backward.default, scope=IMPORT)
+def adaptive_max_pool2d_backward(grad_output, x, indices):
+    """torch-mlir does not lower it: the graph ran eagerly every step (the
+    sweep's nn/pooling)."""
+    return _scatter_to_maxima(grad_output, x, indices, 2)
+
+
+@register_decomposition(aten.adaptive_max_pool3d_backward.default, scope=IMPORT)
+def adaptive_max_pool3d_backward(grad_output, x, indices):
+    """As ``adaptive_max_pool2d_backward``, over 3-d planes."""
+    return _scatter_to_maxima(grad_output, x, indices, 3)
+
+
 @register_decomposition(aten.native_batch_norm.default, scope=IMPORT)
 def native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum,
                       eps):

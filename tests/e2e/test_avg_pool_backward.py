@@ -57,6 +57,8 @@ def test_input_gradient_compiles_with_eager_values(name, counters):
     ("softshrink", nn.Softshrink(0.3), (4, 16)),
     ("adaptive_avg_pool_uneven", nn.AdaptiveAvgPool2d((3, 2)), (2, 3, 4, 5)),
     ("adaptive_avg_pool_global", nn.AdaptiveAvgPool2d(1), (2, 3, 4, 5)),
+    ("adaptive_max_pool_overlapping", nn.AdaptiveMaxPool2d((3, 4)), (2, 3, 7, 5)),
+    ("adaptive_max_pool_3d", nn.AdaptiveMaxPool3d((2, 3, 2)), (2, 3, 4, 6, 5)),
 ])
 def test_backward_of_ops_outside_the_dialect_compiles(name, fn, shape, counters):
     """Backward ops the torch dialect lacks, decomposed before import (each ran

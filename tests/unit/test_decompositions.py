@@ -2,7 +2,8 @@
 import pytest
 import torch
 
-from lazy_mlir.ops.nn import avg_pool2d, avg_pool2d_backward
+from lazy_mlir.ops.nn import (adaptive_max_pool2d_backward, adaptive_max_pool3d_backward,
+                              avg_pool2d, avg_pool2d_backward)
 
 aten = torch.ops.aten
 
@@ -54,6 +55,20 @@ def test_avg_pool2d_ceil_mode_unbatched_and_long_kernels(shape, k, s, p, cip, di
     got = avg_pool2d(x, k, s, p, True, cip, div)
     assert got is not NotImplemented
     torch.testing.assert_close(got, aten.avg_pool2d.default(x, k, s, p, True, cip, div))
+
+
+@pytest.mark.parametrize("shape,out", [((2, 3, 7, 5), (3, 2)), ((3, 7, 5), (3, 2)),
+                                       ((2, 3, 4, 6, 5), (2, 3, 2)), ((1, 2, 5, 5), (4, 4))])
+def test_adaptive_max_pool_backward(shape, out):
+    """Overlapping windows (7 -> 3, 5 -> 4) add at a shared maximum, as the op does."""
+    x = torch.randn(shape)
+    pool = (torch.nn.AdaptiveMaxPool2d if len(out) == 2 else torch.nn.AdaptiveMaxPool3d)(
+        out, return_indices=True)
+    y, indices = pool(x)
+    g = torch.randn(y.shape)
+    op, ours = ((aten.adaptive_max_pool2d_backward, adaptive_max_pool2d_backward) if len(out) == 2
+                else (aten.adaptive_max_pool3d_backward, adaptive_max_pool3d_backward))
+    torch.testing.assert_close(ours(g, x, indices), op.default(g, x, indices))
 
 
 def test_native_batch_norm_eval():
