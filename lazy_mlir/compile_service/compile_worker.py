@@ -106,10 +106,13 @@ def pack_fx(gm) -> list:
     def ref(a):
         return _NodeRef(a.name) if isinstance(a, fx.Node) else a
 
-    return [(n.op, n.name, _pack_target(n.target) if n.op == "call_function" else n.target,
+    rows = [(n.op, n.name, _pack_target(n.target) if n.op == "call_function" else n.target,
              fx.node.map_aggregate(n.args, ref), fx.node.map_aggregate(n.kwargs, ref),
              _spec(n.meta.get("val")))
             for n in gm.graph.nodes]
+    if gm.meta.get("size_plan") is not None:  # (compiled with dynamic dimensions)
+        rows.append(("size_plan", None, gm.meta["size_plan"], (), {}, None))
+    return rows
 
 
 def unpack_fx(rows: list):
@@ -124,7 +127,11 @@ def unpack_fx(rows: list):
     def deref(a):
         return env[a.name] if isinstance(a, _NodeRef) else a
 
+    plan = None
     for op, name, target, args, kwargs, spec in rows:
+        if op == "size_plan":
+            plan = target
+            continue
         args, kwargs = fx.node.map_aggregate(args, deref), fx.node.map_aggregate(kwargs, deref)
         if op == "placeholder":
             node = g.placeholder(target)
@@ -136,7 +143,10 @@ def unpack_fx(rows: list):
         if spec is not None:
             node.meta["val"] = _unspec(spec, mode)
         env[name] = node
-    return fx.GraphModule(torch.nn.Module(), g)
+    gm = fx.GraphModule(torch.nn.Module(), g)
+    if plan is not None:
+        gm.meta["size_plan"] = plan
+    return gm
 
 
 def compile_job(job: dict):

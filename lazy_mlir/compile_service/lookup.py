@@ -58,6 +58,7 @@ from .executable import (CompilingExecutable, EagerExecutable, compile_or_fallba
                          LOADED, eager_executable, fallback_for, fx_module_of)
 from .fx_key import fx_content_key
 from .memory_cache import memory_cache
+from .size_families import dynamic_executable
 
 log = logging.getLogger("lazy_mlir")
 
@@ -141,6 +142,13 @@ def _miss(graph, target, config, key, disk, disk_key, dumper, in_background: boo
         metrics.counter_inc("CachedCompile")
         memory_cache.put(key, entry)
         return entry
+    if isinstance(graph, Graph):
+        answer = dynamic_executable(graph, gm, target, config, key, lambda gm, dyn_key: (
+            _plan_executable(graph, gm, dyn_key, target, config, dumper, in_background)))
+        if answer is not None:
+            if answer.cache:
+                memory_cache.put(key, answer.entry)
+            return answer.entry
     job = (graph, target, config, shared_key)
     if disk is not None and disk.compiling_elsewhere(disk_key):
         entry = _awaited(job, gm, key, disk, disk_key, in_background)
@@ -155,6 +163,44 @@ def _miss(graph, target, config, key, disk, disk_key, dumper, in_background: boo
     entry = _compile(job, gm, in_worker, key, disk, disk_key, dumper, in_background)
     _put(key, entry, shared_key)
     return entry
+
+
+def _plan_executable(graph, gm, dyn_key: str, target, config, dumper, in_background: bool):
+    """(the executable, its memory key) of a module with dynamic dimensions
+    (``size_families``): from the caches, else compiled; the ops of a
+    failed one are not blamed (its sizes compile static instead)."""
+    key = memory_key(dyn_key, target, config)
+    entry = memory_cache.get(key)
+    if entry is not None:
+        return entry, key
+    disk = default_cache() if dumper is None else None
+    disk_key = make_key(dyn_key, target.cache_key, config.key) if disk else None
+    plan_graph = PlanGraph(graph, dyn_key, gm)
+    entry = _from_disk(plan_graph, target, disk, disk_key)
+    if entry is None:
+        metrics.counter_inc("UncachedCompile")
+        entry = _compile((plan_graph, target, config, None), gm, True, key, disk, disk_key,
+                         dumper, in_background)
+    memory_cache.put(key, entry)
+    return entry, key
+
+
+class PlanGraph:
+    """The graph a dynamic module is compiled from, as the compile service
+    sees it: the graph that made its plan, keyed by the plan; a failed
+    compile runs eagerly without blaming any op (``fallback``)."""
+
+    def __init__(self, graph, key: str, gm):
+        self.nodes, self.inputs, self.outputs = graph.nodes, graph.inputs, graph.outputs
+        self.on_calling_thread = graph.on_calling_thread
+        self.key = key
+        self.gm = gm
+
+    def fallback(self, error):
+        log.warning("lazy-mlir: a module with dynamic dimensions failed (%s); its sizes "
+                    "compile one module each", str(error).strip().splitlines()[0][:300])
+        metrics.counter_inc("DynamicShapeFailed")
+        return EagerExecutable(self.gm, [])
 
 
 def _awaited(job, gm, key, disk, disk_key, in_background: bool):

@@ -25,8 +25,34 @@ def import_fx(gm: fx.GraphModule, func_name: str = "main") -> ir.Module:
         with imp.module.context, ir.Location.unknown():
             counted_loops(imp.module)
     else:
-        imp.import_stateless_graph(gm.graph, func_name=func_name)
+        symbolic = _symbol_ranges(gm)
+        imp._cc._symbolic_guards = symbolic  # (what set_symbolic_guards makes of an export)
+        imp.import_stateless_graph(gm.graph, func_name=func_name,
+                                   import_symbolic_shape_expressions=bool(symbolic))
     return imp.module
+
+
+def _symbol_ranges(gm: fx.GraphModule) -> dict:
+    """Each size symbol of ``gm``'s inputs (``pipeline.size_family``'s
+    dynamic dimensions) with its range, as FxImporter takes them from an
+    ``ExportedProgram``: the module then binds every tensor's symbolic sizes
+    (``torch.bind_symbolic_shape``), which IREE's torch input turns into
+    shape facts."""
+    import torch
+    from torch_mlir.extras.fx_importer import RangeConstraint
+    ranges = {}
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        if node.op != "placeholder" or not isinstance(val, torch.Tensor):
+            continue
+        for s in val.shape:
+            if isinstance(s, torch.SymInt):
+                env = s.node.shape_env
+                for sym in s.node.expr.free_symbols:
+                    r = env.var_to_range.get(sym)
+                    low = int(r.lower) if r is not None else 0
+                    ranges[str(sym)] = RangeConstraint(low, 2 ** 62)
+    return ranges
 
 
 def counted_loops(module: ir.Module) -> int:

@@ -18,6 +18,7 @@ import time
 from ..graph import debug
 from ..ops import support
 from ..compile_service.memory_cache import memory_cache
+from ..compile_service import size_families
 from . import gc_hold
 from .tensor import live_storages
 
@@ -72,6 +73,7 @@ seed_logs: list = []
 #   tensor.live_storages            storages that may hold pending values
 #   graph.debug.forget_compiles()   graphs remembered to explain recompiles
 #   compile_service.memory_cache    compiled modules, by graph key
+#   compile_service.size_families   graph families seen and their dynamic-size plans
 #   ops.support.DENIED              ops denied at run time (a failed compile)
 #   ops.support.DENIED_SIGNATURES   argument signatures denied at run time
 _DENIED_AT_IMPORT = dict(support.DENIED)
@@ -107,6 +109,7 @@ def reset() -> None:
         live_storages.discard(storage)
     debug.forget_compiles()
     memory_cache.clear()
+    size_families.forget()
     support.DENIED.clear()
     support.DENIED.update(_DENIED_AT_IMPORT)
     support.DENIED_SIGNATURES.clear()

@@ -29,7 +29,7 @@ import torch
 import torch.fx as fx
 
 _LIB = torch.library.Library("lazy_mlir", "FRAGMENT")
-_LIB.define("slice_at(Tensor self, int dim, Tensor start, int length, int step=1) -> Tensor")
+_LIB.define("slice_at(Tensor self, int dim, Tensor start, SymInt length, int step=1) -> Tensor")
 _LIB.define("select_at(Tensor self, int dim, Tensor index) -> Tensor")
 _LIB.define("slice_scatter_at(Tensor self, Tensor src, int dim, Tensor start, int step=1) "
             "-> Tensor")
@@ -139,7 +139,15 @@ def _slice_node(g: fx.Graph, target, args, kwargs, read) -> fx.Node:
         length = src.meta["val"].shape[dim]
     step = rest[0] if rest else step
     s = read(start)
-    end = g.call_function(aten.add.int, (s, (length - 1) * step + 1))
+    if isinstance(length, fx.Node):  # a dynamic dimension's (pipeline/size_family.py)
+        less = g.call_function(aten.sub.int, (length, 1))
+        strided = g.call_function(aten.mul.int, (less, step))
+        extent = g.call_function(aten.add.int, (strided, 1))
+        for n in (less, strided, extent):
+            n.meta["val"] = 0
+    else:
+        extent = (length - 1) * step + 1
+    end = g.call_function(aten.add.int, (s, extent))
     end.meta["val"] = 0
     if src is None:
         return g.call_function(aten.slice.Tensor, (self, dim, s, end, step))

@@ -29,7 +29,7 @@ from ..targets import Target
 from .fx_graph import to_fx
 from .in_place import (argument_read_after_in_place_write, clobbered_args, returned_args,
                        shared_sort_operands, unshare_sort_operands)
-from .stages import Compiled, Stage, compile_stages, lower
+from .stages import SYMBOLIC_MARK, Compiled, Stage, compile_stages, linalg_for_checks, lower
 
 _SORT_LIKE = {"sort", "topk", "argsort", "msort", "kthvalue", "median", "nanmedian", "mode"}
 _IN_PLACE_LIKE = {"slice_scatter", "select_scatter", "copy_", "index_put", "as_strided_scatter"}
@@ -96,6 +96,8 @@ def compile_module(stages: tuple[Stage, ...], target: Target, config: PipelineCo
     renamed; the protections still index the unbound arguments.
     """
     text = stages[-1].text
+    if stages[-1].name == "torch-backend" and SYMBOLIC_MARK in text:
+        return _compile_symbolic(stages, target, config)
     unshared = unshare_sort_operands(text)
     if unshared is not text:
         text = unshared
@@ -111,6 +113,27 @@ def compile_module(stages: tuple[Stage, ...], target: Target, config: PipelineCo
         from ..dialects.export_import import bind_parameters
         stages = stages[:-1] + (replace(stages[-1], text=bind_parameters(text, *bind)),)
     return CompiledGraph(compile_stages(stages, target, config), clobbered, passthrough)
+
+
+def _compile_symbolic(stages: tuple[Stage, ...], target: Target,
+                      config: PipelineConfig) -> CompiledGraph:
+    """A module with dynamic dimensions (``size_family``), compiled from its
+    torch-backend stage by IREE's torch input; its protections read from
+    torch-mlir's linalg of the same module without its shape facts
+    (``linalg_for_checks``: what IREE writes in place does not depend on
+    sizes)."""
+    checked = linalg_for_checks(stages[-1].text, config)
+    for check, blamed in _HAZARDS:
+        value = check(checked)
+        if value:
+            raise InPlaceHazard(f"lazy-mlir: IREE updates {value} in place while another "
+                                f"result still reads it ({check.__name__})", value,
+                                frozenset(blamed))
+    if unshare_sort_operands(checked) is not checked:
+        raise PipelineError("lazy-mlir: two sorts of one operand in a module with dynamic "
+                            "dimensions (compiled per size instead)", None)
+    return CompiledGraph(compile_stages(stages, target, config), clobbered_args(checked),
+                         returned_args(checked))
 
 
 def compile_graph(graph, target: Target, config: PipelineConfig, *,

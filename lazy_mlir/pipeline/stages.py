@@ -71,6 +71,15 @@ def lower(gm: fx.GraphModule, config: PipelineConfig,
     from .fx_graph import decompose
     t0 = time.perf_counter()
     made_by = ["lazy capture"]
+    plan = gm.meta.get("size_plan")
+    if plan is not None:  # one module for a family of sizes (pipeline/size_family.py)
+        from .size_family import SizeSpecialized, symbolic_module
+        try:
+            gm = symbolic_module(gm, plan)
+        except SizeSpecialized as e:
+            raise PipelineError(f"lazy-mlir: no module with dynamic dimensions: {e}",
+                                None) from None
+        made_by.append("dynamic dimensions")
     extra = {}
     direct = config.direct_convs(target)
     if config.conv_as_matmul(target):
@@ -122,6 +131,8 @@ def lower(gm: fx.GraphModule, config: PipelineConfig,
                                                                               target)))
     if config.input == "torch":
         return fx_stage, torch_stage
+    if plan is not None:  # IREE's torch input: torch-mlir's linalg mislowers views of them
+        return (fx_stage,) + lower_torch(torch_stage, config, target, to="torch-backend")
     return (fx_stage,) + lower_torch(torch_stage, config, target)
 
 
@@ -174,6 +185,21 @@ def lower_torch(torch_stage: Stage, config: PipelineConfig, target: str | None =
         if rewritten:
             linalg = _noted(linalg, f"{what} ({rewritten} {unit})")
     return torch_stage, backend, linalg
+
+
+SYMBOLIC_MARK = "torch.bind_symbolic_shape"
+
+
+def linalg_for_checks(torch_backend_text: str, config: PipelineConfig) -> str:
+    """torch-mlir's linalg of a module with dynamic dimensions, its shape
+    facts (``torch.symbolic_int``, ``torch.bind_symbolic_shape``, which
+    torch-mlir's linalg pipeline does not take) dropped: for the in-place
+    checks only (it collapses a view of two dynamic dimensions wrongly; IREE's
+    torch input compiles the module)."""
+    import re
+    text = re.sub(r"^.*torch\.(?:symbolic_int|bind_symbolic_shape).*\n", "",
+                  torch_backend_text, flags=re.M)
+    return run_pipeline(text, pipelines.as_pipeline(pipelines.linalg(config)), "linalg")
 
 
 def _linalg_edits(config: PipelineConfig, target: str | None) -> list[tuple]:

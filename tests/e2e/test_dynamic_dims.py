@@ -1,0 +1,92 @@
+"""Automatic dynamic dimensions (``compile_service/size_families.py``): a
+training loop over sequences of many lengths compiles the steady step twice
+(its first length static, then one module for every length), with eager's
+losses; ``LAZY_MLIR_DYNAMIC=0`` compiles one module per length; a module's
+guard refuses a graph it would not compute."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import lazy_mlir as lm
+from e2e_helpers import lazy
+
+VOCAB, WIDTH = 37, 24  # (sizes of this test's own: no module of another test is reused)
+
+
+class TinyLM(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(VOCAB, WIDTH)
+        self.mix = torch.nn.Linear(WIDTH, WIDTH)
+        self.out = torch.nn.Linear(WIDTH, VOCAB)
+
+    def forward(self, ids):
+        h = torch.tanh(self.mix(self.embed(ids)))
+        b, t, d = h.shape
+        h = h + F.pad(h[:, :t - 1], (0, 0, 1, 0))  # (a shifted copy: slice and pad of t)
+        return self.out(h.reshape(b * t, d)).view(b, t, VOCAB)
+
+
+def _train(lengths, device):
+    torch.manual_seed(0)
+    model = TinyLM().to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    g = torch.Generator().manual_seed(1)
+    losses = []
+    for t in lengths:
+        ids = torch.randint(0, VOCAB, (3, t), generator=g)
+        logits = model(ids.to(device))
+        loss = F.cross_entropy(logits[:, :-1].reshape(-1, VOCAB), ids[:, 1:].reshape(-1).to(device))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        if device == "lazy":
+            lm.mark_step()
+        losses.append(loss.item())
+    return losses
+
+
+def _compiles(counters) -> int:
+    return counters.delta("UncachedCompile") + counters.delta("PersistentCacheHit")
+
+
+LENGTHS = (9, 13, 17, 11, 22, 13, 8)
+
+
+def test_many_lengths_compile_the_steady_step_twice(counters, monkeypatch):
+    monkeypatch.setenv("LAZY_MLIR_COMPILE", "wait")
+    counters.snapshot()
+    lazy = _train(LENGTHS, "lazy")
+    assert lazy == pytest.approx(_train(LENGTHS, "cpu"), rel=1e-5)
+    # the first step's graph, the steady step at 13 (static), at 17 (dynamic)
+    assert _compiles(counters) == 3
+    assert counters.delta("DynamicShapeCompile") == 1
+    assert counters.delta("DynamicShapeHit") == 3  # 11, 22, 8 (13 again: its own key)
+    assert not counters.fell_back()
+
+
+def test_switched_off_one_module_per_length(counters, monkeypatch):
+    monkeypatch.setenv("LAZY_MLIR_COMPILE", "wait")
+    monkeypatch.setenv("LAZY_MLIR_DYNAMIC", "0")
+    counters.snapshot()
+    lengths = (10, 14, 18)
+    assert _train(lengths, "lazy") == pytest.approx(_train(lengths, "cpu"), rel=1e-5)
+    assert _compiles(counters) == 3 and counters.delta("DynamicShapeCompile") == 0
+
+
+def test_a_length_of_one_is_never_dynamic(counters, monkeypatch):
+    """A size of 1 broadcasts: the plan's guard refuses it (a module of its own)."""
+    monkeypatch.setenv("LAZY_MLIR_COMPILE", "wait")
+    x = torch.randn(5, 6)
+
+    def f(n):
+        y = lazy(x[:, :n])
+        return (y * torch.arange(n, dtype=torch.float32).to("lazy")).sum(1)
+
+    counters.snapshot()
+    for n in (3, 5, 4, 1):
+        out = f(n)
+        lm.mark_step()
+        torch.testing.assert_close(out.cpu(), (x[:, :n] * torch.arange(n)).sum(1))
+    assert counters.delta("DynamicShapeCompile") == 1
+    assert counters.delta("DynamicShapeHit") == 1  # 4; 1 compiles its own

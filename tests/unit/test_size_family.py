@@ -1,0 +1,123 @@
+"""Size families (pipeline/size_family.py): the plan of two graphs that differ
+only in sizes, its guard, and the symbolic re-trace of a module."""
+import dataclasses
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from lazy_mlir.pipeline.size_family import (Expr, SizeSpecialized, derive_plan, family_of,
+                                            symbolic_module)
+
+
+def _step(x, w, ids):
+    b, t = x.shape[0], x.shape[1]
+    h = torch.ops.aten.view.default(x, [b * t, 16]) @ w
+    h = h.view(b, t, 16).softmax(-1)
+    positions = torch.arange(t).view(1, t).expand(b, t)
+    loss = torch.nn.functional.cross_entropy(h.view(b * t, 16), ids.view(-1))
+    return loss, h[:, :t - 1].sum(1), positions + ids
+
+
+def _graph(b, t, f=_step):
+    return make_fx(f, tracing_mode="fake")(torch.randn(b, t, 16), torch.randn(16, 16),
+                                           torch.randint(0, 16, (b, t)))
+
+
+def test_one_family_over_sizes_and_a_plan_that_admits_every_size():
+    (k1, s1), (k2, s2), (k3, s3) = (family_of(_graph(*bt)) for bt in ((4, 6), (3, 11), (5, 9)))
+    assert k1 == k2 == k3
+    plan = derive_plan(s1, s2)
+    assert plan.dims == ((0, 1, None), (None, None), (0, 1))
+    exprs = dict(plan.exprs)
+    assert Expr((0, 1)) in exprs.values()  # the view to [b * t, 16]
+    assert Expr((1,), add=-1) in exprs.values()  # the slice to t - 1
+    assert plan.admits(s3) and plan.admits(s1)
+
+
+def test_plan_refuses_what_its_module_would_not_compute():
+    _, s1 = family_of(_graph(4, 6))
+    _, s2 = family_of(_graph(3, 11))
+    plan = derive_plan(s1, s2)
+    _, ones = family_of(_graph(1, 6))  # a size of 1 broadcasts: never dynamic
+    assert not plan.admits(ones)
+
+    ints32 = make_fx(_step, tracing_mode="fake")(torch.randn(4, 6, 16), torch.randn(16, 16),
+                                                  torch.randint(0, 16, (4, 6), dtype=torch.int32))
+    assert family_of(ints32)[0] != family_of(_graph(4, 6))[0]  # a dtype: another family
+
+
+def _modulo_graph(n):
+    return family_of(make_fx(lambda x: x * 2 + torch.ops.aten.arange.default(n % 5 + 1).sum(),
+                             tracing_mode="fake")(torch.randn(n)))
+
+
+def test_an_integer_explained_by_coincidence_is_guarded():
+    (k1, s1), (k2, s2) = _modulo_graph(6), _modulo_graph(9)
+    assert k1 == k2
+    plan = derive_plan(s1, s2)  # 6 % 5 + 1 = 6 - 4 and 9 % 5 + 1 = 9 - 4: n - 4 it says
+    assert dict(plan.exprs)[1] == Expr((0,), add=-4)
+    assert plan.admits(_modulo_graph(8)[1])  # (8 % 5 + 1 = 8 - 4: the module is right)
+    assert not plan.admits(_modulo_graph(12)[1])  # (12 % 5 + 1 = 3, not 8)
+
+
+def test_an_integer_no_expression_explains_makes_no_plan():
+    assert derive_plan(_modulo_graph(6)[1], _modulo_graph(12)[1]) is None  # 2, 3 for 6, 12
+
+
+def test_symbolic_module_has_symbolic_sizes_and_same_values():
+    _, s1 = family_of(_graph(4, 6))
+    gm = _graph(3, 11)
+    _, s2 = family_of(gm)
+    plan = derive_plan(s1, s2)
+    traced = symbolic_module(gm, plan)
+    assert traced.meta["size_guards"] == ("Ne(d1 - 1, 1)",)  # (slice's: t - 1 is not 1)
+    plan = dataclasses.replace(plan, guards=traced.meta["size_guards"])
+    assert plan.admits(family_of(_graph(3, 7))[1]) and not plan.admits(family_of(_graph(3, 2))[1])
+    x = [n.meta["val"] for n in traced.graph.nodes if n.op == "placeholder"][0]
+    assert all(isinstance(s, torch.SymInt) for s in x.shape[:2]) and x.shape[2] == 16
+    args = (torch.randn(5, 7, 16), torch.randn(16, 16), torch.randint(0, 16, (5, 7)))
+    for got, want in zip(traced(*args), _step(*args)):
+        torch.testing.assert_close(got, want)
+
+
+def _larger(x):
+    return x * 2 if x.shape[0] > 5 else x * 3  # (a shape function that tests a size)
+
+
+def _exactly(x):
+    return x * 2 if x.shape[0] == 7 else x * 3
+
+
+def _called(fn, n):
+    import torch.fx as fx
+    graph = fx.Graph()
+    x = graph.placeholder("x")
+    graph.output((graph.call_function(fn, (x,)),))
+    x.meta["val"] = make_fx(lambda t: t, tracing_mode="fake")(torch.randn(n, 3)).graph \
+        .find_nodes(op="placeholder")[0].meta["val"]
+    return fx.GraphModule(torch.nn.Module(), graph)
+
+
+def test_what_a_trace_assumes_becomes_the_plans_guard():
+    plan = derive_plan(family_of(_called(_larger, 7))[1], family_of(_called(_larger, 9))[1])
+    guards = symbolic_module(_called(_larger, 9), plan).meta["size_guards"]
+    assert guards == ("d0 > 5",)
+    plan = dataclasses.replace(plan, guards=guards)
+    assert plan.admits(family_of(_called(_larger, 6))[1])
+    assert not plan.admits(family_of(_called(_larger, 4))[1])
+
+
+def test_a_shape_function_that_specializes_refuses_the_plan():
+    plan = derive_plan(family_of(_called(_exactly, 4))[1], family_of(_called(_exactly, 7))[1])
+    with pytest.raises(SizeSpecialized):
+        symbolic_module(_called(_exactly, 7), plan)
+
+
+def test_padding_a_dynamic_dimension_stays_symbolic():
+    def f(x):
+        return torch.ops.aten.constant_pad_nd.default(x, [0, 1, -1, 0], -100.0)
+    gms = [make_fx(f, tracing_mode="fake")(torch.randn(n, 4)) for n in (5, 8)]
+    traced = symbolic_module(gms[1], derive_plan(family_of(gms[0])[1], family_of(gms[1])[1]))
+    x = torch.randn(11, 4)
+    torch.testing.assert_close(traced(x)[0] if isinstance(traced(x), tuple) else traced(x), f(x))
