@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from ..graph import argtree
+from ..ops import subgraph as subgraph_ops
 from . import shapes
 from ..graph.ir import TensorSpec, Value
 
@@ -27,7 +28,10 @@ aten = torch.ops.aten
 # Checked to compile to eager's result with empty inputs.
 COMPILES_WITH_EMPTY = {aten.cat.default, aten.sum.default, aten.sum.dim_IntList,
                        aten.mean.default, aten.mean.dim, aten.prod.default,
-                       aten.prod.dim_int}
+                       aten.prod.dim_int,
+                       # (the sum fast path's offset2bag is empty: ops/embedding_bag's
+                       # backward makes it again from the offsets, never reads it)
+                       aten._embedding_bag_backward.default}
 
 # Ops that take ``self`` for its dtype and device only: an empty one is fine.
 READS_NO_DATA = {aten.new_empty.default, aten.new_empty_strided.default, aten.new_full.default,
@@ -56,6 +60,26 @@ def fold(func, vals: list, tree):
         return None
 
 
+_SUBGRAPH = subgraph_ops.ops.subgraph.default
+
+
+def _empty_inputs_unread(vals: list) -> bool:
+    """Whether a ``subgraph`` node's template reads each of its empty inputs
+    with ops that take one (none at all: the sum fast path's empty
+    ``offset2bag``, which the embedding bag backward's decomposition makes
+    again from the offsets)."""
+    key = next((v for v in vals if isinstance(v, str)), None)
+    if key is None:
+        return False
+    tensors = [v for v in vals if type(v) is Value]
+    placeholders = [n for n in subgraph_ops.template(key).gm.graph.nodes
+                    if n.op == "placeholder"]
+    if len(placeholders) != len(tensors):
+        return False
+    return all(u.target in COMPILES_WITH_EMPTY or u.target in READS_NO_DATA
+               for p, v in zip(placeholders, tensors) if 0 in v.spec.shape for u in p.users)
+
+
 def runs_eagerly(func, vals: list, tree) -> bool:
     """True when ``func`` reads an empty tensor and makes a non-empty one."""
     for v in vals:
@@ -64,6 +88,8 @@ def runs_eagerly(func, vals: list, tree) -> bool:
     else:
         return False  # the common case: no empty input
     if func in COMPILES_WITH_EMPTY or func in READS_NO_DATA:
+        return False
+    if func is _SUBGRAPH and _empty_inputs_unread(vals):
         return False
     placeholders = [shapes.Placeholder(v.spec) if type(v) is Value else v for v in vals]
     try:

@@ -182,3 +182,41 @@ def embedding_bag(*args, **kwargs):
     return _embedding_bag(*args, **kwargs, forward_only=False)
 
 
+
+
+@register_decomposition(aten._embedding_bag_backward.default, scope=CAPTURE)
+def embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, maximum_indices,
+                           num_weights, scale_grad_by_freq, mode, sparse, per_sample_weights,
+                           padding_idx=-1):
+    """The dense weight gradient of sum and mean bags, as ATen's
+    ``_embedding_bag_dense_backward`` computes it: each index's row gets its
+    bag's gradient (times its per-sample weight, or over its bag's size for
+    mean; none for ``padding_idx``), accumulated (``index_put``). An empty
+    ``offset2bag`` (the sum fast path) is made again from all the offsets,
+    as ATen's backward does (``make_offset2bag``). Max bags, sparse
+    gradients and ``scale_grad_by_freq`` keep the op (it ran eagerly every
+    step: the sweep's nn/embedding_bag)."""
+    if sparse or scale_grad_by_freq or mode not in (_SUM, _MEAN) or grad.dim() != 2 \
+            or grad.dtype not in _FLOATS or indices.dim() != 1 or indices.dtype != torch.int64 \
+            or offsets.dtype != torch.int64 or indices.shape[0] == 0:
+        return NotImplemented
+    n, dev, i64 = indices.shape[0], grad.device, torch.int64
+    if offset2bag.numel() != n:  # offset2bag[i] = #(offsets <= i) - 1
+        pos = aten.arange.default(n, dtype=i64, device=dev)
+        below = aten.le.Tensor(aten.unsqueeze.default(offsets, 0), aten.unsqueeze.default(pos, 1))
+        offset2bag = aten.sub.Scalar(aten.sum.dim_IntList(
+            aten._to_copy.default(below, dtype=i64), [1]), 1)
+    rows = aten.index_select.default(grad, 0, offset2bag)                     # (n, cols)
+    scale = None
+    if mode == _MEAN:
+        size = aten.index_select.default(bag_size, 0, offset2bag)
+        scale = aten.reciprocal.default(aten._to_copy.default(size, dtype=grad.dtype))
+    elif per_sample_weights is not None:
+        scale = per_sample_weights
+    if padding_idx >= 0:
+        keep = aten._to_copy.default(aten.ne.Scalar(indices, padding_idx), dtype=grad.dtype)
+        scale = keep if scale is None else aten.mul.Tensor(scale, keep)
+    if scale is not None:
+        rows = aten.mul.Tensor(rows, aten.unsqueeze.default(scale, 1))
+    zeros = torch.zeros([num_weights, grad.shape[1]], dtype=grad.dtype, device=dev)
+    return aten.index_put.default(zeros, [indices], rows, True)

@@ -71,6 +71,24 @@ def test_adaptive_max_pool_backward(shape, out):
     torch.testing.assert_close(ours(g, x, indices), op.default(g, x, indices))
 
 
+@pytest.mark.parametrize("mode,weighted,padding_idx,last", [
+    (0, False, -1, False), (0, True, -1, True), (0, True, 3, False), (1, False, -1, True),
+    (1, False, 3, False)])
+def test_embedding_bag_backward(mode, weighted, padding_idx, last):
+    """Sum (its fast path's offset2bag empty) and mean bags, per-sample
+    weights, a padding index, a last offset: the dense weight gradient."""
+    from lazy_mlir.ops.embedding_bag import embedding_bag_backward
+    w = torch.randn(10, 4)
+    idx, off = torch.tensor([1, 3, 3, 7, 0, 9, 3, 2]), torch.tensor([0, 2, 2, 5] + [8] * last)
+    psw = torch.randn(8) if weighted else None
+    out, o2b, size, maxi = aten._embedding_bag.default(w, idx, off, False, mode, False, psw, last,
+                                                       padding_idx)
+    g = torch.randn(out.shape)
+    args = (g, idx, off, o2b, size, maxi, 10, False, mode, False, psw, padding_idx)
+    torch.testing.assert_close(embedding_bag_backward(*args),
+                               aten._embedding_bag_backward.default(*args))
+
+
 def test_native_batch_norm_eval():
     from lazy_mlir.ops.nn import native_batch_norm
     x, w, b = torch.randn(2, 4, 3, 3), torch.randn(4), torch.randn(4)
