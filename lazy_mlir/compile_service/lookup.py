@@ -142,7 +142,7 @@ def _miss(graph, target, config, key, disk, disk_key, dumper, in_background: boo
         metrics.counter_inc("CachedCompile")
         memory_cache.put(key, entry)
         return entry
-    if isinstance(graph, Graph):
+    if in_worker:  # (every way in: a captured graph, an aot graph of the Dynamo backend)
         answer = dynamic_executable(graph, gm, target, config, key, lambda gm, dyn_key: (
             _plan_executable(graph, gm, dyn_key, target, config, dumper, in_background)))
         if answer is not None:

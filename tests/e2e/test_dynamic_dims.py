@@ -90,3 +90,33 @@ def test_a_length_of_one_is_never_dynamic(counters, monkeypatch):
         torch.testing.assert_close(out.cpu(), (x[:, :n] * torch.arange(n)).sum(1))
     assert counters.delta("DynamicShapeCompile") == 1
     assert counters.delta("DynamicShapeHit") == 1  # 4; 1 compiles its own
+
+
+def test_torch_compile_backend_shares_the_families(counters, monkeypatch):
+    """Dynamo specializes its aot graphs per concrete signature: each new
+    length of the forward and of the backward is served by their families'
+    modules after the second (2 static + 2 dynamic compiles for 5 lengths)."""
+    monkeypatch.setenv("LAZY_MLIR_COMPILE", "wait")
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(41, 20), torch.nn.Linear(20, 20),
+                                torch.nn.Tanh(), torch.nn.Linear(20, 41))
+    ref = torch.nn.Sequential(torch.nn.Embedding(41, 20), torch.nn.Linear(20, 20),
+                              torch.nn.Tanh(), torch.nn.Linear(20, 41))
+    ref.load_state_dict(model.state_dict())
+
+    def step(m, ids):
+        return F.cross_entropy(m(ids)[:, :-1].reshape(-1, 41), ids[:, 1:].reshape(-1))
+    compiled = torch.compile(step, backend="lazy_mlir")
+    counters.snapshot()
+    for t in (9, 13, 17, 11, 22):
+        ids = torch.randint(0, 41, (3, t))
+        got, want = compiled(model, ids), step(ref, ids)
+        got.backward()
+        want.backward()
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(model[1].weight.grad, ref[1].weight.grad, rtol=1e-4, atol=1e-6)
+        model.zero_grad()
+        ref.zero_grad()
+    assert _compiles(counters) == 4
+    assert counters.delta("DynamicShapeCompile") == 2 and counters.delta("DynamicShapeHit") == 6
