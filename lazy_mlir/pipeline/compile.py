@@ -102,17 +102,23 @@ def compile_module(stages: tuple[Stage, ...], target: Target, config: PipelineCo
     if unshared is not text:
         text = unshared
         stages = stages[:-1] + (replace(stages[-1], text=text),)
+    _refuse_hazards(text)
+    clobbered, passthrough = clobbered_args(text), returned_args(text)
+    if bind is not None:
+        from ..dialects.export_import import bind_parameters
+        stages = stages[:-1] + (replace(stages[-1], text=bind_parameters(text, *bind)),)
+    return CompiledGraph(compile_stages(stages, target, config), clobbered, passthrough)
+
+
+def _refuse_hazards(text: str) -> None:
+    """Raises ``InPlaceHazard`` where IREE would update a value in place
+    while another result of ``text``'s module still reads it."""
     for check, blamed in _HAZARDS:
         value = check(text)
         if value:
             raise InPlaceHazard(f"lazy-mlir: IREE updates {value} in place while another "
                                 f"result still reads it ({check.__name__})", value,
                                 frozenset(blamed))
-    clobbered, passthrough = clobbered_args(text), returned_args(text)
-    if bind is not None:
-        from ..dialects.export_import import bind_parameters
-        stages = stages[:-1] + (replace(stages[-1], text=bind_parameters(text, *bind)),)
-    return CompiledGraph(compile_stages(stages, target, config), clobbered, passthrough)
 
 
 def _compile_symbolic(stages: tuple[Stage, ...], target: Target,
@@ -123,12 +129,7 @@ def _compile_symbolic(stages: tuple[Stage, ...], target: Target,
     (``linalg_for_checks``: what IREE writes in place does not depend on
     sizes)."""
     checked = linalg_for_checks(stages[-1].text, config)
-    for check, blamed in _HAZARDS:
-        value = check(checked)
-        if value:
-            raise InPlaceHazard(f"lazy-mlir: IREE updates {value} in place while another "
-                                f"result still reads it ({check.__name__})", value,
-                                frozenset(blamed))
+    _refuse_hazards(checked)
     if unshare_sort_operands(checked) is not checked:
         raise PipelineError("lazy-mlir: two sorts of one operand in a module with dynamic "
                             "dimensions (compiled per size instead)", None)
