@@ -263,6 +263,8 @@ def iree_flags(target: Target, config: PipelineConfig, stages: tuple[Stage, ...]
         flags.append(f"--iree-opt-level=O{config.opt_level}")
     if config.input == "torch" or _torch_input(stages):
         flags.append("--iree-input-type=torch")
+    from .libm_calls import link_flags
+    flags += [f for f in link_flags(target.backend, stages[-1].text) if f not in flags]
     return flags
 
 
