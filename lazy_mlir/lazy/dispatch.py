@@ -21,7 +21,7 @@ from ..graph import argtree
 from .. import metrics
 from ..graph.ir import TensorSpec, Value, arg_signature
 from ..ops import support as _support
-from . import bounds, decompose, empty_inputs, fallback, random, shapes
+from . import bounds, decompose, eager_checks, empty_inputs, fallback, random, shapes
 from . import collectives as _collectives
 from . import foreach as _foreach
 from . import fused_optim as _fused_optim
@@ -67,6 +67,7 @@ def record(func, args, kwargs, bare=False):
         out = _record_planned(info, func, args, kwargs, bare)
         if out is not _MISS:
             return out
+    called = (func, args, kwargs)
     func, args, kwargs = lift_scalars(func, args, kwargs, LazyTensor, _make_scalar, record)
     info = op_info(func)
     flat, tree = argtree.flatten(args, kwargs)
@@ -76,6 +77,8 @@ def record(func, args, kwargs, bare=False):
             for a in flat]
     key = _plan_key(info, vals, tree)
     plan = _plans.get(key) if key is not None else None
+    if plan is None and args is not called[1]:  # a number lifted: eager's checks of the call
+        eager_checks.probe_call(*called, argtree.flatten, argtree.unflatten)
     denied = (_support.denied_signature(func, lambda: arg_signature(vals))
               if _support.DENIED_SIGNATURES else None)
     if (plan is not None and _dry_run[0] is None and _support.op_is_supported(func)

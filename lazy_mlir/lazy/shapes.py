@@ -55,7 +55,7 @@ def infer(func, flat: list, treedef) -> list:
     metas = [a.spec.meta() if isinstance(a, Placeholder) else _device_to_meta(a) for a in flat]
     args, kwargs = unflatten(metas, treedef)
     out = func(*args, **kwargs)
-    probe(func, metas, _is_meta, lambda flat: unflatten(flat, treedef))  # eager's dtype checks
+    probe(func, metas, _is_meta, lambda flat: unflatten(flat, treedef), out)  # eager's checks
     if isinstance(out, torch.Tensor):
         leaves, out_tree = [out], None  # the common case: no pytree needed
     else:

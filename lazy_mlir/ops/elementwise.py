@@ -98,6 +98,9 @@ def pow_tensor_scalar(x, e):
     float splat constant and an int scalar to false.)"""
     if not _inside.active and _is_int(x.dtype) and type(e) is int and 0 <= e < 2 ** 63:
         return _int_power(x, e)
+    if not _inside.active and x.dtype == torch.bool and type(e) is int and 0 <= e < 2 ** 63:
+        # (int64, eager's type of a bool tensor to an int power: square(b); seed 400159)
+        return _int_power(aten._to_copy.default(x, dtype=torch.int64), e)
     if _inside.active or not x.dtype.is_floating_point \
             or isinstance(e, (bool, complex)) or not isinstance(e, (int, float)):
         return NotImplemented

@@ -14,7 +14,10 @@ when another program shared its graph and changed IREE's schedule. Here such
 a scatter's destination is passed through a ``linalg.copy`` (IREE computes
 it as a second result of the destination's producer): the copy IREE would
 have to make, made explicit. A destination read by nothing else is left as
-it is (a gradient's ``zeros`` accumulated into: no copy).
+it is (a gradient's ``zeros`` accumulated into: no copy). A scatter of no
+updates is its destination: IREE 3.13's compiler crashed on one
+(``getMainTensorForLinalgExtOp``, SIGSEGV; fuzzer seed 400301, ``abs_`` of an
+empty split of an empty ``diagonal``), and the graph ran eagerly.
 """
 from __future__ import annotations
 
@@ -64,6 +67,10 @@ def own_destinations(module) -> int:
     for name in IN_PLACE:
         for op in E.ops_named(module, name):
             index = len(op.operands) - 1  # (``outs``: the last operand)
+            if E.elements(op.operands[0]) == 0:  # no updates: the destination as it is
+                op.results[0].replace_all_uses_with(op.operands[index])
+                op.erase()
+                continue
             if E.shape(op.operands[index]) is None or not _read_elsewhere(op.operands[index], op):
                 continue
             E.copy_before(op, index)

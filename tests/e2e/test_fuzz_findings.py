@@ -108,12 +108,14 @@ def test_write_of_another_dtype_raises_at_the_call(write):
 def test_integer_power_compiles():
     """``torch.pow`` of an integer tensor failed torch-mlir's lowering ("non-
     floating point dtype") and ran its whole graph eagerly: repeated
-    squaring, wrapping as eager does."""
+    squaring, wrapping as eager does; a bool tensor's, in int64."""
     c = Counters()
     got = []
     for dt in (torch.int64, torch.int32, torch.int8, torch.uint8):
         x = torch.tensor([0, 1, -3, 7, 100]).to(dt)
         got += [(torch.pow(lazy(x), e), torch.pow(x, e)) for e in (1, 2, 5, 13)]
+    b = torch.tensor([True, False])  # int64 in eager (fuzzer seed 400159: square of bools)
+    got += [(torch.square(lazy(b)), torch.square(b)), (torch.pow(lazy(b), 0), torch.pow(b, 0))]
     lm.mark_step()
     for a, e in got:
         assert torch.equal(a.cpu(), e)
@@ -236,6 +238,9 @@ def test_uint8_abs_is_the_value():
     lambda v: v.mul_(3),                         # Long result into a bool tensor
     lambda v: v.to(torch.uint8)[None] @ v.int()[:, None],  # mm of two dtypes (seed 237)
     lambda v: torch.bitwise_and(v.bfloat16(), -0.25),      # bitwise of bf16 (seed 400237)
+    lambda v: torch.lerp(v.long(), v.long(), 0.5),         # integer lerp (its weight lifted)
+    lambda v: torch.cumsum(v, 0, out=torch.empty_like(v)),  # a scan into bool (seed 400130)
+    lambda v: torch.cumprod(v.long(), 0, dtype=torch.bool),
 ])
 def test_eager_dtype_checks_of_python_numbers(call):
     """A pointwise op given a Python number: eager's CPU kernel refuses these
@@ -247,6 +252,16 @@ def test_eager_dtype_checks_of_python_numbers(call):
     with pytest.raises(RuntimeError) as got:
         call(lazy(v0))
     assert str(got.value).split("\n")[0] == str(eager.value).split("\n")[0]
+
+
+def test_eager_result_dtype_where_the_meta_kernel_differs():
+    """``pow(bool_t, True)`` is bool in eager and int64 in its meta kernel:
+    the lazy device gave int64 (and its graph failed to compile); the op now
+    runs eagerly, with eager's dtype and values."""
+    v0 = torch.tensor([True, False])
+    got = torch.pow(lazy(v0), True)
+    lm.mark_step()
+    assert got.dtype == torch.bool and torch.equal(got.cpu(), torch.pow(v0, True))
 
 
 def _fuzz_findings(seed: int) -> list:
@@ -518,3 +533,31 @@ def test_torch_compile_where_of_an_argument_then_written():
         return [v0, v1, v3]
     _compiled_like_eager(fn, lambda: [torch.tensor([[[1.5, -2.0, 3.0, 1.0, 2.0]]] * 2),
                                       torch.ones(5, 4, dtype=torch.uint8)])
+
+
+def test_scatter_of_no_updates_compiles():
+    """``abs_`` of an empty split of an empty ``diagonal`` is a scatter of
+    no updates: IREE's compiler crashed on it (SIGSEGV in
+    getMainTensorForLinalgExtOp) and lm.jit raised (fuzzer seed 400301)."""
+    def fn(v0):
+        v1 = v0.diagonal(1, 0, 1)
+        v2, v3 = v1.split(2, 0)
+        v2.abs_()
+        return [v0, v1, v2, v3]
+    x = torch.arange(16.0).reshape(4, 1, 4) - 5
+    got = lm.jit(fn).lower(x.clone()).compile()(x.clone())
+    assert all(torch.equal(g, w) for g, w in zip(got, fn(x.clone())))
+
+
+@pytest.mark.xfail(strict=True, reason="IREE 3.13: maximum(x, x) folds to the argument, "
+                   "and index_add_'s scatter writes that argument's buffer in place")
+def test_scatter_into_an_argument_returned_folded():
+    """``v3 = torch.maximum(v1, v1); v1.index_add_(...)``: IREE folds ``v3``
+    to ``v1``'s buffer and scatters into it in place, so ``v3`` comes back
+    with the additions (silent; fuzzer seed 500180, open)."""
+    x = torch.arange(9.0).reshape(3, 3) - 4
+    v1 = lazy(x)
+    v3 = torch.maximum(v1, v1)
+    v1.index_add_(0, torch.tensor([1, 0]).to("lazy"), torch.ones(2, 3).to("lazy"))
+    lm.mark_step()
+    assert torch.equal(v3.cpu(), x)
