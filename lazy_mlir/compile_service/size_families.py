@@ -9,7 +9,8 @@ two give a ``SizePlan``; its module, compiled once with those dimensions
 dynamic (``DynamicShapeCompile``), then serves every later graph the plan
 admits (``DynamicShapeHit``), loaded under each one's own key too. A plan
 whose module fails to compile or load is not used again: the family's
-sizes compile static as before.
+sizes compile static as before, and the family makes no other plan (one
+failed compile, not one per pair of sizes).
 
 On the cpu target; ``LAZY_MLIR_DYNAMIC=0`` keeps one module per size.
 """
@@ -23,7 +24,7 @@ import torch.fx as fx
 from .. import metrics
 from ..config import switched_on
 from ..pipeline.size_family import Sizes, SizePlan, derive_plan, family_of, symbolic_module
-from .executable import LOADED, CompilingExecutable
+from .executable import FAILED, LOADED, CompilingExecutable
 from .memory_cache import memory_cache
 
 log = logging.getLogger("lazy_mlir")
@@ -75,6 +76,8 @@ def dynamic_executable(graph, gm, target, config, memory_key, compile_plan):
         return None
     for plan, key in family.plans:
         entry = memory_cache.get(key) if key is not None else None
+        if key is None or (entry is not None and entry.state == FAILED):
+            return None  # (a plan of this family failed: its sizes compile static for good)
         if entry is None or not plan.admits(sizes):
             continue
         if entry.state == LOADED:

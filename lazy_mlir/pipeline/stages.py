@@ -93,11 +93,12 @@ def lower(gm: fx.GraphModule, config: PipelineConfig,
         from ..passes.variance_f32 import DECOMPOSITIONS as f32_statistics
         extra = {**extra, **f32_statistics}
         made_by.append("variance_f32")
-    if config.rnn_as_calls(target):  # LSTM layers as oneDNN calls (host_calls/passes/rnn.py)
+    calls = plan is None  # (IREE's torch input, which compiles a dynamic one, takes no call)
+    if calls and config.rnn_as_calls(target):  # LSTMs as oneDNN calls (host_calls/passes/rnn.py)
         from ..host_calls.passes.rnn import decompositions as host_rnn
         extra = {**extra, **host_rnn()}
         made_by.append("host_rnn")
-    if config.attention_as_calls(target):  # flash attention calls (host_calls/passes/attention.py)
+    if calls and config.attention_as_calls(target):  # (host_calls/passes/attention.py)
         from ..host_calls.passes.attention import decompositions as host_attention
         extra = {**extra, **host_attention()}
         made_by.append("host_attention")
@@ -127,8 +128,8 @@ def lower(gm: fx.GraphModule, config: PipelineConfig,
         made_by.append("int64_range")
     fx_stage = Stage("fx", gm.print_readable(print_output=False),
                      Provenance(" + ".join(made_by), time.perf_counter() - t0))
-    torch_stage = _timed("torch", "torch-mlir FxImporter", lambda: str(_imported(gm, config,
-                                                                              target)))
+    torch_stage = _timed("torch", "torch-mlir FxImporter", lambda: str(_imported(
+        gm, config, target if calls else None)))
     if config.input == "torch":
         return fx_stage, torch_stage
     if plan is not None:  # IREE's torch input: torch-mlir's linalg mislowers views of them
