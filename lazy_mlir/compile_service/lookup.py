@@ -179,6 +179,8 @@ def _plan_executable(graph, gm, dyn_key: str, target, config, dumper, in_backgro
     entry = _from_disk(plan_graph, target, disk, disk_key)
     if entry is None:
         metrics.counter_inc("UncachedCompile")
+        if isinstance(graph, Graph):  # (a recompile explained, as for a static one)
+            debug.on_uncached_compile(graph)
         entry = _compile((plan_graph, target, config, None), gm, True, key, disk, disk_key,
                          dumper, in_background)
     memory_cache.put(key, entry)

@@ -245,7 +245,7 @@ def symbolic_module(gm: fx.GraphModule, plan: SizePlan) -> fx.GraphModule:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
-    env = ShapeEnv()
+    env = ShapeEnv(duck_shape=False)  # (duck sizing would merge classes of equal hints)
     mode = FakeTensorMode(shape_env=env, allow_non_fake_inputs=True)
     symbols = []
     for c, hint in enumerate(plan.hints):
@@ -290,8 +290,12 @@ def symbolic_module(gm: fx.GraphModule, plan: SizePlan) -> fx.GraphModule:
     names = {sym.node.expr: f"d{c}" for c, sym in enumerate(symbols)}
     with mode:
         traced = make_fx(replay, decomposition_table=SYMBOLIC_DECOMPOSITIONS)(*fakes)
-    traced.meta["size_guards"] = tuple(sorted({str(g.expr.xreplace(
-        {s: sympy.Symbol(n, integer=True) for s, n in names.items()})) for g in env.guards}))
+    named = {s: sympy.Symbol(n, integer=True) for s, n in names.items()}
+    # (a class the trace found equal to an expression of others, ``labels``
+    # of length 3 * (t - 1): the module holds only while it is)
+    assumed = [g.expr for g in env.guards] + [sympy.Eq(s, env.replacements[s]) for s in names
+                                               if env.replacements.get(s, s) != s]
+    traced.meta["size_guards"] = tuple(sorted({str(e.xreplace(named)) for e in assumed}))
     return traced
 
 

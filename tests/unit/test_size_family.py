@@ -121,3 +121,36 @@ def test_padding_a_dynamic_dimension_stays_symbolic():
     traced = symbolic_module(gms[1], derive_plan(family_of(gms[0])[1], family_of(gms[1])[1]))
     x = torch.randn(11, 4)
     torch.testing.assert_close(traced(x)[0] if isinstance(traced(x), tuple) else traced(x), f(x))
+
+
+def test_classes_of_equal_sizes_stay_distinct_symbols():
+    """Two classes whose sizes happen to be equal when the module is traced
+    (4x5 then 6x6) stay two symbols: ShapeEnv's duck sizing would make them
+    one, and the module then computed a 7x7 result for a 7x5 input."""
+    def f(x):
+        return x * 3
+    gms = [make_fx(f, tracing_mode="fake")(torch.randn(*s)) for s in ((4, 5), (6, 6))]
+    plan = derive_plan(family_of(gms[0])[1], family_of(gms[1])[1])
+    assert plan.dims == ((0, 1),)
+    traced = symbolic_module(gms[1], plan)
+    out = traced(torch.ones(7, 5))
+    assert (out[0] if isinstance(out, (tuple, list)) else out).shape == (7, 5)
+    x = [n.meta["val"] for n in traced.graph.nodes if n.op == "placeholder"][0]
+    assert len({str(s) for s in x.shape}) == 2
+
+
+def test_a_class_the_trace_ties_to_another_is_guarded():
+    """Targets of length 3 * (t - 1) beside inputs of length t: two classes
+    the trace finds related; the relation joins the guard."""
+    def f(x, y):
+        return x[:, 1:].reshape(-1) + y
+    gms = [make_fx(f, tracing_mode="fake")(torch.randn(3, t), torch.randn(3 * (t - 1)))
+           for t in (5, 8)]
+    plan = derive_plan(family_of(gms[0])[1], family_of(gms[1])[1])
+    guards = symbolic_module(gms[1], plan).meta["size_guards"]
+    plan = dataclasses.replace(plan, guards=guards)
+    ok = make_fx(f, tracing_mode="fake")(torch.randn(3, 11), torch.randn(30))
+    assert plan.admits(family_of(ok)[1])
+    _, sizes = family_of(ok)
+    broken = dataclasses.replace(sizes, shapes=(sizes.shapes[0], (29,)))
+    assert not plan.admits(broken)
