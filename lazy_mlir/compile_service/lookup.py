@@ -183,6 +183,8 @@ def _plan_executable(graph, gm, dyn_key: str, target, config, dumper, in_backgro
             debug.on_uncached_compile(graph)
         entry = _compile((plan_graph, target, config, None), gm, True, key, disk, disk_key,
                          dumper, in_background)
+    if entry.state == LOADED:
+        entry.dynamic_dims = True  # (its results' shapes are checked: lazy.sync)
     memory_cache.put(key, entry)
     return entry, key
 
@@ -319,7 +321,10 @@ def _settle_finished() -> None:
             def compiler(gm, target, config, answer=answer):
                 return compile_pool.result_of(answer)
         compiled = compile_or_fallback(graph, target, config, compiler=compiler, gm=entry.gm)
-        _put(key, load_executable(compiled, graph, target), shared_key)
+        loaded = load_executable(compiled, graph, target)
+        if isinstance(graph, PlanGraph) and loaded.state == LOADED:
+            loaded.dynamic_dims = True  # (its results' shapes are checked: lazy.sync)
+        _put(key, loaded, shared_key)
         metrics.counter_inc("CompileSettled")
 
 

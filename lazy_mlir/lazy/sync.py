@@ -148,6 +148,16 @@ def run_entry(entry, inputs: list[DeviceData], outputs: list[DeviceData], checks
         d.future = future
 
 
+def _check_shapes(arrays, outputs: list[DeviceData]) -> None:
+    """Raises where a module with dynamic dimensions returned a result of
+    another shape than its graph's: never a value read with a wrong shape."""
+    for a, d in zip(arrays, outputs):
+        if tuple(a.shape) != d.spec.shape:
+            raise RuntimeError(f"lazy-mlir: a module with dynamic dimensions returned shape "
+                               f"{tuple(a.shape)} for {d.spec.shape} (a bug: please report it; "
+                               "LAZY_MLIR_DYNAMIC=0 compiles one module per size)")
+
+
 def _run(entry, inputs: list[DeviceData], outputs: list[DeviceData], target,
          checks=()) -> None:
     """In the worker: run one graph and fill its output data."""
@@ -176,6 +186,8 @@ def _run(entry, inputs: list[DeviceData], outputs: list[DeviceData], target,
                 d.device = session.to_device(d.host)
             args.append(d.device)
         outs = entry(*args)
+        if getattr(entry, "dynamic_dims", False):
+            _check_shapes(outs, outputs)
         for d, o in zip(outputs, outs):
             d.device = o
         entry.seconds = time.perf_counter() - t0

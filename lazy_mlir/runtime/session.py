@@ -497,6 +497,9 @@ class LoadedModule:
     """
 
     state = "loaded"  # (an Executable of the compile service, compile_service.executable)
+    # Set on a module with dynamic dimensions (compile_service.size_families):
+    # each run's result shapes are checked against its graph's (lazy.sync).
+    dynamic_dims = False
 
     def __init__(self, session: Session, fn, clobbered: tuple[int, ...],
                  passthrough: tuple[tuple[int, int], ...] = ()):

@@ -120,3 +120,20 @@ def test_torch_compile_backend_shares_the_families(counters, monkeypatch):
         ref.zero_grad()
     assert _compiles(counters) == 4
     assert counters.delta("DynamicShapeCompile") == 2 and counters.delta("DynamicShapeHit") == 6
+
+
+def test_background_plan_modules_check_their_result_shapes(counters, monkeypatch):
+    """A plan's module compiled in the background is marked, once settled,
+    like one compiled in wait mode: its results' shapes are checked."""
+    from lazy_mlir.compile_service import lookup
+    from lazy_mlir.compile_service.memory_cache import memory_cache
+    monkeypatch.setenv("LAZY_MLIR_COMPILE", "background")
+    monkeypatch.setenv("LAZY_MLIR_COMPILE_WORKERS", "1")  # (a worker: settled later)
+    x = torch.randn(4, 29)
+    for n in (9, 12, 15, 15):
+        out = (lazy(x[:, :n]) * 5).sum(1)
+        lm.mark_step()
+        torch.testing.assert_close(out.cpu(), (x[:, :n] * 5).sum(1))
+        lookup.wait_for_compiles()
+    plans = [e for e in memory_cache._entries.values() if getattr(e, "dynamic_dims", False)]
+    assert plans and counters.delta("DynamicShapeCompile") >= 1

@@ -154,3 +154,14 @@ def test_a_class_the_trace_ties_to_another_is_guarded():
     _, sizes = family_of(ok)
     broken = dataclasses.replace(sizes, shapes=(sizes.shapes[0], (29,)))
     assert not plan.admits(broken)
+
+
+def test_a_result_of_another_shape_raises_never_binds():
+    from types import SimpleNamespace
+
+    from lazy_mlir.graph.ir import DeviceData, TensorSpec
+    from lazy_mlir.lazy.sync import _check_shapes
+    out = DeviceData(TensorSpec((7, 5), (5, 1), 0, torch.float32))
+    _check_shapes([SimpleNamespace(shape=[7, 5])], [out])
+    with pytest.raises(RuntimeError, match="returned shape"):
+        _check_shapes([SimpleNamespace(shape=[7, 7])], [out])
