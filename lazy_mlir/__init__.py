@@ -27,6 +27,7 @@ from .frontends import debug, torch_lazy as _torch_lazy
 from .frontends.jit import jit
 from .frontends.train_step import compile_train_step
 from .lazy.autocast import autocast
+from .bucketing import bucket_collate, pad_to_bucket
 from .lazy.coverage import check_coverage
 from .lazy import device_module as _device_module, serialization
 from .lazy.device import lazy_device, register as _register
@@ -45,5 +46,5 @@ if _torch_lazy.requested():
 __all__ = ["lazy_device", "mark_step", "wait_device_ops", "metrics", "debug", "set_target",
            "jit", "export", "distributed", "check_coverage", "export_train_step",
            "compile_train_step", "PipelineConfig", "set_config", "save", "serialization",
-           "autocast"]
+           "autocast", "pad_to_bucket", "bucket_collate"]
 __version__ = "0.1.0"
