@@ -58,6 +58,7 @@ from .executable import (CompilingExecutable, EagerExecutable, compile_or_fallba
                          LOADED, eager_executable, fallback_for, fx_module_of)
 from .fx_key import fx_content_key
 from .memory_cache import memory_cache
+from . import size_families
 from .size_families import dynamic_executable
 
 log = logging.getLogger("lazy_mlir")
@@ -107,6 +108,7 @@ def executable_for(graph, target, config, *, wait: bool | None = None):
     entry = _from_disk(graph, target, disk, disk_key)
     if entry is not None:
         memory_cache.put(key, entry)
+        size_families.note(graph, lambda: fx_module_of(graph), target, config)
         return entry
     return _miss(graph, target, config, key, disk, disk_key, dumper,
                  background() if wait is None else not wait)

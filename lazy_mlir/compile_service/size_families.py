@@ -107,6 +107,17 @@ def dynamic_executable(graph, gm, target, config, memory_key, compile_plan):
     return DynamicAnswer(entry, True)
 
 
+def note(graph, gm_of, target, config) -> None:
+    """A graph served from the disk is its family's first size in this
+    process, as a compiled one would be (``gm_of()``: its fx module), so
+    that a second size makes the plan in every process alike."""
+    if not enabled(target) or not getattr(graph, "in_worker", True):
+        return
+    fkey, sizes = family_of(gm_of())
+    if fkey is not None:
+        _families.setdefault((fkey, target.cache_key, config.key), Family(sizes))
+
+
 def forget() -> None:
     """Every family forgotten (with the memory cache: ``lm.reset``)."""
     _families.clear()

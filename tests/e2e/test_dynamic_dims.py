@@ -137,3 +137,26 @@ def test_background_plan_modules_check_their_result_shapes(counters, monkeypatch
         lookup.wait_for_compiles()
     plans = [e for e in memory_cache._entries.values() if getattr(e, "dynamic_dims", False)]
     assert plans and counters.delta("DynamicShapeCompile") >= 1
+
+
+def test_a_new_process_finds_the_plan_on_disk(counters, monkeypatch):
+    """The first size served from the disk still starts its family (as a
+    compiled one would), so a later process makes the same plan at the same
+    second size and loads its module from the disk: nothing compiles."""
+    from lazy_mlir.compile_service import size_families
+    from lazy_mlir.compile_service.memory_cache import memory_cache
+    monkeypatch.setenv("LAZY_MLIR_COMPILE", "wait")
+    x = torch.randn(3, 31)
+
+    def run():
+        for n in (10, 14, 18):
+            out = (lazy(x[:, :n]) * 7).sum(1)
+            lm.mark_step()
+            torch.testing.assert_close(out.cpu(), (x[:, :n] * 7).sum(1))
+    run()
+    memory_cache.clear()  # (what a new process starts with)
+    size_families.forget()
+    counters.snapshot()
+    run()
+    assert counters.delta("UncachedCompile") == 0
+    assert counters.delta("DynamicShapeHit") == 1 and counters.delta("PersistentCacheHit") >= 2
