@@ -76,6 +76,21 @@ def producer(value):
     return value.owner if isinstance(value, ir.OpResult) else None
 
 
+TENSOR_VIEWS = frozenset({"tensor.extract_slice", "tensor.expand_shape",
+                          "tensor.collapse_shape", "tensor.cast"})
+
+
+def viewed(value):
+    """The tensor ``value`` is a view of (through ``TENSOR_VIEWS``: slices,
+    reshapes and casts), or ``value`` itself."""
+    for _ in range(64):
+        op = producer(value)
+        if op is None or op.name not in TENSOR_VIEWS:
+            return value
+        value = op.operands[0]
+    return value
+
+
 def i64_array(op, attribute: str) -> list[int] | None:
     """A ``DenseI64ArrayAttr`` of ``op`` (a transpose's permutation) as a list."""
     if attribute not in op.attributes:

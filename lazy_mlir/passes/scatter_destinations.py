@@ -24,25 +24,13 @@ from __future__ import annotations
 from ..dialects import linalg_edit as E
 
 IN_PLACE = ("tm_tensor.scatter",)
-_VIEWS = ("tensor.expand_shape", "tensor.collapse_shape", "tensor.cast",
-          "tensor.extract_slice")
 MARK = "lazy_mlir.own_destination"
-
-
-def _root(value):
-    """The tensor ``value`` is a view of (through reshapes, casts, slices)."""
-    for _ in range(64):
-        op = E.producer(value)
-        if op is None or op.name not in _VIEWS:
-            return value
-        value = op.operands[0]
-    return value
 
 
 def _read_elsewhere(value, op) -> bool:
     """Whether the tensor ``value`` views, or any view of it, is used by an
     operation other than ``op`` and the views between."""
-    todo, seen = [_root(value)], set()
+    todo, seen = [E.viewed(value)], set()
     while todo:
         v = todo.pop()
         if v in seen:
@@ -53,7 +41,7 @@ def _read_elsewhere(value, op) -> bool:
             owner = owner.operation if hasattr(owner, "operation") else owner
             if owner == op.operation:
                 continue
-            if owner.name in _VIEWS and use.operand_number == 0:
+            if owner.name in E.TENSOR_VIEWS and use.operand_number == 0:
                 todo.extend(owner.results)
             else:
                 return True

@@ -20,18 +20,6 @@ from __future__ import annotations
 from ..dialects import linalg_edit as E
 
 BARRIER = "util.optimization_barrier"
-_VIEWS = {"tensor.extract_slice", "tensor.expand_shape", "tensor.collapse_shape", "tensor.cast"}
-
-
-def _viewed(value):
-    """The tensor ``value`` is a view of (through slices, reshapes and
-    casts), or ``value`` itself."""
-    for _ in range(64):
-        op = E.producer(value)
-        if op is None or op.name not in _VIEWS:
-            return value
-        value = op.operands[0]
-    return value
 
 
 def copy_self_inserts(module) -> int:
@@ -40,7 +28,7 @@ def copy_self_inserts(module) -> int:
     count = 0
     for op in E.ops_named(module, "tensor.insert_slice"):
         source, dest = op.operands[0], op.operands[1]
-        if E.producer(source) is not None and _viewed(source) == _viewed(dest):
+        if E.producer(source) is not None and E.viewed(source) == E.viewed(dest):
             E.barrier_before(op, 0, BARRIER)
             count += 1
     return count
