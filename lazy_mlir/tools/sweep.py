@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 
-from .sweep_report import write_report
+from .sweep_report import MODES, write_report
 
 HERE = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "sweep"
 RESULTS = HERE / "results.jsonl"
@@ -78,6 +78,24 @@ def run_child(name: str, steps: int, timeout: float, env: dict | None = None) ->
             "error": f"exit {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}"}
 
 
+def merged(new: dict, old: dict | None) -> dict:
+    """``new`` with the modes it did not run taken from ``old`` (a rerun of
+    one mode, ``LAZY_MLIR_SWEEP_MODES=train_step``, keeps the entry's
+    earlier plain-loop result); ``kept`` names the modes so taken."""
+    if not old or new.get("status") != "ran" or old.get("status") != "ran":
+        return new
+    kept = [m for m in MODES if m in old and m not in new]
+    if not kept:
+        return new
+    out = dict(new)
+    for m in kept:
+        out[m] = old[m]
+    if "no_dropout" in old and "no_dropout" not in out:
+        out["no_dropout"] = old["no_dropout"]
+    out["kept"] = kept
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m lazy_mlir.tools.sweep", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -105,11 +123,12 @@ def main(argv=None) -> int:
     if args.list:
         print("\n".join(names))
         return 0
-    done = {} if args.redo else recorded(args.results)
+    earlier = recorded(args.results)
+    done = {} if args.redo else earlier
     todo = [n for n in names if n not in done or done[n].get("status") in args.redo_status]
     args.results.parent.mkdir(parents=True, exist_ok=True)
     for i, name in enumerate(todo):
-        rec = run_child(name, args.steps, args.timeout)
+        rec = merged(run_child(name, args.steps, args.timeout), earlier.get(name))
         with args.results.open("a") as f:
             f.write(json.dumps(rec) + "\n")
         print(f"[{i + 1}/{len(todo)}] {name}: {rec.get('status')} "

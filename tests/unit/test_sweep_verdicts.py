@@ -36,3 +36,13 @@ def test_a_mismatch_gone_without_dropout_is_the_dropout_stream():
     assert verdict(rec, "plain") == "mismatch"
     rec["no_dropout"] = {"loss_difference": 0.05, "eager_perturbed_difference": 0.2}
     assert verdict(rec, "plain") == "unstable"
+
+
+def test_a_rerun_of_one_mode_keeps_the_other_modes_result():
+    from lazy_mlir.tools.sweep import merged
+    old = {"name": "x", "status": "ran", "plain": {"fallback_ops": 0}, "eager": {}}
+    new = {"name": "x", "status": "ran", "train_step": {"fallback_ops": 1}, "eager": {}}
+    out = merged(new, old)
+    assert out["plain"] == old["plain"] and out["train_step"] == new["train_step"]
+    assert out["kept"] == ["plain"]
+    assert merged({"name": "x", "status": "died"}, old) == {"name": "x", "status": "died"}
