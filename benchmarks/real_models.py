@@ -3,6 +3,7 @@
     python benchmarks/real_models.py [--size tiny|medium] [--models gpt2,bert,...]
         [--backends eager,compile,ts_lazy,lazy_mlir,lazy_mlir_step,lazy_mlir_compile] [--steps N]
         [--warmup W] [--rounds R] [--out FILE.md] [--log-dir DIR] [--warm-caches] [--no-floor]
+        [--autocast bf16|fp16]
 
 The models are ``lazy_mlir.models.real``' (GPT-2, BERT, ViT, ResNet
 from transformers configs, an LSTM and an nn.TransformerEncoder language
@@ -30,6 +31,12 @@ ones, the median over eager's, and the step-1 loss against eager's. A row
 whose process kept more than ``GROWTH_NOTED_MB`` more resident memory over
 its timed steps says so in its notes (a leak shows there first).
 
+``--autocast bf16`` runs every forward and loss under autocast: eager and
+both ``torch.compile`` rows under ``torch.autocast("cpu", dtype)``, the
+lazy-mlir rows under ``lm.autocast("lazy", dtype)`` (eager CPU autocast's
+policy), backward and ``optimizer.step()`` outside, as PyTorch's recipe has
+it. TorchScript's lazy backend has no autocast (its row is refused).
+
 A second table gives each model's compute floor (``_roofline.py``): the
 step's FLOPs at the best float32 matmul rate measured on this host, against
 eager's median. No float32 backend runs a step faster, so a ratio goal below
@@ -49,6 +56,7 @@ import _harness as H  # noqa: E402
 SIZES = ("tiny", "medium")
 N_BATCHES = 4
 DEFAULT_STEPS = {"tiny": 20, "medium": 8}
+AUTOCAST_ENV = "BENCH_AUTOCAST"  # the driver's --autocast, read by its workers
 
 
 def suite_module():
@@ -62,14 +70,50 @@ def suite_module():
 # ``step(batch) -> loss`` runs one training step on a batch already on
 # ``device``; ``sync()`` ends it (mark_step on the lazy backends).
 
-def _plain_step(rm, model, opt):
+def autocast_dtype():
+    """The ``--autocast`` dtype the driver passed down (None: float32)."""
+    import torch
+    name = os.environ.get(AUTOCAST_ENV, "")
+    return {"": None, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
+
+
+def _region(device: str):
+    """A context manager factory: the forward's autocast region on ``device``."""
+    import contextlib
+
+    import torch
+    dtype = autocast_dtype()
+    if dtype is None:
+        return contextlib.nullcontext
+    if device == "lazy":
+        import lazy_mlir as lm
+        return lambda: lm.autocast("lazy", dtype=dtype)
+    return lambda: torch.autocast("cpu", dtype=dtype)
+
+
+def _plain_step(rm, model, opt, device="cpu"):
+    region = _region(device)
+
     def step(batch):
         opt.zero_grad(set_to_none=True)
-        loss = rm.loss(model, batch)
+        with region():
+            loss = rm.loss(model, batch)
         loss.backward()
         opt.step()
         return loss
     return step
+
+
+class _InRegion:
+    """``fn`` called under ``region()`` (compile_train_step records what it
+    calls; the region must be inside the step, around forward and loss)."""
+
+    def __init__(self, fn, region):
+        self.fn, self.region = fn, region
+
+    def __call__(self, *args, **kwargs):
+        with self.region():
+            return self.fn(*args, **kwargs)
 
 
 def run_eager(rm):
@@ -97,6 +141,8 @@ def run_lazy_mlir_compile(rm):
 def run_ts_lazy(rm):
     import torch._lazy
     import torch._lazy.ts_backend
+    if autocast_dtype() is not None:
+        raise RuntimeError("TorchScript's lazy backend has no autocast")
     torch._lazy.ts_backend.init()
     model = rm.make().to("lazy")
     opt = rm.optimizer(model, capturable=False)
@@ -106,15 +152,20 @@ def run_ts_lazy(rm):
 def run_lazy_mlir(rm):
     import lazy_mlir as lm
     model = rm.make().to("lazy")
-    return "lazy", model, _plain_step(rm, model, rm.optimizer(model)), lm.mark_step
+    return "lazy", model, _plain_step(rm, model, rm.optimizer(model), "lazy"), lm.mark_step
 
 
 def run_lazy_mlir_step(rm):
     import lazy_mlir as lm
     model = rm.make().to("lazy")
     opt = rm.optimizer(model)
-    step = (lm.compile_train_step(model, opt) if rm.computes_own_loss
-            else lm.compile_train_step(model, rm.loss_fn, opt))
+    region = _region("lazy")
+    if autocast_dtype() is not None:  # forward and loss in the region, inside the step
+        forward = model.forward
+        model.forward = _InRegion(forward, region)
+    loss_fn = None if rm.computes_own_loss else _InRegion(rm.loss_fn, region)
+    step = (lm.compile_train_step(model, opt) if loss_fn is None
+            else lm.compile_train_step(model, loss_fn, opt))
     return "lazy", model, lambda batch: step(**batch), lm.mark_step
 
 
@@ -209,6 +260,8 @@ def parse_args(argv=None):
     p.add_argument("--warm-caches", action="store_true",
                    help="use the user's compile caches (default: a fresh one per worker, so "
                         "the first step is a cold compile)")
+    p.add_argument("--autocast", default=None, choices=("bf16", "fp16"),
+                   help="forward and loss under autocast to this dtype (every row)")
     # internal: one worker
     p.add_argument("--_worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--model", default=None, help=argparse.SUPPRESS)
@@ -270,6 +323,7 @@ def main(argv=None) -> int:
         return 0
     from rich.console import Console
     console = Console(stderr=True)
+    os.environ[AUTOCAST_ENV] = a.autocast or ""  # the workers inherit it
     suite = suite_module()
     models = _choices(a.models or ",".join(suite.MODEL_NAMES), suite.MODEL_NAMES, "model")
     backends = sorted(_choices(a.backends, tuple(RUNNERS), "backend"),
@@ -298,7 +352,8 @@ def main(argv=None) -> int:
                               f"({res['wall_s']:.1f} s)")
         rows += [H.Row(spec, b, H.merge_rounds(runs[b])) for b in backends]
     H.judge(rows)
-    title = (f"## Real models ({a.size}), AdamW, {steps} timed steps after {a.warmup} warmup, "
+    title = (f"## Real models ({a.size}){f', {a.autocast} autocast' if a.autocast else ''}, "
+             f"AdamW, {steps} timed steps after {a.warmup} warmup, "
              f"{'warm' if a.warm_caches else 'cold (empty)'} compile caches; "
              + H.environment_line(load0, t_start))
     H.print_report(rows, f"real models, {a.size}", title, a.out)
