@@ -28,13 +28,14 @@ def by_name(name: str) -> Entry:
 # A sample for CI: one entry per root cause fixed (the comment says which);
 # each has its own small regression test too. More in ``SLOW_SAMPLE``.
 CI_SAMPLE = (
-    "hf/image-classification/convnext",       # a view of a restrided layer_norm (ops/restride.py)
     "hf/causal-lm/llama",                     # SiLU backward's in-place ops (ops/subgraph.py)
 )
 # Known to fail, with why: the slow test expects the failure (strict xfail)
 # until it is fixed. (Mixtral was here until in_place.unshare_sort_operands.)
 KNOWN_FAILURES: dict[str, str] = {}
 SLOW_SAMPLE = CI_SAMPLE + (
+    "hf/image-classification/convnext",       # a view of a restrided layer_norm (ops/restride.py;
+                                              # CI: tests/e2e/test_restride.py)
     "nn/lstm",                                # recurrent layers with dropout between
     "hf/causal-lm/mixtral",                   # integer histc, _grouped_mm, the router's sorts
     "nn/conv2d",                              # convolutions, depthwise

@@ -92,7 +92,7 @@ def _graph(x: torch.Tensor, k: float) -> torch.Tensor:
     return ((x.to("lazy") * k).tanh() + 1).cpu()
 
 
-@pytest.mark.parametrize("how", ["segv", "kill"])
+@pytest.mark.parametrize("how", ["segv", pytest.param("kill", marks=pytest.mark.slow)])  # (CI: one way of dying)
 def test_a_worker_dying_mid_compile_costs_one_graph(workers, monkeypatch, how, caplog):
     x = torch.randn(6, 5)
     monkeypatch.setenv("LAZY_MLIR_TEST_WORKER_CRASH", how)

@@ -80,6 +80,7 @@ def test_step_nodes_are_not_promoted_and_thresholds_come_back(default_thresholds
     assert sum(type(o) is Node for o in gc.get_objects()) <= baseline  # nothing kept
 
 
+@pytest.mark.slow  # the counterfactual of the test above (CI runs that one)
 def test_without_the_hold_the_step_nodes_are_promoted(default_thresholds, monkeypatch):
     """The check above can fail: with the collector not held (as before),
     the young passes during capture promote the step's nodes (the backward

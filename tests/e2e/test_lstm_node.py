@@ -50,7 +50,8 @@ def _rnn_counters(c: Counters) -> dict:
     return {n: c.delta(n) for n in names if c.delta(n)}
 
 
-@pytest.mark.parametrize("limit", [0, 10**6], ids=["loops", "unrolled"])
+@pytest.mark.parametrize("limit", [0, pytest.param(10**6, marks=pytest.mark.slow)],
+                         ids=["loops", "unrolled"])  # (CI: the loops; unrolled with --runslow)
 def test_recorded_as_one_node_each_way_and_trains_like_eager(limit, monkeypatch):
     """One training step (forward, backward, SGD) and an inference forward,
     in one graph: the loss, every gradient, the updated parameters and the

@@ -176,7 +176,8 @@ def _train(name: str, target: str, compiled: bool, steps: int = 6, **dims):
         lm.set_target("cpu")
 
 
-@pytest.mark.parametrize("compiled", [False, True], ids=["loop", "compile_train_step"])
+@pytest.mark.parametrize("compiled", [pytest.param(False, marks=pytest.mark.slow), True],
+                         ids=["loop", "compile_train_step"])  # (CI: the loop on Vulkan runs in the stress test)
 def test_one_layer_sample_trains_on_vulkan_like_cpu(compiled, vulkan_session):
     """CI's sample of the suite on Vulkan: the TransformerEncoder LM, one
     layer deep, 3 steps (step 0's graph creates AdamW's state, step 1's is
