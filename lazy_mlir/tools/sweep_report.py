@@ -12,7 +12,8 @@ WARMUP = 5  # steps before the steady state (sweep_run says why)
 
 def verdict(rec: dict, mode: str) -> str:
     """``crash``, ``eager-graph`` (a whole graph ran eagerly), ``fallback``,
-    ``mismatch``, ``recompiles`` or ``ok`` for one mode of a run entry;
+    ``mismatch``, ``not-replayed`` (``compile_train_step`` ran every step
+    as the plain lazy step), ``recompiles`` or ``ok`` for one mode of a run entry;
     ``not-run`` where the entry was run without that mode (a triage run of
     the plain loop only, ``LAZY_MLIR_SWEEP_MODES=plain``)."""
     if mode not in rec:
@@ -31,6 +32,8 @@ def verdict(rec: dict, mode: str) -> str:
         if again.get("eager_perturbed_difference", 0) > TOLERANCE:
             return "unstable"  # (eager with weights nudged by 1e-6 is as far from eager)
         return "mismatch"
+    if mode == "train_step" and out.get("replayed") == 0:
+        return "not-replayed"
     if _compiles_after_warmup(out):
         return "recompiles"
     return "ok"
@@ -63,8 +66,8 @@ def summary(records: dict[str, dict]) -> list[str]:
         for r in ran:
             v = verdict(r, mode)
             counts[v] = counts.get(v, 0) + 1
-        clean = sum(1 for r in ran if verdict(r, mode) in ("ok", "recompiles", "mismatch",
-                                                              "dropout-rng", "unstable")
+        clean = sum(1 for r in ran if verdict(r, mode) in (
+                        "ok", "recompiles", "mismatch", "not-replayed", "dropout-rng", "unstable")
                     and not (r.get(mode) or {}).get("fallback_ops"))
         ratios = [x for x in (_ratio(r, mode) for r in ran
                               if verdict(r, mode) in ("ok", "dropout-rng")) if x]
@@ -92,6 +95,8 @@ def _cell(rec: dict, mode: str) -> str:
         parts.append(f"{ratio:.2f}x")
     if out.get("compiles"):
         parts.append(f"{out['compiles']} c / {out.get('compile_s', 0):.0f} s")
+    if v == "not-replayed" and out.get("refused"):
+        parts.append(f"({out['refused'][0][:80]})")
     if out.get("loss_difference", 0) > TOLERANCE:
         parts.append(f"Δ{out['loss_difference']:.1e}")
         again = rec.get("no_dropout") or {}
@@ -127,7 +132,8 @@ def write_report(records: dict[str, dict], path: pathlib.Path) -> str:
         "a mismatch is run again without dropout: `dropout-rng` where the losses then "
         "match eager's; `unstable` where they do not, but eager itself with every weight "
         "scaled by 1+1e-6 ends as far from its own losses: a chaotic tiny model, not a wrong "
-        "value), "
+        "value), `not-replayed` (`compile_train_step` ran every step as the plain lazy step; "
+        "the reason it gave in brackets), "
         "`recompiles` (a compile after the first five steps: the first step, the steady step, "
         "and on the fourth or fifth the early-output split of the loss read), `ok`. Cells: verdict, "
         "fallback ops, step time against eager (after warm-up), compiles / compile seconds; "

@@ -11,6 +11,7 @@ entry, so a crash or a hang costs that entry only.
 """
 from __future__ import annotations
 
+import logging
 import os
 import statistics
 import time
@@ -79,7 +80,32 @@ def _counters() -> dict:
     return {n: metrics.counter_value(n) for n in metrics.counter_names()}
 
 
+class _Refusals(logging.Handler):
+    """The reasons ``compile_train_step`` gave for running the plain step."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.reasons: list[str] = []
+
+    def emit(self, record):
+        text = record.getMessage()
+        if "compile_train_step runs the plain" in text:
+            self.reasons.append(text.split(": ", 1)[-1][:300])
+
+
 def _lazy(entry, steps: int, mode: str) -> dict:
+    refusals = _Refusals()
+    logging.getLogger("lazy_mlir").addHandler(refusals)
+    try:
+        out = _lazy_steps(entry, steps, mode)
+    finally:
+        logging.getLogger("lazy_mlir").removeHandler(refusals)
+    if mode == "train_step":
+        out["refused"] = refusals.reasons
+    return out
+
+
+def _lazy_steps(entry, steps: int, mode: str) -> dict:
     import lazy_mlir as lm
     from lazy_mlir import metrics
     metrics.reset()
@@ -117,6 +143,7 @@ def _lazy(entry, steps: int, mode: str) -> dict:
         "compile_s": round(seconds, 2),
         "ops_per_step": round(captured / max(steps, 1), 1),
         "replayed": counters.get("TrainStepReplayed", 0),
+        "plain_steps": counters.get("TrainStepPlain", 0),
     }
 
 

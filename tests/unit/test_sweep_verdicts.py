@@ -46,3 +46,11 @@ def test_a_rerun_of_one_mode_keeps_the_other_modes_result():
     assert out["plain"] == old["plain"] and out["train_step"] == new["train_step"]
     assert out["kept"] == ["plain"]
     assert merged({"name": "x", "status": "died"}, old) == {"name": "x", "status": "died"}
+
+
+def test_a_train_step_never_replayed_is_not_replayed():
+    rec = {"train_step": {"compiles_by_step": [1, 2, 2, 2, 2, 2], "loss_difference": 0.0,
+                          "replayed": 0, "refused": ["a state tensor is a view of another"]}}
+    assert verdict(rec, "train_step") == "not-replayed"
+    rec["train_step"]["replayed"] = 2
+    assert verdict(rec, "train_step") == "ok"
