@@ -32,8 +32,13 @@ def _names(only: list[str], sample: bool) -> list[str]:
     from lazy_mlir.models.sweep import CI_SAMPLE, all_entries
     if sample:
         return list(CI_SAMPLE)
-    names = [e.name for e in all_entries() if not only or any(o in e.name for o in only)]
+    names = [e.name for e in all_entries() if not only or any(_matches(o, e.name) for o in only)]
     return _round_robin(names)
+
+
+def _matches(only: str, name: str) -> bool:
+    """``--only``: names containing it; ending in ``$``, that name only."""
+    return name == only[:-1] if only.endswith("$") else only in name
 
 
 def _round_robin(names: list[str]) -> list[str]:
@@ -99,7 +104,8 @@ def merged(new: dict, old: dict | None) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m lazy_mlir.tools.sweep", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--only", action="append", default=[], help="names containing this")
+    p.add_argument("--only", action="append", default=[],
+                   help="names containing this (ending in $: this name only)")
     p.add_argument("--sample", action="store_true", help="the CI sample only")
     p.add_argument("--list", action="store_true")
     p.add_argument("--steps", type=int, default=7)
