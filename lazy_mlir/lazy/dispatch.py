@@ -23,6 +23,7 @@ from ..graph.ir import TensorSpec, Value, arg_signature
 from ..ops import support as _support
 from . import bounds, decompose, eager_checks, empty_inputs, fallback, random, shapes
 from . import collectives as _collectives
+from . import host_eval as _host_eval
 from . import foreach as _foreach
 from . import fused_optim as _fused_optim
 from . import recompute as _recompute
@@ -483,9 +484,10 @@ def _sync_op(func, args, kwargs):
     if func._schema.is_mutable:  # (_amp_foreach_*_, _fused_adagrad_): to_host gives the
         # device data's own host tensor, which must not be written: copies, written back
         return _foreach.run_eagerly(func, args, kwargs, "it writes arguments and returns nothing")
-    metrics.counter_inc("sync::" + func.__name__.split(".")[0])
     flat, tree = argtree.flatten(args, kwargs)  # (not torch's pytree: a step's item() pays it)
-    hargs, hkwargs = argtree.unflatten(
+    folded = _dry_run[0] is None and _host_eval.values(flat, value_of)
+    metrics.counter_inc(("folded::" if folded else "sync::") + func.__name__.split(".")[0])
+    hargs, hkwargs = argtree.unflatten(folded or
         [to_host(a) if isinstance(a, LazyTensor) else a for a in flat], tree)
     return func(*hargs, **hkwargs)
 
