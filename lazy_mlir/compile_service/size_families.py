@@ -107,6 +107,19 @@ def dynamic_executable(graph, gm, target, config, memory_key, compile_plan):
     return DynamicAnswer(entry, True)
 
 
+def plan_of(entry) -> SizePlan | None:
+    """The plan whose loaded module ``entry`` is (what a front end that
+    replays a module on inputs of new sizes checks them against); None for
+    any other entry."""
+    if not getattr(entry, "dynamic_dims", False) or entry.state != LOADED:
+        return None
+    for family in _families.values():
+        for plan, key in family.plans:
+            if key is not None and memory_cache.get(key) is entry:
+                return plan
+    return None
+
+
 def note(graph, gm_of, target, config) -> None:
     """A graph served from the disk is its family's first size in this
     process, as a compiled one would be (``gm_of()``: its fx module), so

@@ -38,7 +38,7 @@ Guarantees:
 
 - A replay happens only under the conditions of its recording: the same
   batch structure (positional count, keyword names, non-tensor values), shapes
-  and dtypes, the same state tensor objects, the same
+  and dtypes (or other batch sizes, below), the same state tensor objects, the same
   hyperparameters and non-tensor optimizer state (a learning-rate scheduler's
   change records again, once), the same ``train()``/``eval()`` modes (of
   the modules the model had when the step was made), grad
@@ -66,8 +66,13 @@ Guarantees:
   with in-graph flags, so an out-of-range one in a replayed batch raises at
   the next sync, as in the plain step.
 
+- A batch of a new shape replays without recording where only dynamic
+  sizes changed (``train_step_sizes``: once two recordings at two batch
+  shapes agree but for their sizes, any other size their module with
+  dynamic dimensions admits); ``dynamic=False`` records at every shape.
+
 Counters: ``TrainStepRecorded``, ``TrainStepReplayed``, ``TrainStepPlain``,
-``TrainStepRefused``.
+``TrainStepRefused``, ``TrainStepNewSize``.
 """
 from __future__ import annotations
 
@@ -80,6 +85,8 @@ from ..lazy import bounds, early_outputs, random
 from .. import metrics
 from ..lazy.capture import assign, emit, value_of
 from ..lazy.collectives import NAMES as COLLECTIVES
+from ..compile_service.executable import LOADED
+from . import train_step_sizes as sizes
 from ..lazy.autocast import state as autocast_state
 from ..graph.ir import DeviceData, Value
 from ..lazy.sync import current_target, execute, launch, mark_step, run_entry
@@ -91,14 +98,16 @@ _HASHABLE = (int, float, bool, str, type(None), tuple, frozenset)
 
 
 def compile_train_step(model, loss_fn=None, optimizer=None, *,
-                       target_key: str = "labels") -> "CompiledTrainStep":
+                       target_key: str = "labels", dynamic: bool = True) -> "CompiledTrainStep":
     """``step``: one training step, replayed as one compiled graph once it
     repeats (see the module docstring for the call forms).
 
     ``compile_train_step(model, loss_fn, optimizer)``, or
     ``compile_train_step(model, optimizer)`` for a model that returns its own
     loss. ``target_key``: with a keyword batch and a ``loss_fn``, the entry
-    given to ``loss_fn`` as the target instead of to the model."""
+    given to ``loss_fn`` as the target instead of to the model. ``dynamic``:
+    a batch of a new shape may replay on a module with dynamic dimensions
+    (``train_step_sizes``); False records at every batch shape."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError("lm.compile_train_step takes an nn.Module")
     if optimizer is None and isinstance(loss_fn, torch.optim.Optimizer):
@@ -110,7 +119,7 @@ def compile_train_step(model, loss_fn=None, optimizer=None, *,
     if loss_fn is not None and not callable(loss_fn):
         raise TypeError(f"lm.compile_train_step: loss_fn must be callable (or None for a model "
                         f"that returns its loss), not {type(loss_fn).__name__}")
-    return CompiledTrainStep(model, loss_fn, optimizer, target_key)
+    return CompiledTrainStep(model, loss_fn, optimizer, target_key, dynamic)
 
 
 class _Call:
@@ -169,6 +178,8 @@ class _Plan:
     def __init__(self, graph, entry, checks, n_lead, slots, seeds):
         self.key = graph.key
         self.entry = entry
+        self.n_lead = n_lead
+        self.family = None  # (size-family key, sizes) of its graph (``train_step_sizes``)
         self.checks = checks  # (exception type, message) per index-check flag
         # per output: ("state", i) | ("grad", i) | ("new", None) | ("loss", None) | ("flag", None)
         self.slots = slots
@@ -190,8 +201,10 @@ class _Plan:
 
 
 class CompiledTrainStep:
-    def __init__(self, model, loss_fn, optimizer, target_key: str = "labels"):
+    def __init__(self, model, loss_fn, optimizer, target_key: str = "labels",
+                 dynamic: bool = True):
         self.model = model
+        self.dynamic = dynamic
         self.loss_fn = loss_fn
         self.optimizer = optimizer
         self.target_key = target_key
@@ -200,6 +213,8 @@ class CompiledTrainStep:
         self._modules = list(model.modules())
         self._plans: dict = {}     # guard -> _Plan (replay) or str (why not)
         self._recorded: dict = {}  # guard -> the last recording, until two agree
+        self._by_rank: dict = {}   # size-free guard -> (guard, its last recording)
+        self._variants: dict = {}  # size-free guard -> SizeVariant (other batch sizes)
 
     # -- what a recording depends on ----------------------------------------
     def _params(self) -> list:
@@ -260,6 +275,8 @@ class CompiledTrainStep:
         guard = self._guard(call, state) if call.hashable() else None
         if guard is not None:
             plan = self._plans.get(guard)
+            if plan is None and self._variants:
+                plan = self._new_size(guard, call, state)
         elif call.hashable():
             plan = "a hyperparameter is a tensor"
         else:
@@ -299,6 +316,8 @@ class CompiledTrainStep:
         the guard cannot see (a global flag the forward reads)."""
         self._plans.clear()
         self._recorded.clear()
+        self._by_rank.clear()
+        self._variants.clear()
 
     def _plain(self, call: _Call, mark: bool = True) -> torch.Tensor:
         """The step on the lazy device; ``mark``: then ``mark_step()``, as the
@@ -351,14 +370,14 @@ class CompiledTrainStep:
             mark_step()
             return loss
         plan = self._launch(state, lead, loss, drawn)
-        last = self._recorded.get(guard)
-        if last is not None and plan.same_as(last):
-            self._plans[guard] = plan
-            self._recorded.pop(guard)
-        elif last is not None:
+        last = self._recorded.pop(guard, None)
+        if last is not None and not plan.same_as(last):
             self._refuse(call, [], "a value the step computes on the host changes from "
                                     "step to step (two recordings differ)")
-        else:
+        elif last is not None:
+            self._plans[guard] = plan
+            self._vary(guard, plan, len(state))
+        elif not self._vary(guard, plan, len(state)):
             self._recorded[guard] = plan
         metrics.counter_inc("TrainStepRecorded")
         return loss
@@ -401,6 +420,8 @@ class CompiledTrainStep:
         by_id = {id(d): i for i, d in enumerate(graph.inputs[len(lead):])}
         seeds = tuple(sorted(by_id[id(d)] for d in drawn if id(d) in by_id))
         plan = _Plan(graph, entry, checks, len(lead), slots, seeds)
+        if self.dynamic:
+            plan.family = sizes.family(graph, current_target())
         cleared = {id(p) for g in self.optimizer.param_groups for p in g["params"]}
         given = {i for k, i in slots if k == "grad"}
         plan.no_grad = tuple(i for i, (_, _, t) in enumerate(state)
@@ -438,3 +459,36 @@ class CompiledTrainStep:
         metrics.counter_inc("TrainStepReplayed")
         return loss
 
+    # -- other batch sizes (``train_step_sizes``) -----------------------------
+    def _vary(self, guard, plan: _Plan, n_state: int) -> bool:
+        """Keep ``plan`` as its batch ranks' last recording; where it agrees
+        but for sizes with the last one at another batch shape, both replay
+        from now on and the variant serves other sizes. Whether it did."""
+        if plan.family is None:
+            return False
+        loose = sizes.size_free(guard)
+        last = self._by_rank.get(loose)
+        self._by_rank[loose] = (guard, plan)
+        if (loose in self._variants or last is None or last[0] == guard
+                or isinstance(self._plans.get(last[0]), str)):  # (refused: host values vary)
+            return False
+        variant = sizes.agree(plan, last[1], n_state)
+        if variant is None:
+            return False
+        self._variants[loose] = variant
+        for g, own in ((guard, plan), last):  # (each on its own module where it is loaded)
+            self._recorded.pop(g, None)
+            if not isinstance(self._plans.get(g), str):
+                self._plans[g] = own if own.entry.state == LOADED else variant.plan
+        return True
+
+    def _new_size(self, guard, call: _Call, state) -> _Plan | None:
+        """The variant's plan where it admits this call's batch shapes
+        (kept under ``guard``: replayed from now on), else None."""
+        variant = self._variants.get(sizes.size_free(guard))
+        plan = variant and variant.plan_for([t for _, _, t in state] + call.tensors)
+        if plan is None:
+            return None
+        self._plans[guard] = plan
+        metrics.counter_inc("TrainStepNewSize")
+        return plan

@@ -7,6 +7,7 @@ to ``LazyTensor.__torch_dispatch__``.
 from __future__ import annotations
 
 import warnings
+import weakref
 
 import torch
 
@@ -66,22 +67,38 @@ def _host_factory(op):
     uploaded once, not computed, uploaded and made a new input each step.
     Sharing it is safe: nothing writes device data (a write rebinds the
     tensor's storage)."""
-    shared = op not in _RANDOM_FACTORIES
-
     def kernel(*args, **kwargs):
-        kwargs["device"] = _CPU
-        key = _factory_key(op, args, kwargs) if shared else None
-        if key is not None:
-            value = _factory_values.get(key)
-            if value is not None:
-                return wrap_value(value)
-        value = data_value(op(*args, **kwargs))
-        if key is not None and _numel(value.spec.shape) <= _SHARED_NUMEL:
+        return wrap_value(factory_value(op, args, kwargs))
+    return kernel
+
+
+def factory_value(op, args, kwargs):
+    """The value of a host factory's call (shared per constant arguments
+    where deterministic; then ``made_by`` its data gives the call)."""
+    kwargs = dict(kwargs, device=_CPU)
+    key = _factory_key(op, args, kwargs) if op not in _RANDOM_FACTORIES else None
+    if key is not None:
+        value = _factory_values.get(key)
+        if value is not None:
+            return value
+    value = data_value(op(*args, **kwargs))
+    if key is not None:
+        _made[value.data] = (op, args, kwargs)
+        if _numel(value.spec.shape) <= _SHARED_NUMEL:
             if len(_factory_values) >= 256:
                 _factory_values.clear()
             _factory_values[key] = value
-        return wrap_value(value)
-    return kernel
+    return value
+
+
+def made_by(data) -> tuple | None:
+    """(op, args, kwargs) of the deterministic host factory call whose
+    result ``data`` is (``compile_train_step`` makes it again at a new
+    batch size: ``arange(t)``); None for other data."""
+    return _made.get(data)
+
+
+_made: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 _CPU = torch.device("cpu")

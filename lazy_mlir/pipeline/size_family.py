@@ -111,6 +111,18 @@ class SizePlan:
                 return False
         return guards_hold(self.guards, values)
 
+    def admits_shapes(self, shapes, contiguous) -> bool:
+        """Whether the module of this plan takes inputs of ``shapes`` (with
+        ``contiguous``), its integers then being the plan's expressions of
+        the new sizes: a graph not traced (``compile_train_step``'s replay
+        at a new batch size), assumed to be the family's at those sizes."""
+        values = self.class_sizes(Sizes(tuple(shapes), tuple(contiguous), self.sizes.ints))
+        return values is not None and guards_hold(self.guards, values)
+
+    def dynamic_inputs(self) -> set[int]:
+        """The positions of the inputs with a dynamic dimension."""
+        return {i for i, cls in enumerate(self.dims) if any(c is not None for c in cls)}
+
 
 def family_of(gm: fx.GraphModule) -> tuple[str | None, Sizes]:
     """(the family key of ``gm``'s structure, its sizes). The key is None
@@ -197,14 +209,14 @@ def derive_plan(first: Sizes, second: Sizes) -> SizePlan | None:
     exprs = []
     for p, (a, b) in enumerate(zip(first.ints, second.ints)):
         if a != b:
-            e = _explain(a, b, pairs)
+            e = explain(a, b, pairs)
             if e is None:
                 return None
             exprs.append((p, e))
     return SizePlan(tuple(dims), tuple(b for _, b in pairs), tuple(exprs), second)
 
 
-def _explain(a: int, b: int, pairs: list[tuple[int, int]]) -> Expr | None:
+def explain(a: int, b: int, pairs: list[tuple[int, int]]) -> Expr | None:
     """The simplest ``k * prod(classes) + add`` (k a positive integer; one
     class before a product of two) that is ``a`` at the first sizes and
     ``b`` at the second (``pairs``: each class's sizes). No division: a
