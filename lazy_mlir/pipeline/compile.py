@@ -27,9 +27,11 @@ from ..config import PipelineConfig
 from ..dialects.runner import PipelineError
 from ..targets import Target
 from .fx_graph import to_fx
-from .in_place import (argument_read_after_in_place_write, clobbered_args, returned_args,
-                       shared_sort_operands, unshare_sort_operands)
-from .stages import SYMBOLIC_MARK, Compiled, Stage, compile_stages, linalg_for_checks, lower
+from .in_place import (argument_read_after_in_place_write, barrier_results, clobbered_args,
+                       folded_into_written, returned_args, shared_sort_operands,
+                       unshare_sort_operands, writes_into_args)
+from .stages import (SYMBOLIC_MARK, Compiled, Stage, compile_stages, iree_phase,
+                     linalg_for_checks, lower)
 
 _SORT_LIKE = {"sort", "topk", "argsort", "msort", "kthvalue", "median", "nanmedian", "mode"}
 _IN_PLACE_LIKE = {"slice_scatter", "select_scatter", "copy_", "index_put", "as_strided_scatter"}
@@ -104,10 +106,43 @@ def compile_module(stages: tuple[Stage, ...], target: Target, config: PipelineCo
         stages = stages[:-1] + (replace(stages[-1], text=text),)
     _refuse_hazards(text)
     clobbered, passthrough = clobbered_args(text), returned_args(text)
+    stages = _keep_results_out_of_writes(stages, passthrough, target, config)
+    text = stages[-1].text
     if bind is not None:
         from ..dialects.export_import import bind_parameters
         stages = stages[:-1] + (replace(stages[-1], text=bind_parameters(text, *bind)),)
     return CompiledGraph(compile_stages(stages, target, config), clobbered, passthrough)
+
+
+def _keep_results_out_of_writes(stages: tuple[Stage, ...], passthrough, target: Target,
+                                config: PipelineConfig) -> tuple[Stage, ...]:
+    """``stages`` with the results IREE would return in an argument's buffer
+    that it also writes in place (``in_place.folded_into_written``) passed
+    through a barrier (``in_place.barrier_results``), read from IREE's
+    stream phase: a second, partial compile, of a module whose in-place ops
+    may write into an argument only (``in_place.writes_into_args``). Raises
+    ``InPlaceHazard`` where the barriers do not keep them out (checked again)."""
+    text = stages[-1].text
+    written = writes_into_args(text)
+    if not written:
+        return stages
+    unchanged = {k for k, _ in passthrough}  # (answered with the argument itself)
+    for attempt in range(2):
+        stream = iree_phase(stages, "stream", target, config, elide=True).text
+        folded = tuple(k for k in folded_into_written(stream, written) if k not in unchanged)
+        if not folded:
+            return stages
+        edited = barrier_results(text, folded) if attempt == 0 else None
+        if edited is None:
+            raise InPlaceHazard(f"lazy-mlir: IREE writes argument(s) {list(written)} in place "
+                                f"and returns results {list(folded)} in their buffers",
+                                f"results {list(folded)}", frozenset(_IN_PLACE_LIKE))
+        text = edited
+        last = stages[-1]
+        built_by = f"{last.provenance.built_by} + kept_results ({len(folded)} results)"
+        stages = stages[:-1] + (replace(last, text=text, provenance=replace(
+            last.provenance, built_by=built_by)),)
+    return stages
 
 
 def _refuse_hazards(text: str) -> None:

@@ -49,6 +49,99 @@ def returned_args(text: str) -> tuple[tuple[int, int], ...]:
     return tuple((i, int(o[4:])) for i, o in enumerate(operands) if re.fullmatch(r"%arg\d+", o))
 
 
+def writes_into_args(text: str) -> tuple[int, ...]:
+    """``main``'s arguments an in-place op may write into: the destination
+    of a ``tm_tensor`` op (``scatter``, ``sort``) or of an ``insert_slice``/
+    ``insert`` that is the argument, a view of it, or a ``linalg.copy`` of
+    either (``passes/scatter_destinations`` copies a destination read
+    elsewhere, and IREE elides that copy where the argument's other readers
+    fold away). Where none is, no result can be clobbered by folding
+    (``folded_returns``)."""
+    main = text.find("func.func @main(")
+    if main < 0:
+        return ()
+    body = text[main:]
+    source = dict(_views(body))
+    source.update(re.findall(r"(%[\w#]+) = linalg\.copy\b[^\n]*?ins\((%[\w#]+)\b", body))
+    dests = set(re.findall(r"tensor\.insert(?:_slice)? %[\w#]+ into (%[\w#]+)\[", body))
+    for m in re.finditer(r"tm_tensor\.\w+[^\n]*?outs\(([^)]*)\)", body):
+        dests.update(re.findall(r"%[\w#]+", m.group(1)))
+    found = set()
+    for value in dests:
+        for _ in range(len(source) + 1):  # up the views and copies to what they read
+            if value not in source:
+                break
+            value = source[value]
+        if re.fullmatch(r"%arg\d+", value):
+            found.add(int(value[4:]))
+    arity = main_arity(text)
+    return tuple(sorted(a for a in found if arity is None or a < arity))
+
+
+def folded_into_written(stream_text: str, written: tuple[int, ...]) -> tuple[int, ...]:
+    """Results of ``main`` that IREE returns in the buffer of an argument of
+    ``written`` (``writes_into_args``): the argument's own buffer view, or
+    an export of its imported buffer (a reshape of it), read from IREE's
+    stream phase. IREE's folders see through more than the linalg text
+    shows (``maximum(x, x)`` is ``x``, the export of an imported argument is
+    that argument), and it writes the argument's buffer in place for another
+    result all the same (iree-org/iree#16168): such a result comes back with
+    the writes (fuzzer seed 500180: ``v3 = maximum(v1, v1);
+    v1.index_add_(...)``, ``v3`` and ``v3.flatten()`` held the additions)."""
+    main = stream_text.find("util.func public @main(")
+    if main < 0 or not written:
+        return ()
+    body = stream_text[main:]
+    args = {f"%arg{n}" for n in written}
+    imports = {v for v, a in re.findall(r"(%[\w#]+) = stream\.tensor\.import\b[^\n]*? (%arg\d+) :",
+                                        body) if a in args}
+    views = {v for v, src in re.findall(r"(%[\w#]+) = stream\.tensor\.export\b[^\n]*? "
+                                        r"(%[\w#]+) :", body) if src in imports}
+    ret = re.search(r"^\s*util\.return (.*?) :", body, re.M)
+    if ret is None:
+        return ()
+    operands = [o.strip() for o in ret.group(1).split(",")]
+    return tuple(k for k, o in enumerate(operands) if o in args or o in views)
+
+
+def barrier_results(text: str, results: tuple[int, ...]) -> str | None:
+    """``text`` with ``main``'s results ``results`` returned through a
+    ``util.optimization_barrier`` each: IREE then keeps them out of the
+    buffer it writes in place (it copies the argument for the write), as it
+    does not for a result it folds into that argument (``folded_into_written``).
+    None where ``main``'s return is not found."""
+    main = text.find("func.func @main(")
+    ret = re.search(r"^(\s*)(?:func\.)?return (.*?) : (.*)$", text[main:], re.M) if main >= 0 else None
+    if ret is None:
+        return None
+    operands = [o.strip() for o in ret.group(2).split(",")]
+    types = _split_types(ret.group(3))
+    if len(types) != len(operands):
+        return None
+    indent, lines = ret.group(1), []
+    for k in results:
+        kept = f"%lazy_mlir_kept{k}"
+        lines.append(f'{indent}{kept} = "util.optimization_barrier"({operands[k]}) : '
+                     f"({types[k]}) -> {types[k]}")
+        operands[k] = kept
+    lines.append(f"{indent}return {', '.join(operands)} : {ret.group(3)}")
+    start, end = main + ret.start(), main + ret.end()
+    return text[:start] + "\n".join(lines) + text[end:]
+
+
+def _split_types(text: str) -> list[str]:
+    """A comma-separated list of types, split at the commas outside ``<>``."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        depth += (ch in "<([{") - (ch in ">)]}")
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    return out + [cur.strip()] if cur.strip() else out
+
+
 _SORT_LIKE = {"sort", "topk", "argsort", "msort", "kthvalue", "median", "nanmedian", "mode"}
 
 

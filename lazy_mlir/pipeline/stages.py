@@ -325,12 +325,15 @@ def _without(target: Target, flags: list[str], stages: tuple[Stage, ...]) -> str
 
 
 def iree_phase(stages: tuple[Stage, ...], phase: str, target: Target,
-               config: PipelineConfig) -> Stage:
-    """The IR after one of IREE's phases (``--compile-to``), as text."""
+               config: PipelineConfig, elide: bool = False) -> Stage:
+    """The IR after one of IREE's phases (``--compile-to``), as text
+    (``elide``: large constants elided, to be read, not compiled)."""
     if phase not in IREE_PHASES:
         raise ValueError(f"unknown IREE phase {phase!r}; phases: {', '.join(IREE_PHASES)}")
     flags = iree_flags(target, config, stages) + [f"--compile-to={phase}", "--output-format=vm-asm"
                                           if phase == "vm" else "--mlir-print-debuginfo=false"]
+    if elide:
+        flags.append("--mlir-elide-elementsattrs-if-larger=16")
     t0 = time.perf_counter()
     out = _iree_compile(stages[-1].text, flags, phase + ".mlir", target)
     return Stage("iree-" + phase, out.decode(),

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from lazy_mlir.pipeline.in_place import (argument_read_after_in_place_write, clobbered_args,
-                                        returned_args, shared_sort_operands,
-                                        unshare_sort_operands)
+                                        barrier_results, folded_into_written, returned_args, shared_sort_operands,
+                                        unshare_sort_operands, writes_into_args)
 
 INSERT_AND_RETURN_ARG = """
   func.func @main(%arg0: tensor<6xf32>, %arg1: tensor<4xf32>) -> (tensor<6xf32>, tensor<6xf32>) {
@@ -99,3 +99,48 @@ def test_unshare_sort_operands_copies_a_shared_iota():
     assert out.count("linalg.index 0") == 2
     # an argument sorted in place twice has no op to copy: left to the check
     assert unshare_sort_operands(TWO_SORTS) == TWO_SORTS
+
+
+SCATTER_INTO_COPY = """
+  func.func @main(%arg0: tensor<3x3xf32>, %arg1: tensor<2x1xi64>, %arg2: tensor<2x1x3xf32>) -> (tensor<3x3xf32>, tensor<3x3xf32>) {
+    %11 = linalg.copy {cast = #linalg.type_fn<cast_signed>} ins(%arg0 : tensor<3x3xf32>) outs(%10 : tensor<3x3xf32>) -> tensor<3x3xf32>
+    %12 = tm_tensor.scatter {dimension_map = array<i64: 0>} unique_indices(false) ins(%arg2, %arg1 : tensor<2x1x3xf32>, tensor<2x1xi64>) outs(%11 : tensor<3x3xf32>) {
+    } -> tensor<3x3xf32>
+    return %12, %4 : tensor<3x3xf32>, tensor<3x3xf32>
+  }
+"""
+
+STREAM_MAIN = """
+  util.func public @main(%arg0: !hal.buffer_view, %arg1: !hal.buffer_view) -> (!hal.buffer_view, !hal.buffer_view, !hal.buffer_view, !hal.buffer_view) attributes {iree.abi.stub} {
+    %0 = stream.tensor.import on(#hal.device.affinity<@__device_0>) %arg0 : !hal.buffer_view -> tensor<3x3xf32> in !stream.resource<external>{%c36}
+    %5 = stream.timepoint.await %4 => %0 : !stream.resource<external>{%c36}
+    %6 = stream.tensor.export on(#hal.device.affinity<@__device_0>) %5 : tensor<3x3xf32> in !stream.resource<external>{%c36} -> !hal.buffer_view
+    %7 = stream.tensor.export on(#hal.device.affinity<@__device_0>) %0 : tensor<9xf32> in !stream.resource<external>{%c36} -> !hal.buffer_view
+    util.return %6, %arg0, %7, %arg1 : !hal.buffer_view, !hal.buffer_view, !hal.buffer_view, !hal.buffer_view
+  }
+"""
+
+
+def test_writes_into_args_sees_through_copies_and_views():
+    """A scatter into a copy of an argument (scatter_destinations' copy,
+    which IREE may elide) writes into the argument; an insert into a view
+    of one too; a scatter into a fresh tensor writes into none."""
+    assert writes_into_args(SCATTER_INTO_COPY) == (0,)
+    assert writes_into_args(INSERT_AND_RETURN_VIEW) == (0,)
+    assert writes_into_args(SCATTER_INTO_COPY.replace("ins(%arg0 :", "ins(%9 :")) == ()
+
+
+def test_folded_into_written_reads_the_stream_phase():
+    """The argument returned itself, and an export of its import (a
+    reshape), are in its buffer; the written result and an argument not
+    written are not counted."""
+    assert folded_into_written(STREAM_MAIN, (0,)) == (1, 2)
+    assert folded_into_written(STREAM_MAIN, (1,)) == (3,)
+    assert folded_into_written(STREAM_MAIN, ()) == ()
+
+
+def test_barrier_results():
+    text = barrier_results(SCATTER_INTO_COPY, (1,))
+    assert ('%lazy_mlir_kept1 = "util.optimization_barrier"(%4) : (tensor<3x3xf32>) -> '
+            "tensor<3x3xf32>") in text
+    assert "return %12, %lazy_mlir_kept1 : tensor<3x3xf32>, tensor<3x3xf32>" in text
