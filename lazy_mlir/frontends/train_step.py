@@ -81,7 +81,7 @@ from collections.abc import Mapping
 
 import torch
 
-from ..lazy import bounds, early_outputs, random
+from ..lazy import bounds, early_outputs, host_eval, random
 from .. import metrics
 from ..lazy.capture import assign, emit, value_of
 from ..lazy.collectives import NAMES as COLLECTIVES
@@ -188,9 +188,13 @@ class _Plan:
         self.specs = [v.spec for v in graph.outputs]
         self.no_grad: tuple[int, ...] = ()  # state positions of parameters left without a grad
 
+    reads: tuple = ()  # host_eval.Read: host reads of the batch, checked before a replay
+
     def same_as(self, other: "_Plan") -> bool:
         """Two recordings of the same step: same graph, same constants."""
         if self.key != other.key or self.seeds != other.seeds:
+            return False
+        if not host_eval.same_reads(self.reads, other.reads):
             return False
         for i, (a, b) in enumerate(zip(self.bound, other.bound)):
             if a is b or i in self.seeds:
@@ -352,11 +356,13 @@ class CompiledTrainStep:
             return self._plain(call)
         before = metrics.host_reads()
         drawn = random.log_seeds()
+        reads = host_eval.log_reads(lead[len(state):], lead[:len(state)])  # (guarded reads)
         try:
             with bounds.in_graph(), early_outputs.one_graph():
                 loss = self._plain(call, mark=False)
         finally:
             random.stop_logging(drawn)
+            host_eval.stop_logging()
         changed = metrics.changed_since(before)
         if changed:
             hint = ("; create the optimizer with capturable=True to keep its step count "
@@ -370,6 +376,7 @@ class CompiledTrainStep:
             mark_step()
             return loss
         plan = self._launch(state, lead, loss, drawn)
+        plan.reads = tuple(reads)
         last = self._recorded.pop(guard, None)
         if last is not None and not plan.same_as(last):
             self._refuse(call, [], "a value the step computes on the host changes from "
@@ -429,6 +436,10 @@ class CompiledTrainStep:
         return plan
 
     def _replay(self, plan: _Plan, call: _Call, state) -> torch.Tensor:
+        if plan.reads and not host_eval.reads_hold(plan.reads, [value_of(b).data
+                                                                for b in call.tensors]):
+            metrics.counter_inc("TrainStepPlain")  # (a host read of this batch differs)
+            return self._plain(call)
         values = [value_of(t) for _, _, t in state] + [value_of(b) for b in call.tensors]
         pending = [v for v in values if v.pending]
         if pending:  # the state was changed lazily since the last step
