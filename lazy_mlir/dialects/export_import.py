@@ -3,8 +3,8 @@
 Two helpers for ``lazy_mlir.export``, kept here because this package is the
 only one that touches MLIR bindings:
 
-- ``bind_parameters`` turns chosen arguments of a lowered ``@main`` into
-  IREE parameter globals (``#flow.parameter.named<"scope"::"key">``) and adds
+- ``bind_parameters`` turns chosen arguments of a lowered ``@main`` (linalg,
+  or torch-backend for IREE's torch input) into IREE parameter globals (``#flow.parameter.named<"scope"::"key">``) and adds
   a public entry function that takes only the remaining arguments. At run time
   the values come from a parameter archive (``.irpa``) through IREE's
   ``io_parameters`` module, or are inlined by iree-compile's
@@ -66,10 +66,13 @@ def bind_parameters(text: str, entry: str, keys: list[str | None], scope: str,
             operands.append(f"%a{len(args)}")
             args.append(f"%a{len(args)}: {ty}")
             continue
+        held = _builtin(ty)  # (a torch tensor: the global holds its builtin tensor)
         lines.append(f"util.global private @__param_{i} = #flow.parameter.named<"
-                     f"{_string(scope)}::{_string(key)}> : {ty}")
-        body.append(f"  %p{i} = util.global.load @__param_{i} : {ty}")
-        operands.append(f"%p{i}")
+                     f"{_string(scope)}::{_string(key)}> : {held}")
+        body.append(f"  %p{i} = util.global.load @__param_{i} : {held}")
+        if held != ty:
+            body.append(f"  %t{i} = torch_c.from_builtin_tensor %p{i} : {held} -> {ty}")
+        operands.append(f"%t{i}" if held != ty else f"%p{i}")
     lines.append(f"func.func private @{_quote_sym(impl_name)}{sig}")
     lines.append(f"func.func @{_quote_sym(entry)}({', '.join(args)}) -> "
                  f"({', '.join(results)}) {{")
@@ -92,6 +95,20 @@ def bind_parameters(text: str, entry: str, keys: list[str | None], scope: str,
         module.body.append(op)
     module.operation.verify()
     return str(module)
+
+
+_TORCH_ELEMENTS = {"si64": "i64", "si32": "i32", "si16": "i16", "si8": "i8"}
+
+
+def _builtin(ty: str) -> str:
+    """A builtin tensor type for a torch one (``!torch.vtensor<[6,?],si64>``
+    -> ``tensor<6x?xi64>``: the torch-backend modules of ``export/dynamic.py``);
+    any other type as it is."""
+    if not ty.startswith("!torch.vtensor<["):
+        return ty
+    dims, element = ty[len("!torch.vtensor<["):-1].rsplit("],", 1)
+    sizes = "".join(f"{d}x" for d in dims.split(",") if d)
+    return f"tensor<{sizes}{_TORCH_ELEMENTS.get(element, element)}>"
 
 
 def _quote_sym(name: str) -> str:

@@ -471,13 +471,25 @@ class ExportedFunction:
         return out
 
     def __call__(self, *args):
-        outs = self._to_host(self._run(self.check(args)))
+        results = self._run(self.check(args))
+        if self.entry.get("checks"):  # the last result: one flag per index check
+            _raise_flagged(self._dev.download(results.pop()), self.entry["checks"])
+        outs = self._to_host(results)
         kind = self.entry.get("output_structure", "single")
         if kind == "single":
             return outs[0]
         if kind == "dict":
             return {s["name"]: o for s, o in zip(self.entry["outputs"], outs)}
         return tuple(outs)
+
+
+def _raise_flagged(flags: np.ndarray, checks: list) -> None:
+    """Raise the exception of the first set flag (an index out of range:
+    the module computed with it clamped, so its results are not returned)."""
+    bad = [c for c, f in zip(checks, np.asarray(flags).reshape(-1).tolist()) if f]
+    if bad:
+        exc = {"IndexError": IndexError}.get(bad[0][0], RuntimeError)
+        raise exc(f"lazy-mlir: {bad[0][1]}" + "".join(f"\n  also {m}" for _, m in bad[1:4]))
 
 
 def _describe(a) -> str:

@@ -10,9 +10,9 @@ rather than constants folded into the code. Two routes give the same
   capture, graph and stages as training. Tensors made inside the function
   (lifted scalars, constants) are further arguments after the inputs; they
   are stored like parameters, as ``const.<i>``.
-- ``capture_exported`` (sizes chosen at run time): ``torch.export`` with
-  symbolic dimensions, imported by torch-mlir's front end
-  (``dialects.export_import``), then the same pass pipelines as the lazy route.
+- ``dynamic.capture_dynamic`` (sizes chosen at run time): the same capture
+  at two sizes, one module with those dimensions dynamic, as the size
+  families compile (``dynamic.py``), with in-graph index checks.
 
 Guarantees: capture never changes the module or its weights; a function that
 reads a tensor's value on the host while being captured (``if x.sum() > 0``,
@@ -21,11 +21,9 @@ artifact would silently keep the value seen at export time.
 """
 from __future__ import annotations
 
-import hashlib
 import inspect
 import re
 import time
-import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -63,6 +61,10 @@ class Captured:
     route: str
     seconds: dict = field(default_factory=dict)
     dims: dict = field(default_factory=dict)  # symbol -> {"min": m, "max": M or None}
+    # (exception name, message) per index check: the module's last result
+    # holds their flags (``export/dynamic.py``); the artifact raises for a set one
+    checks: list = field(default_factory=list)
+    stage: str = "linalg"  # what ``linalg`` holds: linalg, or torch-backend (dynamic.py)
 
     @property
     def inputs(self) -> list[TensorInfo]:
@@ -190,19 +192,7 @@ def capture_lazy(module_or_fn, example_args: tuple, config, names=None,
                     {"capture+lower": time.perf_counter() - t0})
 
 
-# -- the torch.export route -------------------------------------------------------
-
-class _Flat(torch.nn.Module):
-    """A module whose forward is ``fn(*args)``; ``fn`` is not registered as a
-    submodule, so torch.export lifts no weights of its own."""
-
-    def __init__(self, fn):
-        super().__init__()
-        self.__dict__["fn"] = fn
-
-    def forward(self, *args):
-        return self.fn(*args)
-
+# -- sizes chosen at run time (``dynamic.py``) ------------------------------------
 
 def check_dynamic_dims(dynamic_dims: dict, names: list[str], examples: tuple):
     """``{input name: {axis: symbol}}`` validated against the inputs, where a
@@ -236,98 +226,3 @@ def check_dynamic_dims(dynamic_dims: dict, names: list[str], examples: tuple):
                 raise ExportError(f"lazy-mlir: dynamic_dims gives {sym!r} two ranges")
             out.setdefault(name, {})[axis % t.dim()] = sym
     return out, ranges
-
-
-def capture_exported(module_or_fn, example_args: tuple, dynamic_dims: dict, config,
-                     names=None) -> Captured:
-    """Capture with ``torch.export`` and symbolic sizes for ``dynamic_dims``."""
-    from torch.export import Dim
-
-    from ..dialects.export_import import import_exported_program
-    from ..ops.support import decomposition_table
-    from ..pipeline.stages import Provenance, Stage, lower_torch
-    if config.mixed_precision != "none":
-        raise ExportError("lazy-mlir: mixed_precision is not applied on the torch.export "
-                          "route (dynamic_dims); export with static shapes instead")
-    state = module_state(module_or_fn) if isinstance(module_or_fn, torch.nn.Module) else []
-    flat, named = _as_function(module_or_fn, state)
-    names = input_names(named, len(example_args), names)
-    dyn, ranges = check_dynamic_dims(dynamic_dims, names, example_args)
-    t0 = time.perf_counter()
-    examples, specs, dims = [], [], {}
-    for name, t in zip(names, example_args):
-        axes = dyn.get(name, {})
-        for axis, sym in axes.items():
-            if t.shape[axis] == 0:
-                raise ExportError(f"lazy-mlir: input {name!r} has size 0 on dynamic "
-                                  f"axis {axis}; give an example of size >= 1")
-            if t.shape[axis] == 1 and (ranges[sym][1] or 2) >= 2:
-                # torch.export specializes sizes 0 and 1; trace with 2 (values do
-                # not matter for the graph, only shapes).
-                t = torch.cat([t] * 2, dim=axis)
-        examples.append(t)
-        spec = {}
-        for axis, sym in axes.items():
-            lo, hi = ranges[sym]
-            spec[axis] = dims.setdefault(sym, Dim(sym, min=lo, max=hi) if hi else
-                                         Dim(sym, min=lo))
-        specs.append(spec or None)
-    all_args = tuple(t for _, t in state) + tuple(examples)
-    all_specs = tuple([None] * len(state) + specs)
-    try:
-        with warnings.catch_warnings():
-            # torch.export deep-copies pytree specs through a deprecated path.
-            warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
-            program = torch.export.export(_Flat(flat), all_args,
-                                          dynamic_shapes=(all_specs,), strict=False)
-    except Exception as e:
-        raise ExportError(f"lazy-mlir: torch.export failed with dynamic_dims {dyn}: "
-                          f"{_export_failure(e)}") from None
-    table = decomposition_table() if config.decompositions else {}
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
-        torch_text = import_exported_program(program, table)
-    # The lowering after import that the lazy route runs, without a target's
-    # rewrites: those are only tested on static shapes.
-    text = lower_torch(Stage("torch", torch_text, Provenance("torch.export", 0.0)),
-                       config)[-1].text
-
-    # Symbols of the program (s0, s37, ...) -> the names the user gave.
-    placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
-    user = placeholders[len(placeholders) - len(all_args):]
-    symbols: dict[str, str] = {}
-    args: list = list(state)
-    for name, node, t in zip(names, user[len(state):], example_args):
-        shape = list(t.shape)
-        for axis, sym in dyn.get(name, {}).items():
-            symbols[str(node.meta["val"].shape[axis])] = sym
-            shape[axis] = sym
-        args.append(TensorInfo(name, t.dtype, tuple(shape)))
-    out_node = next(n for n in program.graph.nodes if n.op == "output")
-    kind, out_names = _structure(program.call_spec.out_spec)
-    outputs = []
-    for n, v in zip(out_names, out_node.args[0]):
-        val = v.meta["val"]
-        shape = tuple(d if isinstance(d, int) else _rename(str(d), symbols)
-                      for d in val.shape)
-        outputs.append(TensorInfo(n, val.dtype, shape))
-    key = hashlib.sha256(torch_text.encode()).hexdigest()
-    return Captured(text, args, outputs, kind, key, "torch.export",
-                    {"export+lower": time.perf_counter() - t0},
-                    {sym: {"min": lo, "max": hi} for sym, (lo, hi) in ranges.items()})
-
-
-def _export_failure(e: Exception) -> str:
-    """torch.export's error in short: its first line, the violated guards and
-    the fix it suggests (e.g. ``h = Dim('h', min=3)``)."""
-    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
-    if not lines:
-        return type(e).__name__
-    keep = [lines[0]] + [ln.lstrip("- ") for ln in lines[1:]
-                         if ln.startswith("- Not all values") or "= Dim(" in ln]
-    return " ".join(keep)
-
-
-def _rename(expr: str, symbols: dict[str, str]) -> str | int:
-    out = _SYMBOL.sub(lambda m: symbols.get(m.group(0), m.group(0)), expr)
-    return int(out) if out.isdigit() else out

@@ -34,7 +34,8 @@ import numpy as np
 import torch
 
 from . import artifact
-from .capture import Captured, ExportError, TensorInfo, capture_exported, capture_lazy, dtype_name
+from .capture import Captured, ExportError, TensorInfo, capture_lazy, dtype_name
+from .dynamic import capture_dynamic
 
 log = logging.getLogger("lazy_mlir")
 
@@ -127,7 +128,7 @@ def write_artifact(captured: Captured, path, target, config, *, params: str, kin
                 f"--iree-parameter-import-maximum-size={_IMPORT_ALL}"])
         t0 = time.perf_counter()
         try:
-            compiled = compile_module((Stage("linalg", captured.linalg, Provenance(
+            compiled = compile_module((Stage(captured.stage, captured.linalg, Provenance(
                 f"lazy-mlir export ({captured.route})", 0.0)),), target, flags_config,
                 bind=(entry_name, keys, artifact.SCOPE))
         except PipelineError as e:
@@ -225,6 +226,8 @@ def _entry_json(captured: Captured, name: str, state: list[str],
     }
     if captured.dims:
         entry["dims"] = captured.dims
+    if captured.checks:  # (the last result: their flags)
+        entry["checks"] = [list(c) for c in captured.checks]
     if state:
         entry["state"] = state
     return entry
@@ -255,7 +258,8 @@ def export(module_or_fn, example_args, target="cpu", path=None, params: str = "e
     ``Target``; compiling never needs the target's device. ``params``:
     ``"embed"`` or ``"external"`` (see the module docstring).
     ``dynamic_dims``: ``{"x": {0: "batch"}}`` makes those sizes free at run
-    time (through torch.export); a symbol may carry a range, ``("h", 4, 64)``
+    time (``dynamic.py``: one module with dynamic dimensions, its index checks
+    raising in the artifact); a symbol may carry a range, ``("h", 4, 64)``
     or ``("h", 4)``, when the model only works for some sizes, and one name
     used on several inputs means one size. Without it shapes are static
     (through the lazy device). ``input_names`` overrides the names taken from the
@@ -284,8 +288,8 @@ def export(module_or_fn, example_args, target="cpu", path=None, params: str = "e
                     "call .eval() first to export inference", type(module_or_fn).__name__)
     try:
         if dynamic_dims:
-            captured = capture_exported(module_or_fn, example_args, dynamic_dims, config,
-                                        input_names)
+            captured = capture_dynamic(module_or_fn, example_args, dynamic_dims, config,
+                                       input_names)
         else:
             captured = capture_lazy(module_or_fn, example_args, config, input_names, t)
     except PipelineError as e:  # a lowering failed: its message names the repro

@@ -3,7 +3,7 @@
 ``compile_graph`` is what the compile service
 (``compile_service.lookup.executable_for``: mark_step, the Dynamo backend)
 and ``lm.jit`` call; it is built from two stage-level pieces that the callers
-without a captured graph use directly (export's torch.export route, the
+without a captured graph use directly (export, the
 ``lazy-mlir compile`` command):
 
 - ``lower_graph``: the graph's fx module lowered for ``target`` (the target's
@@ -99,7 +99,7 @@ def compile_module(stages: tuple[Stage, ...], target: Target, config: PipelineCo
     """
     text = stages[-1].text
     if stages[-1].name == "torch-backend" and SYMBOLIC_MARK in text:
-        return _compile_symbolic(stages, target, config)
+        return _compile_symbolic(stages, target, config, bind)
     unshared = unshare_sort_operands(text)
     if unshared is not text:
         text = unshared
@@ -157,7 +157,7 @@ def _refuse_hazards(text: str) -> None:
 
 
 def _compile_symbolic(stages: tuple[Stage, ...], target: Target,
-                      config: PipelineConfig) -> CompiledGraph:
+                      config: PipelineConfig, bind=None) -> CompiledGraph:
     """A module with dynamic dimensions (``size_family``), compiled from its
     torch-backend stage by IREE's torch input; its protections read from
     torch-mlir's linalg of the same module without its shape facts
@@ -168,6 +168,10 @@ def _compile_symbolic(stages: tuple[Stage, ...], target: Target,
     if unshare_sort_operands(checked) is not checked:
         raise PipelineError("lazy-mlir: two sorts of one operand in a module with dynamic "
                             "dimensions (compiled per size instead)", None)
+    if bind is not None:  # (export: its weights as IREE parameters)
+        from ..dialects.export_import import bind_parameters
+        stages = stages[:-1] + (replace(stages[-1], text=bind_parameters(
+            stages[-1].text, *bind)),)
     return CompiledGraph(compile_stages(stages, target, config), clobbered_args(checked),
                          returned_args(checked))
 

@@ -19,6 +19,7 @@ tensors are decided by it), nor does a non-contiguous input's.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from dataclasses import dataclass
 
@@ -68,6 +69,7 @@ class SizePlan:
     exprs: tuple[tuple[int, Expr], ...]
     sizes: Sizes
     guards: tuple[str, ...] = ()  # what the symbolic trace assumed (``guards_hold``)
+    ranges: tuple = ()  # per class, (min, max or None) if not (MIN_DYNAMIC, None): export
 
     @property
     def key(self) -> str:
@@ -250,7 +252,7 @@ def symbolic_args(node: fx.Node, exprs: dict, first: int, sizes) -> tuple[tuple,
 
 def symbolic_module(gm: fx.GraphModule, plan: SizePlan) -> fx.GraphModule:
     """``gm`` traced again with its dynamic dimensions symbolic: one
-    symbol per class (ranged from ``MIN_DYNAMIC``), the integers ``plan``
+    symbol per class (ranged from ``MIN_DYNAMIC``, or ``plan.ranges``), the integers ``plan``
     varies computed from them, every ``meta["val"]`` a fake tensor of
     symbolic sizes (what FxImporter imports as ``?`` dimensions)."""
     from torch._dynamo.source import ConstantSource
@@ -262,7 +264,8 @@ def symbolic_module(gm: fx.GraphModule, plan: SizePlan) -> fx.GraphModule:
     symbols = []
     for c, hint in enumerate(plan.hints):
         sym = env.create_symbol(hint, ConstantSource(f"dim{c}"))
-        env.constrain_symbol_range(sym, compiler_min=MIN_DYNAMIC, compiler_max=2 ** 62)
+        lo, hi = plan.ranges[c] if plan.ranges else (MIN_DYNAMIC, None)
+        env.constrain_symbol_range(sym, compiler_min=lo, compiler_max=hi or 2 ** 62)
         symbols.append(env.create_symintnode(sym, hint=hint))
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     fakes = []
@@ -292,7 +295,8 @@ def symbolic_module(gm: fx.GraphModule, plan: SizePlan) -> fx.GraphModule:
             args, kwargs = fx.node.map_arg((args, kwargs), lambda n: env_[n])
             if node.op == "output":
                 return args[0]
-            env_[node] = node.target(*args, **kwargs)
+            with _no_format_guess() if node.target in _CONVOLUTIONS else contextlib.nullcontext():
+                env_[node] = node.target(*args, **kwargs)
             fixed = [s for s in names if env.replacements.get(s, s).is_number]
             if fixed:
                 raise SizeSpecialized(f"{node.format_node()} specializes a dynamic "
@@ -319,6 +323,26 @@ def guards_hold(guards: tuple[str, ...], sizes) -> bool:
     values = {sympy.Symbol(f"d{c}", integer=True): v for c, v in enumerate(sizes)}
     return all(bool(sympy.sympify(g, locals={str(k): k for k in values}).xreplace(values))
                for g in guards)
+
+
+_CONVOLUTIONS = frozenset({torch.ops.aten.convolution.default,
+                          torch.ops.aten._convolution.default,
+                          torch.ops.aten.convolution_backward.default})
+
+
+@contextlib.contextmanager
+def _no_format_guess():
+    """A convolution's fake kernel without its guess of the result's memory
+    format (torch 2.13 ``fake_impls.conv``, taken only where every size has
+    a hint): the guess guarded the batch size (``b < 16``, oneDNN's choice
+    of layout), and strides are nothing a module keeps."""
+    from torch.fx.experimental import symbolic_shapes
+    had = symbolic_shapes.has_guarding_hint
+    symbolic_shapes.has_guarding_hint = lambda s: False
+    try:
+        yield
+    finally:
+        symbolic_shapes.has_guarding_hint = had
 
 
 class SizeSpecialized(Exception):
