@@ -14,7 +14,13 @@ when another program shared its graph and changed IREE's schedule. Here such
 a scatter's destination is passed through a ``linalg.copy`` (IREE computes
 it as a second result of the destination's producer): the copy IREE would
 have to make, made explicit. A destination read by nothing else is left as
-it is (a gradient's ``zeros`` accumulated into: no copy). A scatter of no
+it is (a gradient's ``zeros`` accumulated into: no copy). The copy is
+kept out of the scatter's dispatch (``linalg_edit.FUSION_BARRIER``): fused
+into it, a copy of a slice of an argument failed IREE's codegen ("write
+affecting operations on global resources are restricted to workgroup
+distributed contexts"; fuzzer seeds 400055, 400214, 500053: ``index_put_``
+into ``x[1]``, ``x[-1]``, a ``chunk`` of ``x`` under ``lm.jit`` and
+``torch.compile``, whose graphs ran eagerly). A scatter of no
 updates is its destination: IREE 3.13's compiler crashed on one
 (``getMainTensorForLinalgExtOp``, SIGSEGV; fuzzer seed 400301, ``abs_`` of an
 empty split of an empty ``diagonal``), and the graph ran eagerly.
@@ -62,6 +68,7 @@ def own_destinations(module) -> int:
             if E.shape(op.operands[index]) is None or not _read_elsewhere(op.operands[index], op):
                 continue
             E.copy_before(op, index)
+            E.barrier_before(op, index)  # (the copy a dispatch of its own)
             E.mark(op, MARK)
             count += 1
     return count

@@ -53,7 +53,7 @@ def writes_into_args(text: str) -> tuple[int, ...]:
     """``main``'s arguments an in-place op may write into: the destination
     of a ``tm_tensor`` op (``scatter``, ``sort``) or of an ``insert_slice``/
     ``insert`` that is the argument, a view of it, or a ``linalg.copy`` of
-    either (``passes/scatter_destinations`` copies a destination read
+    either, through barriers (``passes/scatter_destinations`` copies a destination read
     elsewhere, and IREE elides that copy where the argument's other readers
     fold away). Where none is, no result can be clobbered by folding
     (``folded_returns``)."""
@@ -63,6 +63,8 @@ def writes_into_args(text: str) -> tuple[int, ...]:
     body = text[main:]
     source = dict(_views(body))
     source.update(re.findall(r"(%[\w#]+) = linalg\.copy\b[^\n]*?ins\((%[\w#]+)\b", body))
+    source.update(re.findall(r'(%[\w#]+) = "(?:iree_tensor_ext\.compute_barrier\.start|'
+                             r'util\.optimization_barrier)"\((%[\w#]+)\)', body))
     dests = set(re.findall(r"tensor\.insert(?:_slice)? %[\w#]+ into (%[\w#]+)\[", body))
     for m in re.finditer(r"tm_tensor\.\w+[^\n]*?outs\(([^)]*)\)", body):
         dests.update(re.findall(r"%[\w#]+", m.group(1)))

@@ -582,3 +582,42 @@ def test_scatter_into_an_argument_returned_folded(same, write):
         assert torch.equal(v3.cpu(), x) and torch.equal(v1.cpu(), e)
         assert torch.equal(flat.cpu(), x.flatten())
     assert not c.fell_back() and c.delta("EagerGraph") == 0
+
+
+def _put_row(v0):  # (fuzzer seed 400055)
+    v2 = v0[1]
+    v2.index_put_((torch.tensor([0], device=v0.device),),
+                  torch.ones((1,), dtype=torch.int64, device=v0.device))
+    return [v0, v2]
+
+
+def _put_last(v1):  # (400214)
+    v2 = v1[-1]
+    v2.index_put_((torch.tensor([0, -2, 0], device=v1.device),),
+                  torch.ones((3, 3), device=v1.device))
+    return [v1, v2]
+
+
+def _put_chunk(v0):  # (500053)
+    v1, v2 = v0.chunk(2, 2)
+    v2.index_put_((torch.tensor([-4, 2, -1], device=v0.device),),
+                  torch.ones((3, 3, 1), device=v0.device))
+    return [v0, v1, v2]
+
+
+@pytest.mark.parametrize("fn, shape, dtype", [
+    (_put_row, (4, 2), torch.int64),
+    (_put_last, (3, 2, 3), torch.float32),
+    (_put_chunk, (5, 3, 3), torch.float32),
+], ids=["row", "last", "chunk"])
+def test_index_put_into_a_view_of_an_argument_compiles(fn, shape, dtype):
+    """``index_put_`` into a slice of a function's argument: the copy of the
+    scatter's destination (``passes/scatter_destinations``) fused into the
+    scatter's dispatch failed IREE's codegen ("write affecting operations on
+    global resources are restricted to workgroup distributed contexts"):
+    ``lm.jit`` raised and ``torch.compile`` ran the graph eagerly (fuzzer
+    seeds 400055, 400214, 500053)."""
+    make = lambda: (torch.arange(torch.Size(shape).numel()) - 7).reshape(shape).to(dtype)
+    got = lm.jit(fn).lower(make()).compile()(make())
+    assert all(torch.equal(g, w) for g, w in zip(got, fn(make())))
+    _compiled_like_eager(fn, lambda: [make()])

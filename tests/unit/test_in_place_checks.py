@@ -128,6 +128,10 @@ def test_writes_into_args_sees_through_copies_and_views():
     assert writes_into_args(SCATTER_INTO_COPY) == (0,)
     assert writes_into_args(INSERT_AND_RETURN_VIEW) == (0,)
     assert writes_into_args(SCATTER_INTO_COPY.replace("ins(%arg0 :", "ins(%9 :")) == ()
+    barrier = SCATTER_INTO_COPY.replace("outs(%11 :", "outs(%b :").replace(
+        "    %12 =", '    %b = "iree_tensor_ext.compute_barrier.start"(%11) : '
+        "(tensor<3x3xf32>) -> tensor<3x3xf32>\n    %12 =")
+    assert writes_into_args(barrier) == (0,)
 
 
 def test_folded_into_written_reads_the_stream_phase():
