@@ -472,33 +472,52 @@ class CompiledTrainStep:
 
     # -- other batch sizes (``train_step_sizes``) -----------------------------
     def _vary(self, guard, plan: _Plan, n_state: int) -> bool:
-        """Keep ``plan`` as its batch ranks' last recording; where it agrees
+        """Keep ``plan`` as its batch ranks' last recording. Where it agrees
         but for sizes with the last one at another batch shape, both replay
-        from now on and the variant serves other sizes. Whether it did."""
+        from now on and a variant is made; one more recording at a third
+        shape that agrees with it confirms the variant's expressions of the
+        sizes (``confirmed``): then it serves other sizes unrecorded.
+        Whether ``plan`` replays from now on."""
         if plan.family is None:
             return False
         loose = sizes.size_free(guard)
         last = self._by_rank.get(loose)
         self._by_rank[loose] = (guard, plan)
-        if (loose in self._variants or last is None or last[0] == guard
-                or isinstance(self._plans.get(last[0]), str)):  # (refused: host values vary)
-            return False
+        variant = self._variants.get(loose)
+        if variant is not None:
+            if variant.confirmed or guard in variant.guards:
+                return False
+            if sizes.agree(plan, variant.plan, n_state) is None:  # (its expressions fail)
+                del self._variants[loose]
+                return False
+            variant.confirmed = True
+            self._keep((guard, plan), variant)
+            return True
+        if last is None or last[0] == guard or isinstance(self._plans.get(last[0]), str):
+            return False  # (refused: host values vary)
         variant = sizes.agree(plan, last[1], n_state)
         if variant is None:
             return False
+        variant.guards = {guard, last[0]}
         self._variants[loose] = variant
-        for g, own in ((guard, plan), last):  # (each on its own module where it is loaded)
-            self._recorded.pop(g, None)
-            if not isinstance(self._plans.get(g), str):
-                self._plans[g] = own if own.entry.state == LOADED else variant.plan
+        self._keep((guard, plan), variant)
+        self._keep(last, variant)
         return True
+
+    def _keep(self, recorded, variant) -> None:
+        """A recording replayed from now on, on its own module where that
+        is loaded, else on the variant's."""
+        g, own = recorded
+        self._recorded.pop(g, None)
+        if not isinstance(self._plans.get(g), str):
+            self._plans[g] = own if own.entry.state == LOADED else variant.plan
 
     def _new_size(self, guard, call: _Call, state) -> _Plan | None:
         """The variant's plan where it admits this call's batch shapes
         (kept under ``guard``: replayed from now on), else None."""
         variant = self._variants.get(sizes.size_free(guard))
-        plan = variant and variant.plan_for([t for _, _, t in state] + call.tensors)
-        if plan is None:
+        plan = variant and variant.confirmed and variant.plan_for([t for _, _, t in state] + call.tensors)
+        if not plan:
             return None
         self._plans[guard] = plan
         metrics.counter_inc("TrainStepNewSize")

@@ -14,9 +14,11 @@ dimensions in it, and the recordings have the same constants, outputs
 (their shapes included), index checks and places of random seeds; a
 constant with a dynamic dimension must come from a host factory
 (``arange(t)``: ``lazy/device.made_by``) whose integer arguments follow
-the sizes, and is made again for each new size. Then
-both shapes replay, each on the module its recording ran, and a batch of
-any other shape the plan admits (``SizePlan.admits_shapes``: its static
+the sizes, and is made again for each new size. Then both shapes replay,
+each on the module its recording ran; once a recording at a third shape
+agrees too (the plan's expressions of the sizes, found from two points,
+hold at a third: ``view(b * t, d)`` is not taken for ``k * t + c``), a
+batch of any other shape the plan admits (``SizePlan.admits_shapes``: its static
 dimensions unchanged, its varied ones consistent, the trace's guards true)
 replays on the plan's module without recording: ``SizeVariant``. The
 module's results are checked against the recorded shapes at each run
@@ -24,7 +26,7 @@ module's results are checked against the recorded shapes at each run
 
 What it takes on trust: that the step's Python builds the same graph at
 the new size with its integers following the plan's expressions of the
-sizes (``view(b * t, d)``, ``arange(t)``), as it did at the two recorded
+sizes (``view(b * t, d)``, ``arange(t)``), as it did at the three recorded
 ones. A step that takes another path at some size (``if ids.shape[1] >
 64:``) is not seen; ``compile_train_step(..., dynamic=False)`` records at
 every batch shape instead, as ``LAZY_MLIR_DYNAMIC=0`` does for every way in.
@@ -34,7 +36,7 @@ Counter: ``TrainStepNewSize`` (a new batch shape served by a variant).
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -69,6 +71,8 @@ class SizeVariant:
     plan: object
     sizes: SizePlan
     remade: dict[int, Remade]
+    guards: set = field(default_factory=set)  # the guards of the recordings that made it
+    confirmed: bool = False  # a recording at a third shape agreed with it
 
     def plan_for(self, lead: list[torch.Tensor]):
         """The step's plan on ``lead`` (state, then batch): the recorded one

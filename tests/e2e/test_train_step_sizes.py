@@ -1,9 +1,9 @@
 """``lm.compile_train_step`` over batches of many lengths
 (``frontends/train_step_sizes.py``): once two recordings at two lengths
-agree but for their sizes, a batch of a new length replays on the size
-family's module with dynamic dimensions instead of recording again, with
-eager's losses and parameters; an index out of range at a new length still
-raises; ``dynamic=False`` records at every length."""
+agree but for their sizes (and a third confirms), a batch of a new length
+replays on the size family's module with dynamic dimensions instead of
+recording again, with eager's losses and parameters; an index out of range
+at a new length still raises; ``dynamic=False`` records at every length."""
 import copy
 
 import pytest
@@ -68,10 +68,11 @@ def test_new_lengths_replay_the_recorded_step(monkeypatch):
     assert got == pytest.approx(want, rel=1e-5, abs=1e-6)
     for a, b in zip(model.parameters(), eager.parameters()):
         torch.testing.assert_close(a.cpu(), b, rtol=1e-4, atol=1e-5)
-    # recorded: 9 (the optimizer's first step), 13, 9 (agree but for sizes);
-    # then 17, 21, 11 replay on the dynamic module without recording
-    assert counts["TrainStepRecorded"] == 3 and counts["TrainStepReplayed"] == 5
-    assert counts["TrainStepNewSize"] == 3
+    # recorded: 9 (the optimizer's first step), 13, 9 (agree but for sizes),
+    # 17 (a third size confirms); then 21 and 11 replay on the dynamic module
+    # without recording
+    assert counts["TrainStepRecorded"] == 4 and counts["TrainStepReplayed"] == 4
+    assert counts["TrainStepNewSize"] == 2
     assert counts["UncachedCompile"] == 3 and counts["DynamicShapeCompile"] == 1
 
     # an index out of range at a length never seen raises, as in the plain step
