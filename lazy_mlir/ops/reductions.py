@@ -7,7 +7,9 @@ torch-mlir's lowering compares with ``>``/``<`` and skips it. The first NaN
 is found with an integer argmax of the NaN mask and chosen where a row has
 one; the decomposition registered below it (0-d inputs, ``lowering.py``)
 runs after. Also here (capture time): ``segment_reduce``, ``histc`` and
-``histogram``.
+``histogram``; ``_is_all_true``/``_is_any_true`` (what ``torch.distributions``
+argument checks read: an op of their own the compiler does not know, so
+every ``Categorical(probs)`` ran one eagerly) as ``all``/``any``.
 """
 from __future__ import annotations
 
@@ -442,3 +444,13 @@ def histogram_bins_tensor(x, bins, *, weight=None, density=False):
         return hist, edges
     flat = aten.reshape.default(x, [-1])
     return _histogram_counts(flat, edges, False, weight, density), edges
+
+
+@register_decomposition(aten._is_all_true.default, scope=CAPTURE)
+def is_all_true(x):
+    return aten.all.default(x)
+
+
+@register_decomposition(aten._is_any_true.default, scope=CAPTURE)
+def is_any_true(x):
+    return aten.any.default(x)
