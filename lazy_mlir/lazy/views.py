@@ -351,6 +351,7 @@ def check_write(t, func, args, kwargs) -> None:
     NotImplementedError too for a view no element map describes. Records
     nothing; views of invertible steps only cost a walk of their steps."""
     steps = t._view
+    _check_bool_bytes(t, func, args)
     first = by_map_from(steps)
     if first is None:
         return
@@ -368,6 +369,28 @@ def check_write(t, func, args, kwargs) -> None:
         _approved[0] = t
         return
     raise NotImplementedError(_overlap_message(steps, str(func)))
+
+
+def _check_bool_bytes(t, func, args) -> None:
+    """A ``bool`` tensor's elements are 0 or 1 on the lazy device (a graph's
+    ``i1``); eager keeps any byte written through a ``uint8`` (or ``int8``)
+    view of one: ``x.view(torch.uint8).mul_(5)`` reads back 5 there, and
+    the lazy device gave 1 (silent; fuzzer seeds 500133, 400241). Such a
+    write raises NotImplementedError before it is recorded, unless what it
+    writes is 0 or 1 (``zero_``, a ``copy_`` of a ``bool`` tensor, a
+    ``fill_`` or a ``masked_fill_`` of 0, 1, False or True)."""
+    if not t._view or t.dtype is torch.bool or t._storage.value.spec.dtype is not torch.bool:
+        return
+    if func is aten.zero_.default or (func is aten.copy_.default
+                                      and getattr(args[1], "dtype", None) is torch.bool):
+        return
+    value = args[-1] if func in (aten.fill_.Scalar, aten.masked_fill_.Scalar) else None
+    if type(value) in (bool, int) and value in (0, 1):
+        return
+    raise NotImplementedError(
+        f"lazy-mlir: {func} writes through a {t.dtype} view of a bool tensor: the lazy "
+        "device keeps a bool's elements as 0 and 1, and eager keeps any byte written; "
+        "write into a uint8 copy instead (x.to(torch.uint8))")
 
 
 def _one_element(t: torch.Tensor) -> bool:

@@ -13,7 +13,11 @@ on empty tensors), so they reach the importer from the aot graphs only.
 - ``view(dtype)`` of bool as uint8 or int8 (the lazy device's graphs too):
   no lowering, and no bitcast of i1 (``passes/bitcast.py``); a bool's byte
   is 0 or 1, so it is a conversion; a view as its own dtype (any dtype) is
-  the tensor itself.
+  the tensor itself. Back (uint8 or int8 as bool: a write through such a
+  view of a bool tensor, ``lazy/views.py`` writes back so): ``!= 0``, where
+  eager keeps the byte (a write of a byte other than 0 or 1 through it
+  raises at the call: ``views._check_bool_bytes``; fuzzer seeds 400241,
+  500133: the graph failed to compile and ran eagerly).
 """
 from __future__ import annotations
 
@@ -57,6 +61,8 @@ def cat_of_nothing(tensors, dim=0):
 def bool_bytes(x, dtype):
     if dtype == x.dtype:  # (an identity: torch-mlir has no lowering of it either)
         return aten.clone.default(x)
+    if dtype == torch.bool and x.dtype in (torch.uint8, torch.int8):
+        return aten.ne.Scalar(x, 0)  # (a write of bool bytes back through such a view)
     if x.dtype != torch.bool or dtype not in (torch.uint8, torch.int8):
         return NotImplemented
     return aten._to_copy.default(x, dtype=dtype)

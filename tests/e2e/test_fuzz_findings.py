@@ -621,3 +621,54 @@ def test_index_put_into_a_view_of_an_argument_compiles(fn, shape, dtype):
     got = lm.jit(fn).lower(make()).compile()(make())
     assert all(torch.equal(g, w) for g, w in zip(got, fn(make())))
     _compiled_like_eager(fn, lambda: [make()])
+
+
+@pytest.mark.parametrize("write", [
+    lambda b: b.view(torch.uint8).copy_(b),
+    lambda b: b.view(torch.uint8).fill_(1),
+    lambda b: b.view(torch.int8).masked_fill_(b.view(torch.int8) == 0, True),
+    lambda b: b.view(torch.uint8)[..., 1:].zero_() if b.dim() else b.view(torch.uint8).zero_(),
+], ids=["copy_", "fill_", "masked_fill_", "zero_"])
+def test_bool_written_through_a_byte_view(write):
+    """A write of 0 or 1 through a uint8/int8 view of a bool tensor: the
+    write-back ``view(uint8 -> bool)`` had no lowering (the graph ran
+    eagerly), and ``x.view(torch.uint8).copy_(x)`` raised as a read of
+    other elements (fuzzer seeds 500133, 400241)."""
+    for b0 in (torch.tensor([True, False, True]), torch.tensor(True)):
+        e = b0.clone()
+        write(e)
+        c = Counters()
+        b = lazy(b0)
+        write(b)
+        lm.mark_step()
+        assert torch.equal(b.cpu(), e), (b.cpu(), e)
+        assert not c.fell_back() and c.delta("EagerGraph") == 0
+
+
+@pytest.mark.parametrize("write", [
+    lambda b: b.view(torch.uint8).mul_(5),
+    lambda b: b.view(torch.uint8).add_(1),
+    lambda b: b.view(torch.int8).masked_fill_(b.view(torch.int8) > 0, 3),
+], ids=["mul_", "add_", "masked_fill_"])
+def test_bool_written_through_a_byte_view_other_bytes_raise(write):
+    """Eager keeps a byte other than 0 or 1 written into a bool tensor
+    through its uint8 view (``mul_(5)`` reads back 5); the lazy device's
+    bools are 0 or 1 and it gave 1 (silent): it raises at the call now,
+    nothing recorded."""
+    b0 = torch.tensor([True, False, True])
+    b = lazy(b0)
+    with pytest.raises(NotImplementedError, match="view of a bool tensor"):
+        write(b)
+    assert torch.equal(b.cpu(), b0)
+
+
+def test_copy_from_itself_through_a_view_of_one_width():
+    """``x.view(torch.float32).copy_(x)`` reads each element where it writes
+    it (one width, one layout): eager converts element for element, and so
+    does the graph; it raised as a read of other elements."""
+    x0 = torch.tensor([1, -2, 3], dtype=torch.int32)
+    e = x0.clone()
+    e.view(torch.float32).copy_(e)
+    x = lazy(x0)
+    x.view(torch.float32).copy_(x)
+    assert torch.equal(x.cpu(), e)
