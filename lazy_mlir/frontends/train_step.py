@@ -425,7 +425,7 @@ class CompiledTrainStep:
         if len(graph.outputs) > len(slots):
             slots.append(("flag", None))
         by_id = {id(d): i for i, d in enumerate(graph.inputs[len(lead):])}
-        seeds = tuple(sorted(by_id[id(d)] for d in drawn if id(d) in by_id))
+        seeds = tuple(by_id[id(d)] for d in drawn if id(d) in by_id)  # (in drawing order)
         plan = _Plan(graph, entry, checks, len(lead), slots, seeds)
         if self.dynamic:
             plan.family = sizes.family(graph, current_target())
@@ -446,7 +446,7 @@ class CompiledTrainStep:
             execute(pending)
         bound = list(plan.bound)
         for i in plan.seeds:
-            bound[i] = random.new_seed().data
+            bound[i] = random.again(bound[i])  # (a seed, or a host fill: drop path's rand)
         inputs = [v.data for v in values] + bound
         datas = [DeviceData(s) for s in plan.specs]
         # The outputs are bound before the launch, which is the last thing

@@ -554,9 +554,12 @@ def _random(func, args, kwargs):
     flat, tree = tree_flatten((args[1:], kwargs))
     host_flat = [to_host(a) if isinstance(a, LazyTensor) else a for a in flat]
     hargs, hkwargs = tree_unflatten(host_flat, tree)
-    host = torch.empty(t.shape, dtype=t.dtype)
-    func(host, *hargs, **hkwargs)
-    assign(t, data_value(host))
+
+    def draw():
+        host = torch.empty(t.shape, dtype=t.dtype)
+        func(host, *hargs, **hkwargs)
+        return host
+    assign(t, random.host_draw(draw))  # (compile_train_step draws it again per replay)
     return t
 
 

@@ -10,6 +10,7 @@ that falls back to eager gives the same numbers).
 from __future__ import annotations
 
 import math
+import weakref
 
 import torch
 
@@ -39,6 +40,31 @@ def new_seed() -> Value:
     for log in _seed_logs:
         log.append(v.data)
     return v
+
+
+def host_draw(draw) -> Value:
+    """The data of a random fill drawn on the host by ``draw()`` (from
+    PyTorch's CPU generator: eager's numbers), logged as a seed is:
+    ``compile_train_step`` draws it anew per replay (``again``)."""
+    v = data_value(draw())
+    _redraws[v.data] = draw
+    for log in _seed_logs:
+        log.append(v.data)
+    return v
+
+
+def again(data):
+    """New data for a logged draw: a new host fill like ``data``'s, or a
+    new seed."""
+    draw = _redraws.get(data)
+    if draw is None:
+        return new_seed().data
+    v = data_value(draw())
+    _redraws[v.data] = draw
+    return v.data
+
+
+_redraws: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def log_seeds() -> list:
