@@ -345,6 +345,20 @@ def _no_format_guess():
         symbolic_shapes.has_guarding_hint = had
 
 
+def still_symbolic(gm: fx.GraphModule) -> None:
+    """Raises ``SizeSpecialized`` where a trace of ``gm`` after
+    ``symbolic_module`` (the pipeline's decompositions) fixed one of its
+    inputs' symbolic sizes to a number: the module would compute that size
+    only, whatever its inputs' sizes."""
+    for node in gm.graph.nodes:
+        val = node.meta.get("val") if node.op == "placeholder" else None
+        for size in getattr(val, "shape", ()):
+            # (a SymInt's expression reads through its ShapeEnv's replacements)
+            if isinstance(size, torch.SymInt) and size.node.expr.is_number:
+                raise SizeSpecialized(f"a decomposition fixes a dynamic size to "
+                                      f"{size.node.expr}")
+
+
 class SizeSpecialized(Exception):
     """An op's shape function tests a dynamic size against a constant: the
     module would hold only for that size, so the family compiles static."""

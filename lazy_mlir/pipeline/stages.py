@@ -82,7 +82,8 @@ def lower(gm: fx.GraphModule, config: PipelineConfig,
         made_by.append("dynamic dimensions")
     extra = {}
     direct = config.direct_convs(target)
-    if config.conv_as_matmul(target):
+    if config.conv_as_matmul(target) and plan is None:  # (its decompositions fix a
+        # symbolic batch: LeNet's module of a plan computed batch 4 for batch 5)
         from ..passes.conv_matmul import decompositions
         from ..passes.pool_elementwise import DECOMPOSITIONS as pool
         extra = {**decompositions(direct=direct, split_k=target == "cpu"), **pool}
@@ -106,6 +107,13 @@ def lower(gm: fx.GraphModule, config: PipelineConfig,
         gm = decompose(gm, extra, base=config.decompositions)
         if config.decompositions:
             made_by.append("torch-mlir decomposition table")
+        if plan is not None:
+            from .size_family import still_symbolic
+            try:
+                still_symbolic(gm)
+            except SizeSpecialized as e:
+                raise PipelineError(f"lazy-mlir: no module with dynamic dimensions: {e}",
+                                    None) from None
         if conv_rewrites:
             from ..passes.channels_last_pointwise import channels_last_pointwise
             gm = channels_last_pointwise(gm)

@@ -160,3 +160,27 @@ def test_a_new_process_finds_the_plan_on_disk(counters, monkeypatch):
         run()
     assert counters.delta("UncachedCompile") == 0
     assert counters.delta("DynamicShapeHit") == 1 and counters.delta("PersistentCacheHit") >= 2
+
+
+def test_a_convolution_over_batch_sizes(counters, monkeypatch):
+    """The cpu target's convolutions as matmuls fixed a plan's symbolic batch
+    (LeNet's module computed batch 4 for batch 5, and the result check
+    raised); a plan's module keeps the convolution, and a pass that fixes a
+    size anyway is refused (``size_family.still_symbolic``)."""
+    from lazy_mlir.models.seed import LeNet5
+    monkeypatch.setenv("LAZY_MLIR_COMPILE", "wait")
+    torch.manual_seed(0)
+    model = LeNet5().eval()
+    on_lazy = LeNet5().eval()
+    on_lazy.load_state_dict(model.state_dict())
+    on_lazy = on_lazy.to("lazy")
+    lm.mark_step()
+    counters.snapshot()
+    with torch.no_grad():
+        for b in (3, 4, 5):
+            x = torch.randn(b, 1, 28, 28)
+            out = on_lazy(lazy(x))
+            lm.mark_step()
+            torch.testing.assert_close(out.cpu(), model(x), rtol=1e-5, atol=1e-5)
+    assert counters.delta("DynamicShapeCompile") == 1 and counters.delta("DynamicShapeHit") == 1
+    assert counters.delta("DynamicShapeFailed") == 0

@@ -165,3 +165,24 @@ def test_a_result_of_another_shape_raises_never_binds():
     _check_shapes([SimpleNamespace(shape=[7, 5])], [out])
     with pytest.raises(RuntimeError, match="returned shape"):
         _check_shapes([SimpleNamespace(shape=[7, 7])], [out])
+
+
+def test_a_decomposition_that_fixes_a_size_is_caught():
+    """A pass after the symbolic trace (the pipeline's decompositions) that
+    turns a symbolic size into a number would leave a module of one size:
+    ``still_symbolic`` refuses it (the cpu target's convolutions as matmuls
+    did, for LeNet's batch)."""
+    from lazy_mlir.pipeline.fx_graph import decompose
+    from lazy_mlir.pipeline.size_family import still_symbolic
+    def f(x):
+        return x * 2
+    gms = [make_fx(f, tracing_mode="fake")(torch.randn(n, 4)) for n in (5, 8)]
+    traced = symbolic_module(gms[1], derive_plan(family_of(gms[0])[1], family_of(gms[1])[1]))
+    still_symbolic(decompose(traced))  # (the base table keeps it symbolic)
+
+    def fixing(x, other):  # (x * 2, its size made a number: int())
+        y = x[:int(x.shape[0])]
+        return torch.ops.aten.add.Tensor(y, y)
+    fixed = decompose(traced, {torch.ops.aten.mul.Tensor: fixing}, base=False)
+    with pytest.raises(SizeSpecialized, match="fixes"):
+        still_symbolic(fixed)
