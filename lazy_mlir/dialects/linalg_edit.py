@@ -13,7 +13,7 @@ from .torch_import import func_d, ir
 __all__ = ["ops_named", "shape", "element_type", "element_bytes", "int_list", "zero_pad", "add_functions",
            "call_instead", "in_loop", "mark", "FUSION_BARRIER", "barrier_into", "barrier_before",
            "producer", "i64_array", "zero_fill", "printed_with", "function_bodies",
-           "elements", "barrier_uses_after", "copy_before"]
+           "elements", "barrier_uses_after", "copy_before", "barrier_value_for"]
 
 
 def ops_named(module: ir.Module, name: str) -> list:
@@ -171,6 +171,25 @@ def barrier_before(op, index: int, barrier: str = FUSION_BARRIER) -> None:
     with ir.InsertionPoint(op), op.location:
         barrier = ir.Operation.create(barrier, results=[value.type], operands=[value])
     op.operands[index] = barrier.result
+
+
+def barrier_value_for(op, value) -> None:
+    """Pass ``value`` through a ``FUSION_BARRIER`` placed before ``op`` for
+    its uses inside ``op``'s regions only (a gather's ``tensor.extract``)."""
+    value.context.allow_unregistered_dialects = True
+    with ir.InsertionPoint(op), op.location:
+        barrier = ir.Operation.create(FUSION_BARRIER, results=[value.type], operands=[value])
+    inside = []
+    for use in value.uses:
+        owner = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+        parent = owner.parent
+        while parent is not None and parent.name != "func.func":
+            if parent == op.operation:
+                inside.append((owner, use.operand_number))
+                break
+            parent = parent.parent
+    for owner, index in inside:
+        owner.operands[index] = barrier.result
 
 
 def copy_before(op, index: int) -> None:

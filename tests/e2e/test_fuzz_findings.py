@@ -672,3 +672,23 @@ def test_copy_from_itself_through_a_view_of_one_width():
     x = lazy(x0)
     x.view(torch.float32).copy_(x)
     assert torch.equal(x.cpu(), e)
+
+
+def test_gather_from_a_returned_slice_compiles():
+    """``index_select`` from an ``unfold`` (a slice) of a transposed tensor,
+    the slice returned too: IREE fused the slice into the gather's dispatch
+    and its LLVM translation failed ("builtin.unrealized_conversion_cast");
+    ``lm.jit`` raised, ``torch.compile`` and the lazy device ran the graph
+    eagerly (fuzzer seed 400113)."""
+    def fn(v1):
+        v3 = v1.movedim(1, -1).unfold(-1, 1, 3)
+        return [v3, v3.index_select(0, torch.tensor([1], device=v1.device))]
+    make = lambda: torch.arange(36.0, dtype=torch.float64).reshape(4, 3, 3)
+    got = lm.jit(fn).lower(make()).compile()(make())
+    assert all(torch.equal(g, w) for g, w in zip(got, fn(make())))
+    _compiled_like_eager(fn, lambda: [make()])
+    c = Counters()
+    got = fn(lazy(make().float()))
+    lm.mark_step()
+    assert all(torch.equal(g.cpu(), w) for g, w in zip(got, fn(make().float())))
+    assert not c.fell_back() and c.delta("EagerGraph") == 0
