@@ -74,3 +74,15 @@ def test_a_graph_that_changes_with_the_size_is_refused(tmp_path):
     with pytest.raises(ExportError, match="constant"):
         lm.export(branchy, torch.ones(4, 3), path=tmp_path / "b",
                   dynamic_dims={"x": {0: "n"}})
+
+
+def test_a_static_export_clamps_an_input_index(tmp_path):
+    """Static shapes (``lm.jit``'s capture) clamp indices, those of the
+    inputs too: an input index was checked on the example at capture and
+    then left unclamped, so a bad one read outside the table (zeros)."""
+    torch.manual_seed(0)
+    lookup = torch.nn.Embedding(VOCAB, 3).eval()
+    fn = load(lm.export(lookup, torch.zeros(4, dtype=torch.int64), path=tmp_path / "s"))
+    ids = np.array([0, 5, VOCAB + 10 ** 6, 2])
+    with torch.no_grad():
+        np.testing.assert_allclose(fn(ids), lookup(torch.tensor([0, 5, VOCAB - 1, 2])).numpy())
