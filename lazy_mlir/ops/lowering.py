@@ -174,10 +174,54 @@ def _squeeze0(out):
 @register_decomposition(aten.adaptive_max_pool2d.default, scope=IMPORT)
 def adaptive_max_pool2d(x, output_size):
     """Unbatched inputs get a batch of one (torch-mlir's own decomposition of
-    the op makes a 3-d ``max_pool2d`` it cannot lower)."""
-    if x.dim() != 3:
-        return NotImplemented
-    return _squeeze0(aten.adaptive_max_pool2d.default(aten.unsqueeze.default(x, 0), output_size))
+    the op makes a 3-d ``max_pool2d`` it cannot lower). Sizes the output's
+    do not divide (7x5 to 4x4) have windows of different sizes, which
+    torch-mlir's one ``max_pool2d`` does not make (a cast of a 6x4 result to
+    4x4 fails): the windows are gathered (``_adaptive_windows``)."""
+    (h, w), (oh, ow) = x.shape[-2:], output_size
+    if h % oh == 0 and w % ow == 0:
+        if x.dim() != 3:
+            return NotImplemented
+        return _squeeze0(aten.adaptive_max_pool2d.default(aten.unsqueeze.default(x, 0),
+                                                          output_size))
+    if x.dim() == 3:
+        return _squeeze0(_adaptive_windows(aten.unsqueeze.default(x, 0), oh, ow))
+    return _adaptive_windows(x, oh, ow)
+
+
+def _window_positions(n_in: int, n_out: int, device):
+    """(n_out, k) input positions of each adaptive window along one
+    dimension, ``[floor(o n_in / n_out), ceil((o + 1) n_in / n_out))``, and
+    ``k`` the widest window's size. A narrower window repeats its last
+    position: after the positions it repeats, so neither its max nor the
+    first position of the max changes."""
+    k = max(-(-(o + 1) * n_in // n_out) - o * n_in // n_out for o in range(n_out))
+    o = aten.mul.Tensor(aten.arange.default(n_out, dtype=torch.int64, device=device), n_in)
+    start = aten.floor_divide.default(o, n_out)
+    last = aten.sub.Tensor(aten.floor_divide.default(aten.add.Tensor(o, n_in + n_out - 1), n_out), 1)
+    at = aten.add.Tensor(aten.unsqueeze.default(start, 1),
+                         aten.arange.default(k, dtype=torch.int64, device=device))
+    return aten.minimum.default(at, aten.unsqueeze.default(last, 1)), k
+
+
+def _adaptive_windows(x, oh: int, ow: int):
+    """``adaptive_max_pool2d`` of a 4-d ``x`` from its gathered windows: the
+    max of each and its flat position ``h * W + w`` in the plane (eager's
+    indices: the first position of the max, rows first)."""
+    n, c, h, w = x.shape
+    rows, kh = _window_positions(h, oh, x.device)
+    cols, kw = _window_positions(w, ow, x.device)
+    win = aten.index.Tensor(aten.index.Tensor(x, [None, None, rows]),
+                            [None, None, None, None, cols])  # n, c, oh, kh, ow, kw
+    win = aten.reshape.default(aten.permute.default(win, [0, 1, 2, 4, 3, 5]),
+                               [n, c, oh, ow, kh * kw])
+    values, k = aten.max.dim(win, -1)
+    flat = aten.add.Tensor(aten.mul.Tensor(aten.reshape.default(rows, [oh, 1, kh, 1]), w),
+                           aten.reshape.default(cols, [1, ow, 1, kw]))
+    flat = aten.expand.default(aten.reshape.default(flat, [oh, ow, kh * kw]),
+                               [n, c, oh, ow, kh * kw])
+    where = aten.gather.default(flat, -1, aten.unsqueeze.default(k, -1))
+    return values, aten.squeeze.dim(where, -1)
 
 
 def _max_pool(op, n):
