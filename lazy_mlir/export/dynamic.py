@@ -1,18 +1,21 @@
 """``lm.export(..., dynamic_dims=...)`` through the lazy device: sizes chosen
 at run time, with the index clamps and checks of the training path.
 
-The function is captured twice on the lazy device, at the examples' sizes
-and at other sizes of every symbol (as the size families see a graph at two
-sizes: ``pipeline/size_family.py``), each time with its indices clamped into
-range and checked by in-graph flags (``lazy/bounds.py`` in ``in_graph``
-mode: an input index is data the artifact receives later, never checked at
-capture). The two graphs must be one family; ``derive_plan`` then gives the
-dynamic dimensions (exactly those ``dynamic_dims`` names, one class per
-symbol) and the integers that follow them (``view`` to ``[b * t, d]``); the
-fx module is traced again with one symbol per name, ranged as the user
-said, lowered by the mark_step pipeline to torch-backend and compiled by
-IREE's torch input, as the size families' modules are (the weights become
-IREE parameters: ``dialects.export_import.bind_parameters``).
+The function is captured three times on the lazy device, at three sizes of
+every symbol (two make the plan, as the size families see a graph at two
+sizes, ``pipeline/size_family.py``; the third confirms its integer
+expressions), each time with its indices clamped into range and checked by
+in-graph flags (``lazy/bounds.py`` in ``in_graph`` mode: an input index is
+data the artifact receives later, never checked at capture), and
+deterministic host factories recorded as ops (``arange(t)`` follows the
+size: ``lazy/device.factories_in_graph``). The graphs must be one family;
+``derive_plan`` then gives the dynamic dimensions (exactly those
+``dynamic_dims`` names, one class per symbol) and the integers that follow
+them (``view`` to ``[b * t, d]``); the fx module is traced again with one
+symbol per name, ranged as the user said, lowered by the mark_step pipeline
+to torch-backend and compiled by IREE's torch input, as the size families'
+modules are (the weights become IREE parameters:
+``dialects.export_import.bind_parameters``).
 
 Guarantees: the artifact computes what the function computes at every size
 in range; an index out of range raises (the module's last result holds one
@@ -150,11 +153,13 @@ def _trace(flat, state, args):
     from ..graph.program import Graph
     from ..lazy import bounds, early_outputs, offsets
     from ..lazy.capture import data_value, emit, value_of
+    from ..lazy.device import factories_in_graph
     from ..lazy.tensor import LazyTensor, wrap_value
     lazy = [wrap_value(data_value(t.detach().clone())) for t in [t for _, t in state] + args]
     leading = [value_of(t).data for t in lazy]
     before = metrics.host_reads()
-    with bounds.in_graph(), early_outputs.one_graph(), offsets.constant_offsets():
+    with bounds.in_graph(), early_outputs.one_graph(), offsets.constant_offsets(), \
+            factories_in_graph():
         out = flat(*lazy)
     refuse_host_reads(before, "the function")
     leaves, tree = tree_flatten(out)

@@ -6,6 +6,7 @@ to ``LazyTensor.__torch_dispatch__``.
 """
 from __future__ import annotations
 
+import contextlib
 import warnings
 import weakref
 
@@ -76,6 +77,8 @@ def factory_value(op, args, kwargs):
     """The value of a host factory's call (shared per constant arguments
     where deterministic; then ``made_by`` its data gives the call)."""
     kwargs = dict(kwargs, device=_CPU)
+    if _in_graph[0] and op not in _RANDOM_FACTORIES:
+        return emit(op, tuple(args), kwargs)[0]
     key = _factory_key(op, args, kwargs) if op not in _RANDOM_FACTORIES else None
     if key is not None:
         value = _factory_values.get(key)
@@ -99,6 +102,18 @@ def made_by(data) -> tuple | None:
 
 
 _made: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_in_graph = [0]
+
+
+@contextlib.contextmanager
+def factories_in_graph():
+    """Deterministic host factories recorded as graph ops instead (export
+    with dynamic dimensions: ``arange(t)`` then follows the dynamic size)."""
+    _in_graph[0] += 1
+    try:
+        yield
+    finally:
+        _in_graph[0] -= 1
 
 
 _CPU = torch.device("cpu")

@@ -2,7 +2,8 @@
 (``export/dynamic.py``): one artifact runs at every size, run here by the
 IREE runtime (``lazy_mlir.export.load``) against eager PyTorch; an index out
 of range at a dynamic size raises (never a read outside the table), and so
-does an input of another rank, static size or dtype."""
+does an input of another rank, static size or dtype. ``arange(t)`` (the
+positions) is an op of the graph, following the size."""
 import numpy as np
 import pytest
 import torch
@@ -17,11 +18,12 @@ class TinyLM(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.embed = torch.nn.Embedding(VOCAB, WIDTH)
+        self.pos = torch.nn.Embedding(64, WIDTH)
         self.out = torch.nn.Linear(WIDTH, VOCAB)
 
     def forward(self, ids):
         b, t = ids.shape
-        h = torch.tanh(self.embed(ids))
+        h = torch.tanh(self.embed(ids) + self.pos(torch.arange(t, device=ids.device)))
         h = h + torch.nn.functional.pad(h[:, :t - 1], (0, 0, 1, 0))  # (slice and pad of t)
         return self.out(h.reshape(b * t, WIDTH)).view(b, t, VOCAB).log_softmax(-1)
 
