@@ -81,7 +81,7 @@ def record(func, args, kwargs, bare=False):
     if plan is None and args is not called[1]:  # a number lifted: eager's checks of the call
         eager_checks.probe_call(*called, argtree.flatten, argtree.unflatten)
     denied = (_support.denied_signature(func, lambda: arg_signature(vals))
-              if _support.DENIED_SIGNATURES else None)
+              if _support.DENIED_SIGNATURES or func in _support.FLOAT64_EAGER_OPS else None)
     if (plan is not None and _dry_run[0] is None and _support.op_is_supported(func)
             and denied is None):
         if info.bounds:
