@@ -36,6 +36,7 @@ from .capture import (LAZY_TYPE, _EXACT_CONSTS, _PLANS_MAX, _guarded, _make_scal
 from .kinds import RANDOM as _RANDOM, SPECIAL_OPS, functional_of as _functional_of
 from .kinds import written_args as _written_args
 from .resize import SPECIAL as RESIZE
+from . import packed as _packed
 from .scalars import lift_scalars
 from .recompute import _open as _recompute_open
 from .state import dispatch_depth, dry_run as _dry_run, inplace_checked as _inplace_checked
@@ -603,6 +604,7 @@ _SPECIAL = {aten.copy_.default: _copy_, aten._to_copy.default: _to_copy,
 _SPECIAL.update({f: _random for f in _RANDOM})
 _SPECIAL.update(RESIZE)
 _SPECIAL.update(_fused_optim.SPECIAL)
+_SPECIAL.update(_packed.SPECIAL)
 if _SPECIAL.keys() != SPECIAL_OPS:  # kinds.kind routes these ops here: the two must agree
     raise ImportError(f"lazy-mlir: kinds.SPECIAL_OPS and dispatch._SPECIAL differ: "
                       f"{set(_SPECIAL) ^ SPECIAL_OPS}")

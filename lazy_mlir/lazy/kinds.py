@@ -30,7 +30,8 @@ SPECIAL_OPS = frozenset([
     aten.resize_.default, aten.resize_as_.default, *RANDOM,
     # torch.optim's fused updates: one node each (fused_optim.py)
     aten._fused_adam_.default, aten._fused_adam_.tensor_lr, aten._fused_adamw_.default,
-    aten._fused_adamw_.tensor_lr, aten._fused_sgd_.default, aten._fused_sgd_.tensor_lr])
+    aten._fused_adamw_.tensor_lr, aten._fused_sgd_.default, aten._fused_sgd_.tensor_lr,
+    aten._pack_padded_sequence.default])  # host lengths (packed.py)
 
 
 @functools.lru_cache(maxsize=None)
