@@ -193,12 +193,17 @@ def embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, maximum
     bag's gradient (times its per-sample weight, or over its bag's size for
     mean; none for ``padding_idx``), accumulated (``index_put``). An empty
     ``offset2bag`` (the sum fast path) is made again from all the offsets,
-    as ATen's backward does (``make_offset2bag``). Max bags, sparse
-    gradients and ``scale_grad_by_freq`` keep the op (it ran eagerly every
-    step: the sweep's nn/embedding_bag)."""
-    if sparse or scale_grad_by_freq or mode not in (_SUM, _MEAN) or grad.dim() != 2 \
+    as ATen's backward does (``make_offset2bag``). Max bags: ``_max_backward``.
+    Sparse gradients (a sparse result) and ``scale_grad_by_freq`` of sum and
+    mean bags keep the op (ATen's CPU scales an index's rows by counts this
+    did not reproduce: 2/3 for an index seen twice among 8)."""
+    if sparse or mode not in (_SUM, _MEAN, _MAX) or grad.dim() != 2 \
             or grad.dtype not in _FLOATS or indices.dim() != 1 or indices.dtype != torch.int64 \
             or offsets.dtype != torch.int64 or indices.shape[0] == 0:
+        return NotImplemented
+    if mode == _MAX:
+        return _max_backward(grad, bag_size, maximum_indices, num_weights)
+    if scale_grad_by_freq:
         return NotImplemented
     n, dev, i64 = indices.shape[0], grad.device, torch.int64
     if offset2bag.numel() != n:  # offset2bag[i] = #(offsets <= i) - 1
@@ -220,3 +225,21 @@ def embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, maximum
         rows = aten.mul.Tensor(rows, aten.unsqueeze.default(scale, 1))
     zeros = torch.zeros([num_weights, grad.shape[1]], dtype=grad.dtype, device=dev)
     return aten.index_put.default(zeros, [indices], rows, True)
+
+
+def _max_backward(grad, bag_size, maximum_indices, num_weights):
+    """The weight gradient of max bags, as ATen's
+    ``_embedding_bag_dense_backward_cpu_max``: each column's gradient goes to
+    the row its max came from (``maximum_indices``), accumulated; empty bags
+    (``bag_size`` 0, index 0) give none."""
+    bags, cols = grad.shape
+    if tuple(maximum_indices.shape) != (bags, cols) or bag_size.shape[0] < bags:
+        return NotImplemented
+    used = aten.unsqueeze.default(aten.gt.Scalar(aten.slice.Tensor(bag_size, 0, 0, bags), 0), 1)
+    g = aten.where.self(used, grad, aten.zeros_like.default(grad))
+    col = aten.expand.default(aten.unsqueeze.default(
+        aten.arange.default(cols, dtype=torch.int64, device=grad.device), 0), [bags, cols])
+    zeros = aten.zeros.default([num_weights, cols], dtype=grad.dtype, device=grad.device)
+    return aten.index_put.default(zeros, [aten.reshape.default(maximum_indices, [-1]),
+                                          aten.reshape.default(col, [-1])],
+                                  aten.reshape.default(g, [-1]), True)
