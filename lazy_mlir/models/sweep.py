@@ -43,4 +43,6 @@ SLOW_SAMPLE = CI_SAMPLE + (
     "hf/image-classification/swin",           # restrided views (windows)
     "hf/audio-classification/hubert",         # the backward of a masked write (masked_backward)
     "hf/seq2seq-lm/mbart",                    # a slice shifted into its own tensor (self_inserts)
+    "hf/causal-lm/gpt2",                      # host reads of constants and of the batch (host_eval)
+    "hf/image-classification/beit",           # drop path's torch.rand, drawn again per replay
 )
