@@ -190,10 +190,16 @@ def _dense(one, v):
 # view whose elements overlap, eager's result does not depend on which
 # write of an element comes last (a ``copy_`` of one element is one too).
 _ORDER_FREE = {aten.fill_.Scalar, aten.fill_.Tensor, aten.zero_.default}
+# Writes of one value where a mask says, order-free too: eager writes the
+# value to a shared element where any view element on it is masked (and
+# warns that masked_fill_ on an expanded tensor is deprecated); written
+# back by ``_write_changed``, not by the last view element's value.
+_MASKED = {aten.masked_fill_.Scalar, aten.masked_fill_.Tensor}
 # Steps that keep the element order and only rename shapes: applied on the
 # index tensor as ``reshape`` where its layout allows no ``view``.
 _AS_RESHAPE = {"view", "_unsafe_view", "_reshape_alias"}
 _approved = [None]  # the view whose overlapping write check_write let through
+_masked = [False]  # whether that write is one of ``_MASKED``
 
 
 class ElementMap:
@@ -206,7 +212,7 @@ class ElementMap:
     element is written (no ``old`` needed); ``identity``: the view is its
     input's elements in order; ``overlap``: some element is written twice."""
 
-    __slots__ = ("gather", "covers", "identity", "overlap", "_value")
+    __slots__ = ("gather", "covers", "identity", "overlap", "_value", "index", "_index_value")
 
     def __init__(self, index: torch.Tensor, numel: int):
         flat = index.reshape(-1)
@@ -218,12 +224,23 @@ class ElementMap:
         self.identity = self.covers and n == numel and torch.equal(flat, torch.arange(n))
         self.gather = torch.where(last >= 0, last, torch.arange(numel) + n)
         self._value = None
+        # (overlapping views: each view element's input element, for
+        # ``_write_changed``)
+        self.index = flat if self.overlap else None
+        self._index_value = None
 
     def value(self):
         """``gather`` as device data (uploaded once, shared: never written)."""
         if self._value is None:
             self._value = Value.of_data(DeviceData(TensorSpec.of(self.gather), host=self.gather))
         return self._value
+
+    def index_value(self):
+        """``index`` as device data, as ``value``."""
+        if self._index_value is None:
+            self._index_value = Value.of_data(DeviceData(TensorSpec.of(self.index),
+                                                         host=self.index))
+        return self._index_value
 
 
 _maps: dict = {}
@@ -323,10 +340,11 @@ def _write_by_map(emit, steps, base, new, view):
     wins: every write of it is the same value)."""
     spec = base.spec
     m = element_map(steps, spec)
+    masked = False
     if m.overlap:
         if _approved[0] is not view:  # (a way in that does not check: foreach, ...)
             raise NotImplementedError(_overlap_message(steps, "this in-place op"))
-        _approved[0] = None
+        _approved[0], masked, _masked[0] = None, _masked[0], False
 
     def one(func, *a, **k):
         return emit(func, a, k)[0]
@@ -334,11 +352,31 @@ def _write_by_map(emit, steps, base, new, view):
     flat = one(aten.reshape.default, new, [-1])
     if new.spec.dtype != spec.dtype:  # (a view(dtype) of one width among the steps)
         flat = one(aten.view.dtype, flat, spec.dtype)
+    if masked:
+        return _write_changed(one, m, base, flat)
     if not m.identity:
         if not m.covers:
             flat = one(aten.cat.default, [flat, one(aten.reshape.default, base, [-1])])
         flat = one(aten.index_select.default, flat, 0, m.value())
     return one(aten.reshape.default, flat, list(spec.shape))
+
+
+def _write_changed(one, m: ElementMap, base, flat):
+    """``base`` with each element that some element of the overlapping
+    view changed set to that element's new value (``flat``), the others
+    kept: a masked write of one value, where the view elements on one
+    input element may be masked differently (the last one's value would
+    keep the old value where an earlier one wrote). Unchanged elements
+    are routed to one extra element, dropped after."""
+    spec = base.spec
+    numel = m.gather.numel()
+    old = one(aten.reshape.default, base, [-1])
+    index = m.index_value()
+    changed = one(aten.ne.Tensor, flat, one(aten.index_select.default, old, 0, index))
+    target = one(aten.where.ScalarOther, changed, index, numel)
+    spare = one(aten.cat.default, [old, one(aten.slice.Tensor, old, 0, 0, 1)])
+    put = one(aten.index_put.default, spare, [target], flat, False)
+    return one(aten.reshape.default, one(aten.slice.Tensor, put, 0, 0, numel), list(spec.shape))
 
 
 def check_write(t, func, args, kwargs) -> None:
@@ -367,6 +405,10 @@ def check_write(t, func, args, kwargs) -> None:
     if func in _ORDER_FREE or (func is aten.copy_.default and isinstance(src, torch.Tensor)
                                and _one_element(src)):
         _approved[0] = t
+        return
+    value = args[2] if len(args) > 2 else kwargs.get("value")
+    if func in _MASKED and (not isinstance(value, torch.Tensor) or value.numel() == 1):
+        _approved[0], _masked[0] = t, True
         return
     raise NotImplementedError(_overlap_message(steps, str(func)))
 

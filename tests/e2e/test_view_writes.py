@@ -274,8 +274,9 @@ def test_expanded_writes_raise_eagers_error(program):
     lambda x: x.unfold(0, 2, 1).mul_(3),  # eager: x[1..4] times 9 (once per window)
     lambda x: x.unfold(0, 3, 2).copy_(torch.zeros(2, 3, device=x.device)),  # eager: its memory order decides
     lambda x: x.as_strided((3, 3), (1, 1)).neg_(),
-    lambda x: x.unfold(0, 2, 1).masked_fill_(torch.ones(5, 2, dtype=torch.bool, device=x.device), 1.0),
     lambda x: x.unfold(0, 4, 2).uniform_(),
-], ids=["unfold_mul_", "unfold_copy_", "as_strided_neg_", "masked_fill_", "uniform_"])
+], ids=["unfold_mul_", "unfold_copy_", "as_strided_neg_", "uniform_"])
+# (masked_fill_ of one value is order-free: test_fuzz_findings.
+# test_masked_fill_through_overlapping_views)
 def test_overlapping_order_dependent_writes_raise(program):
     _refused(program, _x(6), NotImplementedError, "overlap in memory")
