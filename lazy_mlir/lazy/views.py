@@ -400,8 +400,11 @@ def check_write(t, func, args, kwargs) -> None:
     m = element_map(steps[first:], TensorSpec.of(meta))
     if not m.overlap:
         return
-    _eager_refusal(t, func, args, kwargs)
     src = args[1] if len(args) > 1 else None
+    if func is aten.copy_.default and _same_elements(src, t):  # (eager: a copy onto itself
+        _approved[0] = t                                         # is nothing)
+        return
+    _eager_refusal(t, func, args, kwargs)
     if func in _ORDER_FREE or (func is aten.copy_.default and isinstance(src, torch.Tensor)
                                and _one_element(src)):
         _approved[0] = t
@@ -433,6 +436,15 @@ def _check_bool_bytes(t, func, args) -> None:
         f"lazy-mlir: {func} writes through a {t.dtype} view of a bool tensor: the lazy "
         "device keeps a bool's elements as 0 and 1, and eager keeps any byte written; "
         "write into a uint8 copy instead (x.to(torch.uint8))")
+
+
+def _same_elements(a, t) -> bool:
+    """Whether ``a`` is ``t`` or a view of the same elements of its storage."""
+    if a is t:
+        return True
+    return (isinstance(a, torch.Tensor) and getattr(a, "_storage", None) is t._storage
+            and a.dtype == t.dtype and a.shape == t.shape and a.stride() == t.stride()
+            and a.storage_offset() == t.storage_offset())
 
 
 def _one_element(t: torch.Tensor) -> bool:

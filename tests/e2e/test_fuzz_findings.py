@@ -735,3 +735,18 @@ def test_masked_fill_through_overlapping_views(make, write):
     lm.mark_step()
     assert torch.equal(x.cpu(), e), (x.cpu(), e)
     assert not c.fell_back() and c.delta("EagerGraph") == 0
+
+
+def test_copy_of_an_overlapping_view_onto_itself():
+    """``v.copy_(v)`` of a view whose elements overlap: eager copies nothing
+    (the same tensor); the lazy device ran eager's check on a stand-in
+    source of its own and raised eager's "more than one element of the
+    written-to tensor" error (fuzzer seed 600017)."""
+    x0 = torch.arange(30, dtype=torch.uint8).reshape(5, 2, 3)
+    e = x0.clone()
+    e.as_strided((3, 1), (0, 2), 7).copy_(e.as_strided((3, 1), (0, 2), 7))
+    x = lazy(x0)
+    v = x.as_strided((3, 1), (0, 2), 7)
+    v.copy_(v)
+    v.copy_(x.as_strided((3, 1), (0, 2), 7))  # (another view of the same elements)
+    assert torch.equal(x.cpu(), e) and torch.equal(v.cpu(), e.as_strided((3, 1), (0, 2), 7))
