@@ -219,18 +219,23 @@ def derive_plan(first: Sizes, second: Sizes) -> SizePlan | None:
 
 
 def explain(a: int, b: int, pairs: list[tuple[int, int]]) -> Expr | None:
-    """The simplest ``k * prod(classes) + add`` (k a positive integer; one
-    class before a product of two) that is ``a`` at the first sizes and
-    ``b`` at the second (``pairs``: each class's sizes). No division: a
-    module's shapes must stay affine in its symbols (FxImporter)."""
+    """The simplest ``k * prod(classes) + add`` (k a positive integer) that
+    is ``a`` at the first sizes and ``b`` at the second (``pairs``: each
+    class's sizes): one with no ``add`` before one with, then ``k == 1``
+    first, then one class before a product of two. Two points fit many
+    lines: ``t * t`` (256, 576 at t = 16, 24: GPT-2's attention masks) is
+    also ``40 * t - 384``, and ``b * t`` is ``12 * b - 12`` at (2, 6),
+    (3, 8). No division: a module's shapes must stay affine in its symbols
+    (FxImporter)."""
     products = [((c,), x, y) for c, (x, y) in enumerate(pairs)]
     products += [((c, e), pairs[c][0] * pairs[e][0], pairs[c][1] * pairs[e][1])
                  for c in range(len(pairs)) for e in range(c, len(pairs))]
+    found = []
     for cls, x, y in products:
         if x != y and (a - b) % (x - y) == 0 and (a - b) // (x - y) >= 1:
             k = (a - b) // (x - y)
-            return Expr(cls, k=k, add=a - k * x)
-    return None
+            found.append(Expr(cls, k=k, add=a - k * x))
+    return min(found, key=lambda e: (e.add != 0, e.k != 1, len(e.classes)), default=None)
 
 
 def symbolic_args(node: fx.Node, exprs: dict, first: int, sizes) -> tuple[tuple, dict, int]:

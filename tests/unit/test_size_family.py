@@ -186,3 +186,13 @@ def test_a_decomposition_that_fixes_a_size_is_caught():
     fixed = decompose(traced, {torch.ops.aten.mul.Tensor: fixing}, base=False)
     with pytest.raises(SizeSpecialized, match="fixes"):
         still_symbolic(fixed)
+
+
+def test_a_product_is_preferred_to_a_line_through_the_same_two_points():
+    """Two sizes fit many lines: ``t * t`` is also ``40 * t - 384`` at t =
+    16, 24 (GPT-2's attention mask; the line made the module's view read
+    ``numel // t``), ``b * t`` also ``12 * b - 12`` at (2, 6), (3, 8)."""
+    from lazy_mlir.pipeline.size_family import explain
+    assert explain(256, 576, [(16, 24)]) == Expr((0, 0))
+    assert explain(12, 24, [(2, 3), (6, 8)]) == Expr((0, 1))
+    assert explain(15, 23, [(16, 24)]) == Expr((0,), add=-1)  # (t - 1 stays)
