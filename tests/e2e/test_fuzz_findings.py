@@ -750,3 +750,24 @@ def test_copy_of_an_overlapping_view_onto_itself():
     v.copy_(v)
     v.copy_(x.as_strided((3, 1), (0, 2), 7))  # (another view of the same elements)
     assert torch.equal(x.cpu(), e) and torch.equal(v.cpu(), e.as_strided((3, 1), (0, 2), 7))
+
+
+def test_as_strided_of_a_permuted_view_read_after_a_write():
+    """``v6 = v1.movedim(1, -1).as_strided(...)`` read after a write through
+    an ``unfold`` of the same view: the write left the storage's value with
+    permuted strides, and the ``as_strided`` was then applied to the view's
+    value instead of the storage's order: ``v6`` came back with other
+    elements (silent, lazy device and ``lm.jit``; fuzzer seed 400113)."""
+    def fn(v1):
+        v2 = v1.movedim(1, -1)
+        v3 = v2.unfold(-1, 1, 3)
+        v6 = v2.as_strided((3, 3), (0, 1), 32)
+        v3.clamp_(3.0, 6.0)
+        return [v1, v3, v6]
+    make = lambda: (torch.arange(36.0, dtype=torch.float64).reshape(4, 3, 3) - 10) / 3
+    want = fn(make())
+    got = lm.jit(fn).lower(make()).compile()(make())
+    assert all(torch.equal(g, w) for g, w in zip(got, want))
+    got = fn(lazy(make()))
+    lm.mark_step()
+    assert all(torch.equal(g.cpu(), w) for g, w in zip(got, want))
