@@ -49,6 +49,7 @@ import threading
 import time
 
 from .. import metrics
+from ..pipeline.eager_graph import eager_runner
 from ..graph import debug
 from ..graph.program import Graph
 from . import compile_pool
@@ -58,7 +59,7 @@ from .executable import (CompilingExecutable, EagerExecutable, compile_or_fallba
                          LOADED, eager_executable, fallback_for, fx_module_of)
 from .fx_key import fx_content_key
 from .memory_cache import memory_cache
-from . import size_families
+from . import first_sight, size_families
 from .size_families import dynamic_executable
 
 log = logging.getLogger("lazy_mlir")
@@ -92,6 +93,8 @@ def executable_for(graph, target, config, *, wait: bool | None = None):
         _settle_finished()
     key = memory_key(graph.key, target, config)
     entry = memory_cache.get(key)
+    if first_sight._unused and entry is not None:
+        first_sight.looked_up(key)
     if isinstance(entry, CompilingExecutable):
         if not wait:
             metrics.counter_inc("EagerWhileCompiling")
@@ -128,7 +131,11 @@ def _from_disk(graph, target, disk, disk_key):
 
 def _miss(graph, target, config, key, disk, disk_key, dumper, in_background: bool):
     """A graph in neither cache: the module another way in loaded for the
-    same fx module, the one another process is compiling, or a compile."""
+    same fx module, the one another process is compiling, or a compile; in
+    a storm of graphs that never recur, its first sight runs eagerly."""
+    if in_background and dumper is None and first_sight.defer(key):
+        runner = eager_runner(graph) if isinstance(graph, Graph) else fx_module_of(graph)
+        return first_sight.FirstSightExecutable(runner)  # (not cached: its second sight compiles)
     try:
         gm = fx_module_of(graph)
         in_worker = getattr(graph, "in_worker", True)
@@ -163,6 +170,8 @@ def _miss(graph, target, config, key, disk, disk_key, dumper, in_background: boo
     if isinstance(graph, Graph):  # (a recompile explained: a captured graph's nodes)
         debug.on_uncached_compile(graph)
     entry = _compile(job, gm, in_worker, key, disk, disk_key, dumper, in_background)
+    if in_background:
+        first_sight.compiled(key)
     _put(key, entry, shared_key)
     return entry
 
