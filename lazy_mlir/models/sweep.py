@@ -32,7 +32,10 @@ CI_SAMPLE = (
 )
 # Known to fail, with why: the slow test expects the failure (strict xfail)
 # until it is fixed. (Mixtral was here until in_place.unshare_sort_operands.)
-KNOWN_FAILURES: dict[str, str] = {}
+KNOWN_FAILURES: dict[str, str] = {
+    "hf/audio-classification/hubert": "compile_train_step replays no step: 'two recordings "
+    "differ' (its time masks drawn on the host, unconfirmed; sweep record of 2026-12-03)",
+}
 SLOW_SAMPLE = CI_SAMPLE + (
     "hf/image-classification/convnext",       # a view of a restrided layer_norm (ops/restride.py;
                                               # CI: tests/e2e/test_restride.py)
