@@ -9,14 +9,10 @@ module would.
 """
 from __future__ import annotations
 
-import torch
 
 from ..graph.argtree import unflatten
-from ..graph.ir import Value
 from ..graph.program import Graph
-from .fx_graph import _returns_single_tensor
-
-_CPU = torch.device("cpu")
+from .fx_graph import _returns_single_tensor, resolve
 
 
 def eager_runner(graph: Graph):
@@ -28,13 +24,7 @@ def eager_runner(graph: Graph):
         env = {id(data): t for data, t in zip(inputs, tensors)}
 
         def lookup(v):
-            if isinstance(v, Value):
-                if v.data is not None and id(v.data) in env:
-                    return env[id(v.data)]
-                return env[id(v)]
-            if isinstance(v, torch.device):
-                return _CPU
-            return v
+            return resolve(env, v)
 
         for node in nodes:
             args, kwargs = unflatten([lookup(a) for a in node.flat], node.tree)

@@ -36,13 +36,7 @@ def to_fx(graph: Graph) -> fx.GraphModule:
         env[id(data)] = p
 
     def lookup(v):
-        if isinstance(v, Value):
-            if v.data is not None and id(v.data) in env:
-                return env[id(v.data)]
-            return env[id(v)]
-        if isinstance(v, torch.device):
-            return torch.device("cpu")
-        return v
+        return resolve(env, v)
 
     for node in graph.nodes:
         if node.op is _SUBGRAPH:  # its template's nodes, spliced in
@@ -68,6 +62,22 @@ def to_fx(graph: Graph) -> fx.GraphModule:
             call.meta["val"] = vals if _returns_list(node.op) else tuple(vals)
     g.output(tuple(lookup(v) for v in graph.outputs))
     return fx.GraphModule(torch.nn.Module(), g)
+
+
+def resolve(env: dict, v):
+    """What stands for ``v`` in ``env`` (id of a Value or its input data ->
+    an fx node in ``to_fx``, a tensor in ``eager_graph``); a device is the
+    CPU (graphs are traced and run on the host); anything else as it is."""
+    if isinstance(v, Value):
+        if v.data is not None and id(v.data) in env:
+            return env[id(v.data)]
+        return env[id(v)]
+    if isinstance(v, torch.device):
+        return _CPU
+    return v
+
+
+_CPU = torch.device("cpu")
 
 
 def decompose(gm: fx.GraphModule, extra: dict | None = None,
