@@ -46,7 +46,7 @@ def _step_lowered(name: str):
     return lm.jit(step).lower(*batch.values(), target="cuda:sm_80")
 
 
-IN_CI = ("gpt2", "resnet")
+IN_CI = ("resnet",)  # (gpt2, 34 s in CI, with --runslow)
 
 
 @pytest.mark.parametrize("name", [n if n in IN_CI else pytest.param(n, marks=pytest.mark.slow)

@@ -24,6 +24,7 @@ def local_sync(monkeypatch):
     set_target("cpu")
 
 
+@pytest.mark.slow  # (39 s in CI; the two tests below check which modules take local-sync)
 def test_tiny_gpt2_trains_like_eager_on_local_sync(local_sync):
     from lazy_mlir.runtime.session import session_for
     assert current_target().driver == "local-sync"

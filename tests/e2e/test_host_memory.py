@@ -45,6 +45,7 @@ def _steady_faults(keep: str, cache_dir) -> tuple[bool, int]:
     return kept == "True", int(faults)
 
 
+@pytest.mark.slow  # (45 s in CI: a performance property; the import test below stays)
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc mallopt")
 def test_a_steady_call_faults_nothing_in_when_freed_memory_is_kept(tmp_path):
     kept, faults = _steady_faults("1", tmp_path / "kept")

@@ -141,6 +141,7 @@ def test_eager_tensors_keep_pytorchs_function():
     assert not [n for n in lm.metrics.counter_names() if "mha" in n and c.delta(n)]
 
 
+@pytest.mark.slow  # (44 s in CI; the split heads are checked op by op above)
 def test_encoder_trains_like_eager():
     """The suite's tiny ``nn.TransformerEncoder`` (2 layers), 3 AdamW steps:
     eager's losses and weights, every attention call taken, no op run eagerly."""
