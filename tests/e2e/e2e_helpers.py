@@ -75,12 +75,14 @@ def same_as_eager(fn, *inputs, exact: bool = False, no_fallback: bool = False) -
 
 def train_steps(model, opt, batches, device: str, loss_fn, between=None) -> list[float]:
     """Training steps of ``model`` on ``(x, y)`` host batches moved to
-    ``device``, ``loss_fn(model(x), y)`` (``mark_step`` after each on the lazy
-    device); the losses. ``between(i)``, when given, runs after step ``i``."""
+    ``device``, ``loss_fn(model(x), y)``, or ``model(x, y)`` where ``loss_fn``
+    is None (a model that computes its own loss); ``mark_step`` after each on
+    the lazy device; the losses. ``between(i)``, when given, runs after step ``i``."""
     losses = []
     for i, (x, y) in enumerate(batches):
         opt.zero_grad()
-        loss = loss_fn(model(x.to(device)), y.to(device))
+        x, y = x.to(device), y.to(device)
+        loss = model(x, y) if loss_fn is None else loss_fn(model(x), y)
         loss.backward()
         opt.step()
         if device == "lazy":

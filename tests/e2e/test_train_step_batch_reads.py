@@ -9,6 +9,7 @@ import torch
 import torch.nn as nn
 
 import lazy_mlir as lm
+from e2e_helpers import train_steps
 
 PAD = 0
 
@@ -36,14 +37,7 @@ def _batches():
 def _eager():
     model = _Tagger()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    losses = []
-    for ids in _batches():
-        opt.zero_grad(set_to_none=True)
-        loss = model(ids, ids)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses
+    return train_steps(model, opt, [(ids, ids) for ids in _batches()], "cpu", None)
 
 
 def test_a_step_reading_its_batch_replays_and_a_batch_read_otherwise_runs_plain():

@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 
 import lazy_mlir as lm
+from e2e_helpers import train_steps
 
 
 class _DropPath(nn.Module):
@@ -37,18 +38,10 @@ def _losses(lazy: bool):
         opt = torch.optim.AdamW(model.parameters(), lr=1e-2, capturable=True)
         step = lm.compile_train_step(model, opt)
     torch.manual_seed(5)
-    out = []
-    for i in range(6):
-        x, y = _batch(i)
-        if lazy:
-            out.append(step(x.to("lazy"), y.to("lazy")).item())
-            continue
-        opt.zero_grad(set_to_none=True)
-        loss = model(x, y)
-        loss.backward()
-        opt.step()
-        out.append(loss.item())
-    return out
+    batches = [_batch(i) for i in range(6)]
+    if not lazy:
+        return train_steps(model, opt, batches, "cpu", None)
+    return [step(x.to("lazy"), y.to("lazy")).item() for x, y in batches]
 
 
 def test_a_step_drawing_with_rand_replays_with_eagers_numbers():
