@@ -64,8 +64,8 @@ def value_of(t: LazyTensor) -> Value:
     v = storage.value
     steps = t._view
     lift = offsets.liftable(steps)
-    if (not v.spec.offset and not _is_contiguous(v.spec.shape, v.spec.stride)
-            and any(s[0] is _AS_STRIDED for s in steps)):
+    if (any(s[0] is _AS_STRIDED for s in steps) and not v.spec.offset
+            and not _is_contiguous(v.spec.shape, v.spec.stride)):  # (rare test first: every view read)
         # (a storage value with other strides, as a write back through a
         # permute leaves it: an as_strided addresses the storage's order;
         # fuzzer seed 400113, as_strided of a movedim view read after a write)
