@@ -13,7 +13,8 @@ from .torch_import import func_d, ir
 __all__ = ["ops_named", "shape", "element_type", "element_bytes", "int_list", "zero_pad", "add_functions",
            "call_instead", "in_loop", "mark", "FUSION_BARRIER", "barrier_into", "barrier_before",
            "producer", "i64_array", "zero_fill", "printed_with", "function_bodies",
-           "elements", "barrier_uses_after", "copy_before", "barrier_value_for"]
+           "elements", "barrier_uses_after", "copy_before", "barrier_value_for", "users",
+           "elementwise"]
 
 
 def ops_named(module: ir.Module, name: str) -> list:
@@ -193,16 +194,46 @@ def barrier_value_for(op, value) -> None:
 
 
 def copy_before(op, index: int) -> None:
-    """Pass ``op``'s operand ``index`` (a static tensor) through a
-    ``linalg.copy`` into a new ``tensor.empty`` (for that use only): ``op``
-    then reads a tensor of its own."""
-    from torch_mlir.dialects import linalg, tensor
+    """Pass ``op``'s operand ``index`` (a static tensor) through a copy into
+    a new ``tensor.empty`` (for that use only): ``op`` then reads a tensor
+    of its own. Not a ``linalg.copy``: iree-compile erases an identity
+    copy (generalized, then ``EraseIdentityLinalgOp``), so ``op`` was back
+    on the original; the element is chosen by a ``select`` on a true
+    behind a ``util.optimization_barrier`` (``OWN_COPY``), which no folder
+    sees through. Element types with no zero constant here (complex) get a
+    ``linalg.copy``."""
+    from torch_mlir.dialects import arith, linalg, tensor
     value = op.operands[index]
     t = ir.RankedTensorType(value.type)
+    et = t.element_type
+    if isinstance(et, ir.IntegerType):
+        zero_attr = ir.IntegerAttr.get(et, 0)
+    elif isinstance(et, ir.FloatType):
+        zero_attr = ir.FloatAttr.get(et, 0.0)
+    else:
+        zero_attr = None
+    value.context.allow_unregistered_dialects = True
     with ir.InsertionPoint(op), op.location:
-        empty = tensor.EmptyOp(list(t.shape), t.element_type).result
-        copied = linalg.copy(value, outs=[empty])
-    op.operands[index] = copied
+        empty = tensor.EmptyOp(list(t.shape), et).result
+        if zero_attr is None:
+            op.operands[index] = linalg.copy(value, outs=[empty])
+            return
+        i1 = ir.IntegerType.get_signless(1)
+        keep = ir.Operation.create("util.optimization_barrier", results=[i1], operands=[
+            arith.ConstantOp(i1, ir.IntegerAttr.get(i1, 1)).result]).result
+        zero = arith.ConstantOp(et, zero_attr).result
+        identity = ir.AffineMapAttr.get(ir.AffineMap.get_identity(t.rank))
+        parallel = ir.Attribute.parse("#linalg.iterator_type<parallel>")
+        copy = linalg.GenericOp([t], [value], [empty], ir.ArrayAttr.get([identity, identity]),
+                                ir.ArrayAttr.get([parallel] * t.rank))
+        copy.operation.attributes[OWN_COPY] = ir.UnitAttr.get()
+        block = copy.regions[0].blocks.append(et, et)
+        with ir.InsertionPoint(block):
+            linalg.YieldOp([arith.SelectOp(keep, block.arguments[0], zero).result])
+    op.operands[index] = copy.results[0]
+
+
+OWN_COPY = "lazy_mlir.own_copy"
 
 
 def barrier_into(value, users: tuple[str, ...]) -> int:
@@ -280,3 +311,24 @@ def barrier_uses_after(value, op) -> bool:
 
 
 _RESHAPES = ("tensor.expand_shape", "tensor.collapse_shape")
+
+
+def users(value) -> list:
+    """The operations that use ``value``."""
+    return [use.owner for use in value.uses]
+
+
+def elementwise(op, body: str, source: str, result: str) -> bool:
+    """``op`` is a ``linalg.generic`` applying the one op ``body`` (``arith.extf``)
+    to each element of one ``source``-typed input (identity maps), giving a
+    ``result``-typed tensor (element types as ``element_type`` names them)."""
+    if op is None or op.name != "linalg.generic" or len(op.operands) != 2:
+        return False
+    if element_type(op.operands[0]) != source or element_type(op.results[0]) != result:
+        return False
+    rank = ir.RankedTensorType(op.results[0].type).rank
+    identity = ir.AffineMap.get_identity(rank, op.context)
+    if any(ir.AffineMapAttr(m).value != identity for m in op.attributes["indexing_maps"]):
+        return False
+    names = [o.operation.name for o in op.regions[0].blocks[0].operations]
+    return names == [body, "linalg.yield"]

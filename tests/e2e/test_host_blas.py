@@ -60,3 +60,37 @@ def test_an_export_artifact_never_imports_torch_mm(tmp_path, monkeypatch):
     vmfb = b"".join(p.read_bytes() for p in path.rglob("*.vmfb"))
     assert vmfb and not imports_blas(vmfb)
     assert b"lazy_mlir_blas" not in b"".join(p.read_bytes() for p in path.rglob("*.mlir"))
+
+
+def _train_bf16(device: str, steps: int = 3) -> tuple[list[float], list[torch.Tensor]]:
+    model = _model().to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(1)
+    losses = []
+    for _ in range(steps):
+        x, y = torch.randn(BATCH, WIDTH, generator=g), torch.randn(BATCH, WIDTH, generator=g)
+        opt.zero_grad(set_to_none=True)
+        region = lm.autocast("lazy") if device == "lazy" else torch.autocast("cpu")
+        with region:  # bf16 by default, as torch.autocast("cpu")
+            loss = ((model(x.to(device)) - y.to(device)) ** 2).mean()
+        loss.backward()
+        opt.step()
+        if device == "lazy":
+            lm.mark_step()
+        losses.append(loss.item())
+    return losses, [p.detach().cpu() for p in model.parameters()]
+
+
+def test_bf16_autocast_matmuls_are_called_and_train_as_eager(monkeypatch):
+    """Under bf16 autocast the module's matmuls take bf16 operands (the
+    forward's ``addmm`` as float32 of widened ones): they are called too, and
+    the calls compute eager's bf16 products."""
+    monkeypatch.setenv("LAZY_MLIR_BLAS", "1")
+    before = metrics.counter_value("HostBlasCall")
+    lazy = _train_bf16("lazy")
+    calls = metrics.counter_value("HostBlasCall") - before
+    eager = _train_bf16("cpu")
+    torch.testing.assert_close(torch.tensor(lazy[0]), torch.tensor(eager[0]), rtol=1e-2, atol=1e-3)
+    for p_lazy, p_eager in zip(lazy[1], eager[1]):
+        torch.testing.assert_close(p_lazy, p_eager, rtol=1e-2, atol=2e-3)
+    assert calls >= 5 * 3

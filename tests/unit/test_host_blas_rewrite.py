@@ -160,3 +160,81 @@ def test_gpu_targets_never_get_the_rewrite(name):
     from lazy_mlir.pipeline.stages import _linalg_edits
     assert not [e for e in _linalg_edits(on, name) if e[0] == "host_blas"]
     assert [e for e in _linalg_edits(on, "cpu") if e[0] == "host_blas"]
+
+
+ID2 = "affine_map<(d0, d1) -> (d0, d1)>"
+
+
+def elementwise(name, src, shape, op, source, result):
+    """``%name = op(src)`` elementwise (``arith.extf`` / ``arith.truncf``)."""
+    return (f"  %e{name} = tensor.empty() : {t(shape, result)}\n"
+            f"  %{name} = linalg.generic {{indexing_maps = [{ID2}, {ID2}], iterator_types = "
+            f"[\"parallel\", \"parallel\"]}} ins({src} : {t(shape, source)}) outs(%e{name} : "
+            f"{t(shape, result)}) {{\n  ^bb0(%in: {source}, %out: {result}):\n"
+            f"    %y = {op} %in : {source} to {result}\n    linalg.yield %y : {result}\n"
+            f"  }} -> {t(shape, result)}\n")
+
+
+def bf16_module(m=256, k=512, n=192):
+    """Three bf16 products as torch-mlir writes autocast's: ``mm`` (bf16
+    operands, a float32 accumulation rounded by ``truncf``), the same read as
+    float32 (no rounding user), and ``addmm``'s upcast (float32 matmul of
+    ``extf``'d operands, the second a transposed weight)."""
+    a, b, w, out = [m, k], [k, n], [n, k], [m, n]
+    mm = lambda name, x, y, tx, ty: (
+        f"  %f{name} = linalg.fill ins(%zero : f32) outs(%acc : {t(out)}) -> {t(out)}\n"
+        f"  %{name} = linalg.matmul ins({x}, {y} : {t(a, tx)}, {t(b, ty)}) "
+        f"outs(%f{name} : {t(out)}) -> {t(out)}\n")
+    body = (f"  %zero = arith.constant 0.0 : f32\n  %acc = tensor.empty() : {t(out)}\n"
+            + mm("r", "%a", "%b", "bf16", "bf16") + elementwise("rr", "%r", out, "arith.truncf", "f32", "bf16")
+            + mm("x", "%a", "%b", "bf16", "bf16")
+            + elementwise("wa", "%a", a, "arith.extf", "bf16", "f32")
+            + f"  %et = tensor.empty() : {t(b, 'bf16')}\n"
+            f"  %wt = linalg.transpose ins(%w : {t(w, 'bf16')}) outs(%et : {t(b, 'bf16')}) permutation = [1, 0]\n"
+            + elementwise("wb", "%wt", b, "arith.extf", "bf16", "f32")
+            + mm("u", "%wa", "%wb", "f32", "f32"))
+    results = f"{t(out, 'bf16')}, {t(out)}, {t(out)}"
+    return (f"func.func @main(%a: {t(a, 'bf16')}, %b: {t(b, 'bf16')}, %w: {t(w, 'bf16')}) -> "
+            f"({results}) {{\n{body}  return %rr, %x, %u : {results}\n}}\n")
+
+
+def test_bf16_products_become_calls_rounded_only_where_every_user_rounds():
+    m = parse(bf16_module())
+    assert hb.matmuls_as_calls(m) == 3
+    text = str(m)
+    assert f"{hb.CALL_PREFIX}matmul_bf16_rounded_00_256x512_512x192(%arg0, %arg1)" in text
+    assert f"{hb.CALL_PREFIX}matmul_bf16_00_256x512_512x192(%arg0, %arg1)" in text
+    assert f"{hb.CALL_PREFIX}matmul_bf16_01_256x512_192x512(%arg0, %arg2)" in text  # extf peeled
+    assert "linalg.matmul" not in text
+    m.operation.verify()
+
+
+def test_a_widened_operand_beside_a_float32_one_stays_float32():
+    text = bf16_module().replace("%wa, %wb", "%wa, %wa2").replace(
+        "  %zero =", "  %wa2 = tensor.empty() : tensor<512x192xf32>\n  %zero =", 1)
+    m = parse(text)
+    hb.matmuls_as_calls(m)
+    assert f"{hb.CALL_PREFIX}matmul_00_256x512_512x192(%" in str(m)
+
+
+def test_the_bf16_calls_compute_what_torch_does():
+    m = parse(bf16_module())
+    assert hb.matmuls_as_calls(m) == 3
+    cpu = get_target("cpu")
+    vmfb = ic.compile_str(str(m), extra_args=[f"--iree-hal-target-backends={cpu.backend}",
+                                              *cpu.flags])
+    config = rt.Config("local-sync")
+    ctx = rt.SystemContext(config=config)
+    ctx.add_vm_module(runtime_blas.create_module(config.device))
+    ctx.add_vm_module(rt.VmModule.copy_buffer(ctx.instance, vmfb))
+    g = torch.Generator().manual_seed(0)
+    a, b, w = (torch.randn(s, generator=g).bfloat16() for s in ([256, 512], [512, 192], [192, 512]))
+    import ml_dtypes
+    bits = [x.view(torch.int16).numpy().view(ml_dtypes.bfloat16) for x in (a, b, w)]
+    rr, x, u = ctx.modules.module["main"](*bits)
+    rr = torch.from_numpy(np.asarray(rr.to_host()).view(np.int16).copy()).view(torch.bfloat16)
+    exact = a.float() @ b.float()
+    torch.testing.assert_close(rr, a @ b, atol=0, rtol=2 ** -7)      # eager's bf16 mm, rounded once
+    torch.testing.assert_close(torch.from_numpy(np.asarray(x.to_host())), exact, atol=1e-4, rtol=1e-5)
+    torch.testing.assert_close(torch.from_numpy(np.asarray(u.to_host())), a.float() @ w.float().t(),
+                               atol=1e-4, rtol=1e-5)

@@ -21,6 +21,15 @@ overhead measured at 64x64x64). Hence ``MIN_MACS``: the tiny suite's largest
 matmul (128x512x64, 4.2 M multiply-adds) stays IREE's; the medium suite's
 smallest (attention's 64 x 128x128x64, 67 M) is called.
 
+bf16 products (autocast) are called too: IREE 3.13 runs them at its float32
+speed, PyTorch's oneDNN with AMX/AVX512_BF16 7-10x faster. torch-mlir writes
+a bf16 ``mm`` as a matmul of bf16 operands accumulating in float32, rounded
+by a ``truncf`` (``@lazy_mlir_blas.matmul_bf16_rounded``: eager's bf16 ``mm``);
+autocast's ``addmm`` as a float32 matmul of ``extf``-widened bf16 operands,
+the bias added before rounding (``.matmul_bf16``, an unrounded float32
+result: ``host_calls/runtime/bf16_gemm.py``). The calls read the bf16
+operands, not the widened copies.
+
 A transposed operand (torch-mlir writes ``a @ w.t()`` as a ``linalg.transpose``
 feeding the matmul) is passed as it lies with a flag: ``torch.mm`` reads it as
 a transposed view, no copy. Only matmuls accumulating into a zero
@@ -72,30 +81,34 @@ def _dims(dims) -> str:
     return "x".join(map(str, dims))
 
 
-def _tensor(dims) -> str:
-    return f"tensor<{_dims(dims)}xf32>"
+def _tensor(dims, element: str = "f32") -> str:
+    return f"tensor<{_dims(dims)}x{element}>"
 
 
-def _declaration(kind: str, rank: int) -> str:
-    dynamic = "tensor<" + "?x" * rank + "f32>"
-    return (f"func.func private @{MODULE}.{kind}({dynamic}, {dynamic}, i32, i32) -> "
-            f"{dynamic}\n")
+def _dynamic(rank: int, element: str) -> str:
+    return "tensor<" + "?x" * rank + f"{element}>"
 
 
-def _wrapper(name: str, kind: str, a: list[int], b: list[int], out: list[int],
-             ta: bool, tb: bool) -> str:
+def _declaration(callee: str, rank: int, element: str) -> str:
+    operand, result = _dynamic(rank, element), _dynamic(rank, "f32")
+    return (f"func.func private @{MODULE}.{callee}({operand}, {operand}, i32, i32) -> "
+            f"{result}\n")
+
+
+def _wrapper(name: str, callee: str, a: list[int], b: list[int], out: list[int],
+             ta: bool, tb: bool, element: str) -> str:
     """``@name(a, b) -> out``: the import called on dynamically shaped views."""
-    rank = len(out)
-    dynamic = "tensor<" + "?x" * rank + "f32>"
+    operand, result = _dynamic(len(out), element), _dynamic(len(out), "f32")
     return "\n".join([
-        f"func.func private @{name}(%a: {_tensor(a)}, %b: {_tensor(b)}) -> {_tensor(out)} {{",
-        f"  %ad = tensor.cast %a : {_tensor(a)} to {dynamic}",
-        f"  %bd = tensor.cast %b : {_tensor(b)} to {dynamic}",
+        f"func.func private @{name}(%a: {_tensor(a, element)}, %b: {_tensor(b, element)}) "
+        f"-> {_tensor(out)} {{",
+        f"  %ad = tensor.cast %a : {_tensor(a, element)} to {operand}",
+        f"  %bd = tensor.cast %b : {_tensor(b, element)} to {operand}",
         f"  %ta = arith.constant {int(ta)} : i32",
         f"  %tb = arith.constant {int(tb)} : i32",
-        f"  %r = func.call @{MODULE}.{kind}(%ad, %bd, %ta, %tb) : "
-        f"({dynamic}, {dynamic}, i32, i32) -> {dynamic}",
-        f"  %rs = tensor.cast %r : {dynamic} to {_tensor(out)}",
+        f"  %r = func.call @{MODULE}.{callee}(%ad, %bd, %ta, %tb) : "
+        f"({operand}, {operand}, i32, i32) -> {result}",
+        f"  %rs = tensor.cast %r : {result} to {_tensor(out)}",
         f"  return %rs : {_tensor(out)}", "}", ""])
 
 
@@ -108,13 +121,44 @@ def _untransposed(value, swap: list[int]):
     return value, False
 
 
+def _widened(value):
+    """The bf16 tensor an elementwise ``arith.extf`` widened into ``value``
+    (torch-mlir's upcast of autocast's ``addmm``), or None."""
+    op = E.producer(value)
+    return op.operands[0] if E.elementwise(op, "arith.extf", "bf16", "f32") else None
+
+
+def _only_rounded(value) -> bool:
+    """Every user of ``value`` rounds it to bf16 (torch-mlir's ``aten.mm`` of
+    bf16: a float32 accumulation, then ``truncf``)."""
+    users = E.users(value)
+    return bool(users) and all(E.elementwise(u, "arith.truncf", "f32", "bf16") for u in users)
+
+
+def _operands(op) -> tuple[str, list] | None:
+    """(callee suffix, [a, b]) of a matmul the pass takes: float32 operands as
+    they are (``""``); bf16 ones, read as they lie or before an ``extf``,
+    ``_bf16`` (float32 result, exact) or ``_bf16_rounded`` (rounded to bf16
+    as eager's bf16 ``mm`` rounds, where every user rounds it anyway)."""
+    a, b = op.operands[0], op.operands[1]
+    kinds = {E.element_type(a), E.element_type(b)}
+    if kinds == {"f32"}:
+        wa, wb = _widened(a), _widened(b)
+        if wa is None or wb is None:
+            return "", [a, b]
+        a, b = wa, wb
+    elif kinds != {"bf16"}:
+        return None
+    return ("_bf16_rounded" if _only_rounded(op.results[0]) else "_bf16"), [a, b]
+
+
 def _rewritable(op, rank: int, min_macs: int) -> bool:
     if len(op.operands) != 3 or len(op.results) != 1:
         return False
     shapes = [E.shape(v) for v in op.operands]
     if any(s is None or len(s) != rank for s in shapes):
         return False
-    if any(E.element_type(v) != "f32" for v in op.operands):
+    if E.element_type(op.operands[2]) != "f32":
         return False
     if E.printed_with(op, "indexing_maps") or "cast" in op.attributes:  # not plain a @ b
         return False
@@ -131,7 +175,7 @@ def _loops(module) -> int:
 
 
 def matmuls_as_calls(module, min_macs: int = MIN_MACS) -> int:
-    """Rewrite the module's large f32 ``linalg.matmul`` and
+    """Rewrite the module's large float32 and bf16 ``linalg.matmul`` and
     ``linalg.batch_matmul`` ops into calls of the ``MODULE`` import, in place;
     returns how many (none in a module of ``MAX_LOOPS`` loops)."""
     if _loops(module) >= MAX_LOOPS:
@@ -140,14 +184,18 @@ def matmuls_as_calls(module, min_macs: int = MIN_MACS) -> int:
     sites = []
     for op_name, (kind, rank, swap) in _KINDS.items():
         for op in E.ops_named(module, op_name):
-            if not _rewritable(op, rank, min_macs):
+            taken = _operands(op) if _rewritable(op, rank, min_macs) else None
+            if taken is None:
                 continue
-            a, ta = _untransposed(op.operands[0], swap)
-            b, tb = _untransposed(op.operands[1], swap)
+            suffix, (a, b) = taken
+            element = "bf16" if suffix else "f32"
+            a, ta = _untransposed(a, swap)
+            b, tb = _untransposed(b, swap)
             sa, sb, out = E.shape(a), E.shape(b), E.shape(op.results[0])
-            name = f"{_FUNCTION}{kind}_{int(ta)}{int(tb)}_{_dims(sa)}_{_dims(sb)}"
-            functions.setdefault(f"{MODULE}.{kind}", _declaration(kind, rank))
-            functions.setdefault(name, _wrapper(name, kind, sa, sb, out, ta, tb))
+            callee = kind + suffix
+            name = f"{_FUNCTION}{callee}_{int(ta)}{int(tb)}_{_dims(sa)}_{_dims(sb)}"
+            functions.setdefault(f"{MODULE}.{callee}", _declaration(callee, rank, element))
+            functions.setdefault(name, _wrapper(name, callee, sa, sb, out, ta, tb, element))
             sites.append((op, name, [a, b]))
     if sites:  # one parse: the wrappers call the declarations
         E.add_functions(module, "\n".join(functions.values()))

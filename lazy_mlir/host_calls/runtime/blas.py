@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from ... import metrics
 from .. import gemm as host_gemm
+from . import bf16_gemm
 from .one_team import on_team
 
 MODULE = "lazy_mlir_blas"
@@ -68,10 +69,15 @@ class _Calls:
         self.usage = rt.BufferUsage.DEFAULT
         self.f32 = int(rt.HalElementType.FLOAT_32)
         self.dtype = np.dtype(np.float32)
+        self.bits = np.dtype(np.uint16)  # a bf16 element
 
-    def _tensor(self, ref, transposed: int):
+    def _tensor(self, ref, transposed: int, bf16: bool = False):
         view = ref.deref(self.rt.HalBufferView)
-        t = self.torch.from_numpy(view.map().asarray(tuple(view.shape), self.dtype))
+        if bf16:  # (numpy has no bfloat16: the bits as uint16)
+            t = self.torch.from_numpy(view.map().asarray(tuple(view.shape), self.bits))
+            t = t.view(self.torch.bfloat16)
+        else:
+            t = self.torch.from_numpy(view.map().asarray(tuple(view.shape), self.dtype))
         return t.transpose(-1, -2) if transposed else t
 
     def _result(self, shape: tuple[int, ...]):
@@ -79,27 +85,45 @@ class _Calls:
                                              4 * int(self.np.prod(shape)))
         return buf, self.torch.from_numpy(buf.map().asarray(shape, self.dtype))
 
-    def matmul(self, a_ref, b_ref, transpose_a: int, transpose_b: int):
-        a, b = self._tensor(a_ref, transpose_a), self._tensor(b_ref, transpose_b)
-        shape = (a.shape[0], b.shape[1])
+    def _call(self, a_ref, b_ref, transpose_a, transpose_b, compute, bf16=False):
+        """``compute(a, b, out)`` on the operands, into a new float32 result."""
+        a = self._tensor(a_ref, transpose_a, bf16)
+        b = self._tensor(b_ref, transpose_b, bf16)
+        shape = (*a.shape[:-1], b.shape[-1])
         buf, out = self._result(shape)
-        self.torch.mm(a, b, out=out)
+        compute(a, b, out)
         metrics.counter_inc("HostBlasCall")
         return self.rt.HalBufferView(buf, list(shape), self.f32).ref
 
+    def matmul(self, a_ref, b_ref, transpose_a: int, transpose_b: int):
+        return self._call(a_ref, b_ref, transpose_a, transpose_b,
+                          lambda a, b, out: self.torch.mm(a, b, out=out))
+
     def batch_matmul(self, a_ref, b_ref, transpose_a: int, transpose_b: int):
-        a, b = self._tensor(a_ref, transpose_a), self._tensor(b_ref, transpose_b)
-        shape = (a.shape[0], a.shape[1], b.shape[2])
-        buf, out = self._result(shape)
-        self.torch.bmm(a, b, out=out)
-        metrics.counter_inc("HostBlasCall")
-        return self.rt.HalBufferView(buf, list(shape), self.f32).ref
+        return self._call(a_ref, b_ref, transpose_a, transpose_b,
+                          lambda a, b, out: self.torch.bmm(a, b, out=out))
+
+    def matmul_bf16(self, a_ref, b_ref, transpose_a: int, transpose_b: int):
+        return self._call(a_ref, b_ref, transpose_a, transpose_b, bf16_gemm.exact, bf16=True)
+
+    def batch_matmul_bf16(self, a_ref, b_ref, transpose_a: int, transpose_b: int):
+        return self._call(a_ref, b_ref, transpose_a, transpose_b, bf16_gemm.exact, bf16=True)
+
+    def matmul_bf16_rounded(self, a_ref, b_ref, transpose_a: int, transpose_b: int):
+        return self._call(a_ref, b_ref, transpose_a, transpose_b, bf16_gemm.rounded, bf16=True)
+
+    def batch_matmul_bf16_rounded(self, a_ref, b_ref, transpose_a: int, transpose_b: int):
+        return self._call(a_ref, b_ref, transpose_a, transpose_b, bf16_gemm.rounded, bf16=True)
+
+
+_CALLS = ("matmul", "batch_matmul", "matmul_bf16", "batch_matmul_bf16",
+          "matmul_bf16_rounded", "batch_matmul_bf16_rounded")
 
 
 def create_module(device):
     """A fresh ``lazy_mlir_blas`` VM module for ``device``'s contexts."""
     import iree.runtime as rt
     iface = rt.PyModuleInterface(MODULE, lambda iface: _Calls(iface, device))
-    iface.export("matmul", "0rrii_r", on_team(_Calls.matmul))
-    iface.export("batch_matmul", "0rrii_r", on_team(_Calls.batch_matmul))
+    for name in _CALLS:
+        iface.export(name, "0rrii_r", on_team(getattr(_Calls, name)))
     return iface.create()
