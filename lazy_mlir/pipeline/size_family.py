@@ -399,3 +399,70 @@ def is_symbolic(gm: fx.GraphModule) -> bool:
     return any(n.op == "placeholder" and isinstance(n.meta.get("val"), torch.Tensor)
                and any(isinstance(s, torch.SymInt) for s in n.meta["val"].shape)
                for n in gm.graph.nodes)
+
+
+def exact_floor_divisions(gm: fx.GraphModule) -> int:
+    """Every floor division of symbolic sizes in ``gm``'s metadata that is
+    exact for all sizes replaced by its quotient; the number of values
+    rewritten. A view that splits a dimension computes the outer size as
+    ``numel // inner`` (torch's ``prims.split_dim``), and torch 2.13's sympy
+    simplifies that only where the divisor is a syntactic factor: a flat
+    ``[4 * t**2]`` (a dropout mask) viewed as ``[2, 2, t, t]`` keeps
+    ``(t**2)//t``, which FxImporter cannot express (its shapes are
+    semi-affine). A division that is not exact (``t // 2``) stays: such a
+    module still fails to import, and its family compiles static."""
+    rewritten = 0
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        new = _exact_val(val)
+        if new is not val:
+            node.meta["val"] = new
+            rewritten += 1
+    return rewritten
+
+
+def _exact_val(val):
+    """``val`` (a fake tensor, SymInt, or a list or tuple of them) with exact
+    quotients for its sizes' floor divisions; ``val`` itself if none."""
+    if isinstance(val, (list, tuple)):
+        new = [_exact_val(v) for v in val]
+        return val if all(n is v for n, v in zip(new, val)) else type(val)(new)
+    if isinstance(val, torch.SymInt):
+        expr = _exact_quotients(val.node.expr)
+        if expr is val.node.expr:
+            return val
+        return val.node.shape_env.create_symintnode(expr, hint=val.node.hint)
+    if not isinstance(val, torch.Tensor) or not any(
+            isinstance(s, torch.SymInt) for s in (*val.shape, *val.stride())):
+        return val
+    old_shape, old_stride = tuple(val.shape), val.stride()
+    shape, stride = _exact_val(old_shape), _exact_val(old_stride)
+    if shape is old_shape and stride is old_stride:
+        return val
+    with val.fake_mode:
+        return torch.empty_strided(shape, stride, dtype=val.dtype, device=val.device)
+
+
+def _exact_quotients(expr):
+    """``expr`` with each ``FloorDiv(a, b)`` where ``a / b`` is a polynomial
+    of integer coefficients (so ``a == q * b`` for every size) replaced by
+    that polynomial; ``expr`` itself where there is none."""
+    from torch.utils._sympy.functions import FloorDiv
+    if not expr.has(FloorDiv):
+        return expr
+
+    def quotient(e):
+        try:
+            q = sympy.cancel(e.args[0] / e.args[1])
+            symbols = sorted(q.free_symbols, key=str)
+            if not symbols:
+                return q if q.is_integer else None
+            if q.is_polynomial(*symbols) and all(
+                    c.is_integer for c in sympy.Poly(q, *symbols).coeffs()):
+                return sympy.expand(q)
+        except sympy.PolynomialError:
+            pass
+        return None
+
+    new = expr.replace(lambda e: isinstance(e, FloorDiv) and quotient(e) is not None, quotient)
+    return expr if new == expr else new

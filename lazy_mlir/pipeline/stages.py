@@ -134,6 +134,10 @@ def lower(gm: fx.GraphModule, config: PipelineConfig,
             raise PipelineError(f"lazy-mlir: the {target} target holds int64 as int32, and {why}"
                                 " (LAZY_MLIR_VULKAN_INT64=1 keeps 64 bits)", None)
         made_by.append("int64_range")
+    if plan is not None:  # (``(t**2)//t`` of a split view: FxImporter takes no division)
+        from .size_family import exact_floor_divisions
+        if exact_floor_divisions(gm):
+            made_by.append("exact_floor_divisions")
     fx_stage = Stage("fx", gm.print_readable(print_output=False),
                      Provenance(" + ".join(made_by), time.perf_counter() - t0))
     torch_stage = _timed("torch", "torch-mlir FxImporter", lambda: str(_imported(

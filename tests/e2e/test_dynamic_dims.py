@@ -184,3 +184,27 @@ def test_a_convolution_over_batch_sizes(counters, monkeypatch):
             torch.testing.assert_close(out.cpu(), model(x), rtol=1e-5, atol=1e-5)
     assert counters.delta("DynamicShapeCompile") == 1 and counters.delta("DynamicShapeHit") == 1
     assert counters.delta("DynamicShapeFailed") == 0
+
+
+def test_a_flat_tensor_viewed_square_imports(counters, monkeypatch):
+    """A flat ``[4 * n * n]`` viewed as ``[2, 2, n, n]`` (GPT-2's attention
+    dropout mask) traces to a size ``(n**2)//n`` (the view's split), a floor
+    division FxImporter cannot import: an exact one is divided out before
+    the import (``size_family.exact_floor_divisions``), and the family gets
+    its module (it failed, and every size compiled static)."""
+    monkeypatch.setenv("LAZY_MLIR_COMPILE", "wait")
+    x = torch.randn(9, 4)
+
+    def f(n):
+        y = lazy(x[:n])
+        flat = (y @ y.T).repeat(4, 1).reshape(-1) * 3
+        return flat.view(2, 2, n, n).softmax(-1)
+
+    counters.snapshot()
+    for n in (4, 6, 5):
+        out = f(n)
+        lm.mark_step()
+        want = (3 * (x[:n] @ x[:n].T)).repeat(4, 1).view(2, 2, n, n).softmax(-1)
+        torch.testing.assert_close(out.cpu(), want)
+    assert counters.delta("DynamicShapeCompile") == 1 and counters.delta("DynamicShapeHit") == 1
+    assert counters.delta("DynamicShapeFailed") == 0

@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from lazy_mlir.pipeline.size_family import (Expr, SizeSpecialized, derive_plan, family_of,
-                                            symbolic_module)
+from lazy_mlir.pipeline.size_family import (Expr, SizeSpecialized, derive_plan,
+                                            exact_floor_divisions, family_of, symbolic_module)
 
 
 def _step(x, w, ids):
@@ -196,3 +196,45 @@ def test_a_product_is_preferred_to_a_line_through_the_same_two_points():
     assert explain(256, 576, [(16, 24)]) == Expr((0, 0))
     assert explain(12, 24, [(2, 3), (6, 8)]) == Expr((0, 1))
     assert explain(15, 23, [(16, 24)]) == Expr((0,), add=-1)  # (t - 1 stays)
+
+
+def _split_square(y):
+    n = y.shape[0]
+    flat = torch.ops.aten.view.default((y @ y.T).repeat(4, 1), [4 * n * n]) * 3
+    return torch.ops.aten.view.default(flat, [2, 2, n, n]).softmax(-1)
+
+
+def test_an_exact_floor_division_of_sizes_is_divided_out():
+    """A view that splits ``[4 * n**2]`` into ``[2, 2, n, n]`` traces its last
+    size as ``(n**2)//n`` (torch's sympy misses the common factor), which
+    FxImporter cannot import; the exact quotient replaces it in every
+    value's metadata, sizes and strides, and the module then imports."""
+    from torch.utils._sympy.functions import FloorDiv
+    from lazy_mlir.dialects.torch_import import import_fx
+    gm = make_fx(_split_square, tracing_mode="fake")(torch.randn(6, 4))
+    plan = derive_plan(family_of(make_fx(_split_square, tracing_mode="fake")(
+        torch.randn(4, 4)))[1], family_of(gm)[1])
+    traced = symbolic_module(gm, plan)
+
+    def divisions():
+        vals = [n.meta["val"] for n in traced.graph.nodes
+                if isinstance(n.meta.get("val"), torch.Tensor)]
+        return [s for v in vals for s in (*v.shape, *v.stride())
+                if isinstance(s, torch.SymInt) and s.node.expr.has(FloorDiv)]
+    assert divisions()
+    assert exact_floor_divisions(traced) == 2  # (the view and the softmax)
+    assert not divisions()
+    assert "[2,2,?,?]" in str(import_fx(traced))
+    y = torch.randn(5, 4)
+    torch.testing.assert_close(traced(y), _split_square(y))
+
+
+def test_an_inexact_floor_division_stays():
+    """``(n**2 + 1)//n`` is no polynomial of ``n``: nothing is rewritten."""
+    import sympy
+    from torch.utils._sympy.functions import FloorDiv
+    from lazy_mlir.pipeline.size_family import _exact_quotients
+    n = sympy.Symbol("s0", integer=True, positive=True)
+    assert _exact_quotients(FloorDiv(n ** 2 + 1, n)) == FloorDiv(n ** 2 + 1, n)
+    assert _exact_quotients(FloorDiv(n ** 2 + n, 2 * n)) == FloorDiv(n ** 2 + n, 2 * n)
+    assert _exact_quotients(FloorDiv(6 * n ** 2 + 3 * n, 3 * n)) == 2 * n + 1
