@@ -206,14 +206,14 @@ def copy_before(op, index: int) -> None:
     value = op.operands[index]
     t = ir.RankedTensorType(value.type)
     et = t.element_type
-    if isinstance(et, ir.IntegerType):
-        zero_attr = ir.IntegerAttr.get(et, 0)
-    elif isinstance(et, ir.FloatType):
-        zero_attr = ir.FloatAttr.get(et, 0.0)
-    else:
-        zero_attr = None
     value.context.allow_unregistered_dialects = True
     with ir.InsertionPoint(op), op.location:
+        if isinstance(et, ir.IntegerType):
+            zero_attr = ir.IntegerAttr.get(et, 0)
+        elif isinstance(et, ir.FloatType):
+            zero_attr = ir.FloatAttr.get(et, 0.0)
+        else:
+            zero_attr = None
         empty = tensor.EmptyOp(list(t.shape), et).result
         if zero_attr is None:
             op.operands[index] = linalg.copy(value, outs=[empty])

@@ -11,10 +11,15 @@ seeds 400128 (``v3 = v2 & v0`` then ``v2.index_put_(...)``: ``v3`` came
 back computed from the written ``v2``) and 400151 (``torch.stack([v0, v0])``
 then ``v0.scatter_(...)``: the stack held the scattered ``v0``), each only
 when another program shared its graph and changed IREE's schedule. Here such
-a scatter's destination is passed through a ``linalg.copy`` (IREE computes
-it as a second result of the destination's producer): the copy IREE would
-have to make, made explicit. A destination read by nothing else is left as
-it is (a gradient's ``zeros`` accumulated into: no copy). The copy is
+a scatter's destination is passed through a copy (``linalg_edit.copy_before``):
+the copy IREE would have to make, made explicit. Not a ``linalg.copy``:
+IREE erased that as an identity op, and the copy it then made itself
+(copy-on-write of the scatter's tied operand) its scheduler ran after the
+scatter: fuzzer seed 56 under ``lm.jit`` with its indices clamped (an
+``index_select`` of a transposed view returned, then ``scatter_`` into the
+same storage: the returned rows came back scattered, silently). A
+destination read by nothing else is left as it is (a gradient's ``zeros``
+accumulated into: no copy). The copy is
 kept out of the scatter's dispatch (``linalg_edit.FUSION_BARRIER``): fused
 into it, a copy of a slice of an argument failed IREE's codegen ("write
 affecting operations on global resources are restricted to workgroup

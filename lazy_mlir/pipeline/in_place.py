@@ -52,17 +52,19 @@ def returned_args(text: str) -> tuple[tuple[int, int], ...]:
 def writes_into_args(text: str) -> tuple[int, ...]:
     """``main``'s arguments an in-place op may write into: the destination
     of a ``tm_tensor`` op (``scatter``, ``sort``) or of an ``insert_slice``/
-    ``insert`` that is the argument, a view of it, or a ``linalg.copy`` of
-    either, through barriers (``passes/scatter_destinations`` copies a destination read
-    elsewhere, and IREE elides that copy where the argument's other readers
-    fold away). Where none is, no result can be clobbered by folding
-    (``folded_returns``)."""
+    ``insert`` that is the argument, a view of it, or a copy of either
+    (``linalg.copy``, or ``linalg_edit.copy_before``'s generic marked
+    ``lazy_mlir.own_copy``), through barriers (``passes/scatter_destinations``
+    copies a destination read elsewhere; IREE elided a ``linalg.copy``).
+    Where none is, no result can be clobbered by folding (``folded_returns``)."""
     main = text.find("func.func @main(")
     if main < 0:
         return ()
     body = text[main:]
     source = dict(_views(body))
     source.update(re.findall(r"(%[\w#]+) = linalg\.copy\b[^\n]*?ins\((%[\w#]+)\b", body))
+    source.update(re.findall(r"(%[\w#]+) = linalg\.generic\b[^\n]*?ins\((%[\w#]+) :"
+                             r"[^\n]*lazy_mlir\.own_copy\b", body))
     source.update(re.findall(r'(%[\w#]+) = "(?:iree_tensor_ext\.compute_barrier\.start|'
                              r'util\.optimization_barrier)"\((%[\w#]+)\)', body))
     dests = set(re.findall(r"tensor\.insert(?:_slice)? %[\w#]+ into (%[\w#]+)\[", body))

@@ -1,0 +1,32 @@
+"""A scatter into a tensor that another result still reads gets a copy of
+its own (``passes/scatter_destinations``), one IREE cannot erase."""
+from __future__ import annotations
+
+import torch
+
+import lazy_mlir as lm
+
+
+def _read_then_scatter(v0):
+    """Fuzzer seed 56, shrunk: a transposed view read by ``index_select``
+    (the read folds away: the result is the view), then ``scatter_`` into
+    the same storage."""
+    v1 = v0.split(1, 0)[0]
+    v1.masked_fill_(v1 > 7, 1)
+    v7 = v1.transpose(0, 2).index_select(0, torch.tensor([0], device=v0.device))
+    v1.scatter_(0, torch.zeros((1, 3, 1), dtype=torch.int64, device=v0.device),
+                torch.ones((1, 3, 1), dtype=torch.int16, device=v0.device))
+    return v0, v7
+
+
+def test_a_read_returned_before_a_scatter_into_its_storage_under_lm_jit():
+    """``lm.jit`` clamps its indices in the graph (``bounds.in_graph``),
+    so the constant index folds and IREE's schedule changes: the copy of the
+    scatter's destination was a ``linalg.copy``, which IREE erased, and the
+    copy IREE made instead ran after the scatter, so ``v7`` came back
+    scattered (``[1, 1, 1]`` for ``[-19, -6, -18]``), silently."""
+    make = lambda: torch.tensor([-19, -6, -18, 19, 2, 14], dtype=torch.int16).reshape(2, 3, 1)
+    want = _read_then_scatter(make())
+    got = lm.jit(_read_then_scatter).lower(make()).compile()(make())
+    assert all(torch.equal(g, w) for g, w in zip(got, want)), (got, want)
+
