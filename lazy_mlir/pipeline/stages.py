@@ -164,33 +164,36 @@ def _imported(gm: fx.GraphModule, config: PipelineConfig, target: str | None):
 def lower_torch(torch_stage: Stage, config: PipelineConfig, target: str | None = None,
                 to: str = "linalg") -> tuple[Stage, ...]:
     """torch dialect -> torch-backend [-> linalg] (``to``), with ``target``'s
-    linalg rewrites; stops at torch-backend when IREE takes the module from
-    there (``view.dtype`` as a bitcast). ``lower``'s part after the import,
+    linalg rewrites (``view.dtype`` as a bitcast: ``passes/bitcast.py``).
+    ``lower``'s part after the import,
     and ``lazy-mlir compile --from torch``'s whole lowering."""
     backend_passes = pipelines.torch_backend(config)
     backend = _timed("torch-backend", "torch-mlir " + ",".join(backend_passes), run_pipeline,
                      torch_stage.text, pipelines.as_pipeline(backend_passes), "torch-backend")
     if to == "torch-backend":
         return torch_stage, backend
-    if "torch.aten.view.dtype" in backend.text:  # no linalg lowering: IREE takes it
-        from ..passes.bitcast import view_dtype_as_bitcast
-        text = view_dtype_as_bitcast(backend.text)
-        if text is not None:
-            return torch_stage, _noted(replace(backend, text=text), "view_dtype_as_bitcast")
+    source, bitcasts = backend.text, None
+    if "torch.aten.view.dtype" in source:  # no linalg lowering: calls, bitcasts after
+        from ..passes.bitcast import view_dtype_as_calls
+        bitcasts = view_dtype_as_calls(source)
+        source = bitcasts or source
     linalg_passes = pipelines.linalg(config)
     edits = _linalg_edits(config, target)
     pipeline = pipelines.as_pipeline(linalg_passes)
     from ..host_calls.passes import attention as host_attention, rnn as host_rnn
     calls = [(name, mark) for name, mark in (("host_rnn", host_rnn.CALL_MARK), (
         "host_attention", host_attention.CALL_MARK)) if mark in backend.text]
-    if calls:  # (its contract check refuses the calls)
+    if calls or bitcasts:  # (its contract check refuses the calls)
         pipeline = host_rnn.unverified(pipeline)
     linalg = _timed("linalg", "torch-mlir " + ",".join(linalg_passes), run_pipeline,
-                    backend.text, pipeline, "linalg", _chained(edits) if edits else None)
-    if calls:
+                    source, pipeline, "linalg", _chained(edits) if edits else None)
+    if calls or bitcasts:
         why = host_rnn.check_lowered(linalg.text)
         if why:
             raise PipelineError(f"lazy-mlir: the linalg pipeline failed: {why}", None)
+    if bitcasts:
+        from ..passes.bitcast import calls_as_bitcasts
+        linalg = _noted(replace(linalg, text=calls_as_bitcasts(linalg.text)), "view_dtype_as_bitcast")
     for name, mark in calls:
         linalg = _noted(linalg, f"{name} ({linalg.text.count(mark)} calls)")
     for what, mark, _, unit in edits:

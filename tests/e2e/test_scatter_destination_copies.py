@@ -30,3 +30,16 @@ def test_a_read_returned_before_a_scatter_into_its_storage_under_lm_jit():
     got = lm.jit(_read_then_scatter).lower(make()).compile()(make())
     assert all(torch.equal(g, w) for g, w in zip(got, want)), (got, want)
 
+
+def test_the_copy_is_made_in_a_graph_with_a_view_dtype():
+    """A ``view(dtype)`` anywhere in the graph sent it to IREE's torch
+    input, past the linalg-stage passes: the scatter's destination had no
+    copy and ``v7`` came back scattered (fuzzer seeds 33 and 56 in one
+    ``lm.jit`` function), silently."""
+    def fn(v0, f):
+        return _read_then_scatter(v0) + (f.T.view(torch.int16),)
+    make = lambda: (torch.tensor([-19, -6, -18, 19, 2, 14], dtype=torch.int16).reshape(2, 3, 1),
+                    torch.tensor([[0.5, -1.0, 2.0], [3.0, 0.25, -4.0]], dtype=torch.float16))
+    want = fn(*make())
+    got = lm.jit(fn).lower(*make()).compile()(*make())
+    assert all(torch.equal(g, w) for g, w in zip(got, want)), (got, want)

@@ -1,5 +1,5 @@
-"""``view(dtype)`` compiles as a bitcast (``passes/bitcast.py``, through
-IREE's torch input; one of another width too) and so do the ops PyTorch writes with it:
+"""``view(dtype)`` compiles as a bitcast (``passes/bitcast.py``; one of
+another width too) and so do the ops PyTorch writes with it:
 ``signbit`` and ``copysign``, exact for -0.0 and NaN signs."""
 from __future__ import annotations
 
