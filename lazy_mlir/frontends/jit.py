@@ -55,9 +55,12 @@ class Jitted:
             else:
                 lazy_args.append(wrap_value(data_value(a.detach().clone())))
         leading = [value_of(t).data for t in lazy_args]
-        # (the graph runs at later calls: indices clamped, not checked; one graph;
-        # view offsets constants, as they are on every target)
-        with bounds.unchecked(), early_outputs.one_graph(), offsets.constant_offsets():
+        # (the graph runs at later calls: indices clamped, not checked, those
+        # of the example inputs too (``in_graph``: host values are not checked
+        # at capture, which would leave them unclamped); one graph; view
+        # offsets constants, as they are on every target)
+        with bounds.unchecked(), bounds.in_graph(), early_outputs.one_graph(), \
+                offsets.constant_offsets():
             out = self.fn(*lazy_args)
         leaves, tree = tree_flatten(out)
         if not leaves or not all(isinstance(t, LazyTensor) for t in leaves):

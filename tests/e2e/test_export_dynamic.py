@@ -78,10 +78,6 @@ def test_a_graph_that_changes_with_the_size_is_refused(tmp_path):
                   dynamic_dims={"x": {0: "n"}})
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "lm.jit captured under bounds.in_graph (9931865) clamps input indices but made fuzzer "
-    "seed 56 (index_select of a transposed view, then scatter_ into the same storage) "
-    "compute a wrong value silently under lm.jit: reverted until that interplay is fixed"))
 def test_a_static_export_clamps_an_input_index(tmp_path):
     """Static shapes (``lm.jit``'s capture) clamp indices, those of the
     inputs too: an input index was checked on the example at capture and
