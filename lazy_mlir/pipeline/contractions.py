@@ -34,3 +34,29 @@ def largest_matmul(linalg_text: str) -> int:
             continue
         best = max(best, math.prod(lhs) * rhs[-1])
     return best
+
+
+def largest_fx_matmul(gm) -> int:
+    """``largest_matmul`` read from an fx graph of static sizes (a size
+    family's graph at its plan's sizes, whose module IREE lowers from the
+    torch dialect: no linalg text to read): ``mm``, ``addmm``, ``bmm`` (a
+    small batch matmul not counted, as there) and ``lazy_mlir::linear``."""
+    import torch
+    aten = torch.ops.aten
+    operands = {aten.mm.default: (0, 1), aten.addmm.default: (1, 2),
+                aten.bmm.default: (0, 1)}
+    best = 0
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        if node.target in operands:
+            lhs, rhs = (list(node.args[i].meta["val"].shape) for i in operands[node.target])
+            if node.target is aten.bmm.default and not tiled_batch_matmul(lhs, rhs):
+                continue
+        elif str(node.target) == "lazy_mlir.linear.default":
+            lhs = list(node.args[0].meta["val"].shape)
+            rhs = list(node.args[1].meta["val"].shape)[::-1]  # (weight [N, K])
+        else:
+            continue
+        best = max(best, math.prod(lhs) * rhs[-1])
+    return best

@@ -38,6 +38,7 @@ class Stage:
     name: str
     text: str
     provenance: Provenance
+    matmul_macs: int | None = None  # (dynamic sizes: the largest matmul at the plan's sizes)
 
     def as_text(self) -> str:
         return self.text
@@ -73,7 +74,9 @@ def lower(gm: fx.GraphModule, config: PipelineConfig,
     made_by = ["lazy capture"]
     plan = gm.meta.get("size_plan")
     if plan is not None:  # one module for a family of sizes (pipeline/size_family.py)
+        from .contractions import largest_fx_matmul
         from .size_family import SizeSpecialized, symbolic_module
+        planned_macs = largest_fx_matmul(gm)  # (``gm``: the graph at the plan's sizes)
         try:
             gm = symbolic_module(gm, plan)
         except SizeSpecialized as e:
@@ -145,7 +148,8 @@ def lower(gm: fx.GraphModule, config: PipelineConfig,
     if config.input == "torch":
         return fx_stage, torch_stage
     if plan is not None:  # IREE's torch input: torch-mlir's linalg mislowers views of them
-        return (fx_stage,) + lower_torch(torch_stage, config, target, to="torch-backend")
+        torch_stage, backend = lower_torch(torch_stage, config, target, to="torch-backend")
+        return fx_stage, torch_stage, replace(backend, matmul_macs=planned_macs)
     return (fx_stage,) + lower_torch(torch_stage, config, target)
 
 
@@ -288,11 +292,17 @@ def iree_flags(target: Target, config: PipelineConfig, stages: tuple[Stage, ...]
 
 
 def _small_graph(target: Target, stages: tuple[Stage, ...]) -> int | None:
-    """The largest matmul of a linalg graph too small for the target's
-    ``large_matmul_flags`` (None when the rule does not apply)."""
-    if not target.large_matmul_flags or stages[-1].name != "linalg":
+    """The largest matmul of a linalg graph (of a module with dynamic sizes,
+    at its plan's sizes) too small for the target's ``large_matmul_flags``
+    (None when the rule does not apply)."""
+    if not target.large_matmul_flags:
         return None
-    largest = largest_matmul(stages[-1].text)
+    if stages[-1].name == "linalg":
+        largest = largest_matmul(stages[-1].text)
+    elif stages[-1].matmul_macs is not None:  # (dynamic sizes: at the plan's sizes)
+        largest = stages[-1].matmul_macs
+    else:
+        return None
     return largest if largest < LARGE_MATMUL_MACS else None
 
 

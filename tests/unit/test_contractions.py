@@ -58,3 +58,33 @@ def test_cpu_data_tiles_only_graphs_with_a_large_matmul():
     # IREE's torch input path: no linalg to read, the target's flags as they are
     torch_flags = iree_flags(CPU, config, (Stage("torch", SMALL, Provenance("test", 0.0)),))
     assert all(f in torch_flags for f in CPU_DATA_TILING) and "--iree-input-type=torch" in torch_flags
+
+
+def _planned_stages(width: int):
+    """The stages of a module with a dynamic batch (``size_family``) whose
+    matmul is ``[b, width] x [width, 512]``, planned at batch 128."""
+    import torch
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from lazy_mlir.pipeline.size_family import derive_plan, family_of
+    from lazy_mlir.pipeline.stages import lower
+
+    def f(x, w):
+        return torch.ops.aten.mm.default(x, w).relu()
+    graphs = [make_fx(f, tracing_mode="fake")(torch.randn(b, width), torch.randn(width, 512))
+              for b in (96, 128)]
+    graphs[1].meta["size_plan"] = derive_plan(family_of(graphs[0])[1], family_of(graphs[1])[1])
+    return lower(graphs[1], PipelineConfig(), "cpu")
+
+
+def test_a_module_with_dynamic_sizes_data_tiles_by_its_plans_sizes():
+    """IREE's torch input has no linalg to read: the largest matmul at the
+    plan's sizes decides, as for a static module of them (a module of small
+    matmuls was data-tiled, and a tiny GPT-2's then failed to compile so,
+    ~30 s, before compiling again without)."""
+    config = PipelineConfig()
+    small, big = _planned_stages(64), _planned_stages(1024)
+    assert big[-1].name == "torch-backend" and "[?,1024]" in big[-1].text
+    assert big[-1].matmul_macs == 128 * 1024 * 512 >= LARGE_MATMUL_MACS
+    assert all(f in iree_flags(CPU, config, big) for f in CPU_DATA_TILING)
+    assert small[-1].matmul_macs == 128 * 64 * 512
+    assert not any(f in iree_flags(CPU, config, small) for f in CPU_DATA_TILING)
