@@ -33,6 +33,10 @@ def _wrapped(x, indices):
         if i.dtype == torch.bool or i.dtype.is_floating_point:
             return None
         size = x.shape[dim]
+        if i.dtype != torch.int64:  # (torch-mlir lists the indices as one type, its
+            # int64 aranges for the ``None`` dims among them: an int32 index, as
+            # PyTorch's ``unfold_backward`` makes, failed to verify)
+            i = aten._to_copy.default(i, dtype=torch.int64)
         out.append(aten.where.self(aten.lt.Scalar(i, 0), aten.add.Scalar(i, size), i))
     return out
 
