@@ -73,14 +73,20 @@ def compile_aot_graph(gm: fx.GraphModule, example_inputs, *, target: Target,
     modules run in this process: they may call PyTorch's kernels as the lazy
     device's do (``host_calls.session_config``), and share their config."""
     from ..host_calls.runtime.switches import session_config
+    from .aot_writes import RunsEagerly, WritesBack, defer_input_writes
     config = session_config(target, config)
+    deferred = defer_input_writes(gm)  # (its copy_ into inputs: done after each call)
+    if deferred is None:
+        return RunsEagerly(gm)
+    gm, targets = deferred
+    metrics.counter_inc("DynamoInputWrites", len(targets))  # (per graph compiled, not per call)
     vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
     if any(_is_symbolic(v) for v in vals):
         runner = _Specializing(gm, target, config)
     else:
         runner = _Specialized(gm, [_describe_input(v) for v in vals], target, config)
     runner._boxed_call = True
-    return runner
+    return WritesBack(runner, targets) if targets else runner
 
 
 def _describe_input(v):

@@ -2,14 +2,15 @@
 
 Dynamo hands over a graph of torch-level ops; ``aot_autograd`` turns it into
 functional aten graphs (a forward, and a backward when gradients are needed;
-buffer mutations such as batch norm's running statistics come back as extra
-outputs that aot_autograd's own epilogue copies into the buffers). Each of
-those graphs goes through the compile service as the lazy device's graphs do
-(``aot_graph.compile_aot_graph`` -> ``compile_service.lookup.executable_for``:
-the same caches, compile workers, background compiles, loading and eager
-fallback), and runs on the target's IREE session with the boxed calling
-convention (the argument list is cleared as it is read, so aot_autograd's
-inputs die as early as they can). While a graph's module compiles in the
+writes into inputs, such as the optimizer's updates or batch norm's running
+statistics, come back as extra results that ``aot_writes`` copies into the
+inputs after the call). Each of those graphs goes through the compile
+service as the lazy device's graphs do (``aot_graph.compile_aot_graph`` ->
+``compile_service.lookup.executable_for``: the same caches, compile
+workers, background compiles, loading and eager fallback), and runs on the
+target's IREE session with the boxed calling convention (the argument list
+is cleared as it is read, so aot_autograd's inputs die as early as they
+can). While a graph's module compiles in the
 background it runs eagerly.
 
 Options: ``torch.compile(m, backend="lazy_mlir", options={"target": "cpu" |
@@ -81,10 +82,13 @@ def lazy_mlir_backend(gm: torch.fx.GraphModule, example_inputs, options: dict | 
     metrics.counter_inc("DynamoGraph")  # one per graph Dynamo hands over (a compile or recompile)
     compiler = functools.partial(compile_aot_graph, target=target, config=config)
     # No decompositions here: lower() applies the lazy device's table.
-    # keep_inference_input_mutations=False: buffer updates come back as
-    # outputs (functional graphs), aot_autograd writes them into the buffers.
+    # keep_inference_input_mutations=True: data-only writes into inputs (the
+    # optimizer's parameters and states, buffers) stay in the graphs as
+    # copy_ nodes; compile_aot_graph returns their values from the module and
+    # writes them with one _foreach_copy_ (aot_writes), not aot_autograd's
+    # epilogue of one copy_ per input.
     aot = aot_autograd(fw_compiler=compiler, bw_compiler=compiler,
-                       keep_inference_input_mutations=False)
+                       keep_inference_input_mutations=True)
     # Attention as its math (matmuls, softmax), forward and backward, as on
     # the lazy device: CPU tracing would pick the flash kernel, whose
     # backward torch-mlir cannot lower. aot_autograd traces both graphs here.

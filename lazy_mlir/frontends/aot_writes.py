@@ -1,0 +1,127 @@
+"""An aot graph's writes into its inputs, done by the backend after the call.
+
+The Dynamo backend asks aot_autograd to keep data-only input mutations in
+the graph (``keep_inference_input_mutations=True``): the optimizer's graph
+then ends in one ``copy_(param, new_value)`` per parameter and state tensor
+instead of returning 112 new values (GPT-2 tiny) that aot_autograd's
+epilogue copies into the inputs one Python ``copy_`` at a time.
+
+``defer_input_writes(gm)`` takes those ``copy_`` nodes out of the graph and
+returns their values as extra results, so the module compiled from it is
+functional; ``WritesBack`` runs that graph and copies the extra results into
+their inputs with one ``torch._foreach_copy_`` after each call (compiled or
+eager). A later read of a written input in the graph reads the written
+value instead (the same dtype and shape), so deferring the write changes
+nothing. A graph that writes its inputs otherwise (``set_``, a ``copy_``
+whose later readers would see a conversion) runs eagerly as it is.
+"""
+from __future__ import annotations
+
+import torch
+import torch.fx as fx
+
+from .. import metrics
+
+_COPY = torch.ops.aten.copy_.default
+
+
+def defer_input_writes(gm: fx.GraphModule):
+    """(gm, targets): ``gm`` rewritten without its ``copy_`` into inputs,
+    returning after its own results the value written into each input of
+    ``targets`` (placeholder indices, in the order the writes must be made);
+    ``(gm, ())`` unchanged where it writes none; None where it writes an
+    input in a way this cannot defer."""
+    places = {n: i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
+    order = {n: k for k, n in enumerate(gm.graph.nodes)}
+    writes: dict[fx.Node, fx.Node] = {}  # placeholder -> its last written value, in write order
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not _COPY or node.args[0] not in places:
+            continue
+        dest, value = node.args[0], node.args[1]
+        if not isinstance(value, fx.Node) or node.kwargs.get("non_blocking") or len(node.args) > 2:
+            return None
+        later = [u for u in dest.users if u is not node and order[u] > order[node]]
+        if (later or node.users) and not _same_layout(dest, value):
+            return None  # (readers of the written input would see a conversion)
+        for user in later:  # (each reads the value written, as it would in place)
+            user.replace_input_with(dest, value)
+        node.replace_all_uses_with(value)
+        gm.graph.erase_node(node)
+        writes.pop(dest, None)
+        writes[dest] = value
+    if _writes_placeholder(gm, places):
+        return None
+    if not writes:
+        return gm, ()
+    out = gm.graph.output_node()
+    results = out.args[0]
+    results = list(results) if isinstance(results, (tuple, list)) else [results]
+    out.args = (tuple(results + list(writes.values())),)
+    gm.graph.lint()
+    gm.recompile()
+    return gm, tuple(places[p] for p in writes)
+
+
+def _same_layout(a: fx.Node, b: fx.Node) -> bool:
+    va, vb = a.meta.get("val"), b.meta.get("val")
+    return (isinstance(va, torch.Tensor) and isinstance(vb, torch.Tensor)
+            and va.dtype == vb.dtype and str(tuple(va.shape)) == str(tuple(vb.shape)))
+
+
+def _writes_placeholder(gm: fx.GraphModule, places) -> bool:
+    """Whether a node left in ``gm`` writes into one of its inputs."""
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        schema = node.target._schema
+        if not schema.is_mutable:
+            continue
+        for arg, value in zip(schema.arguments, node.args):
+            info = arg.alias_info
+            if info is not None and info.is_write and value in places:
+                return True
+        for arg in schema.arguments:
+            info = arg.alias_info
+            if info is not None and info.is_write and node.kwargs.get(arg.name) in places:
+                return True
+    return False
+
+
+class WritesBack:
+    """Runs ``inner`` (a boxed runner of the rewritten graph) and copies its
+    last ``len(targets)`` results into the arguments ``targets``."""
+
+    _boxed_call = True
+
+    def __init__(self, inner, targets: tuple[int, ...]):
+        self.inner = inner
+        self.targets = targets
+
+    def __call__(self, args):
+        dests = [args[i] for i in self.targets]
+        results = self.inner(args)  # (clears args)
+        n = len(results) - len(dests)
+        values = results[n:]
+        del results[n:]
+        if torch.is_grad_enabled():  # (a leaf that requires grad refuses an in-place copy)
+            with torch.no_grad():
+                torch._foreach_copy_(dests, values)
+        else:
+            torch._foreach_copy_(dests, values)
+        return results
+
+
+class RunsEagerly:
+    """A graph that writes its inputs in a way ``defer_input_writes`` cannot
+    take out: run as it is, on the host, every call (``DynamoEagerGraph``)."""
+
+    _boxed_call = True
+
+    def __init__(self, gm: fx.GraphModule):
+        self.gm = gm
+
+    def __call__(self, args):
+        metrics.counter_inc("DynamoEagerGraph")
+        out = self.gm(*args)
+        args.clear()
+        return list(out) if isinstance(out, (tuple, list)) else [out]
