@@ -118,6 +118,17 @@ def _rewrites(name, args, kwargs) -> bool:
     return False
 
 
+def _promoted(args, record) -> tuple:
+    """addcmul's/addcdiv's ``tensor1``, ``tensor2`` in the dtype of the
+    result, as eager multiplies them: int16 factors of a bfloat16 ``self``
+    were multiplied in int16 first, wrapping (fuzzer seed 700012, silent)."""
+    from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+    dtype = elementwise_dtypes(
+        *args[:3], type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)[1]
+    return tuple(t if t.dtype == dtype else record(aten._to_copy.default, (t,), {"dtype": dtype})
+                 for t in args[1:3])
+
+
 def _lift_rewritten(func, args, kwargs, tensor_cls, make_scalar, record):
     """``lift_scalars`` for a call ``_rewrites`` says is rewritten by name."""
     if record is None:
@@ -146,7 +157,7 @@ def _lift_rewritten(func, args, kwargs, tensor_cls, make_scalar, record):
         return func, (args[0], other), {}
     if name in ("addcmul.default", "addcdiv.default") and _liftable(kwargs.get("value")):
         inner = record(aten.mul.Tensor if "addcmul" in name else aten.div.Tensor,
-                       (args[1], args[2]), {})
+                       _promoted(args, record), {})
         if ref.dtype in _ADDCMUL_DTYPES:
             return aten.addcmul.default, (args[0], inner, lift(kwargs["value"])), {}
         return aten.add.Tensor, (args[0], record(aten.mul.Tensor,
