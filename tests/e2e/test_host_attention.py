@@ -107,6 +107,7 @@ def test_no_grad_forward_makes_one_call():
     assert c.delta(CALLS) == 1
 
 
+@pytest.mark.slow  # CI time (~75 s on 2 cores): the MHA layout test trains through the calls
 def test_gpt2_trains_like_eager_through_the_calls():
     """A one-layer tiny GPT-2 (causal self-attention), 3 AdamW steps: losses
     and weights as eager's, one call each way a step, no op run eagerly."""

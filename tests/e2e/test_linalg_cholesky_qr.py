@@ -60,6 +60,7 @@ def test_cholesky_reads_one_triangle_and_nan_pivot():
     _no_fallback(c, "linalg_cholesky_ex")
 
 
+@pytest.mark.slow  # CI time (~60 s on 2 cores); cholesky_ex's info and partial output stay
 def test_cholesky_solve_inverse_and_old_cholesky():
     a = _pd(2, n=5, seed=3)
     b = torch.randn(1, 5, 3, generator=_gen(4))  # batch broadcast against the factor
@@ -151,6 +152,7 @@ def test_qr_rank_deficient_triangular_and_signed_zero():
     _no_fallback(c, "geqrf", "linalg_qr")
 
 
+@pytest.mark.slow  # CI time (~20 s on 2 cores)
 def test_householder_product_and_ormqr():
     a = torch.randn(2, 4, 3, generator=_gen(9))
     tau2, tau3 = torch.randn(2, 2, generator=_gen(10)), torch.randn(2, 3, generator=_gen(15))
