@@ -52,6 +52,20 @@ def module(*mms) -> str:
     return f"func.func @main({args}) -> ({results}) {{\n{body}  return {names} : {results}\n}}\n"
 
 
+def loaded(m, driver: str = "local-sync"):
+    """``main`` of ``m`` compiled for the cpu target and loaded beside the
+    ``lazy_mlir_blas`` module its calls import."""
+    cpu = get_target("cpu")
+    vmfb = ic.compile_str(str(m), extra_args=[f"--iree-hal-target-backends={cpu.backend}",
+                                              *cpu.flags])
+    assert runtime_blas.imports_blas(vmfb)
+    config = rt.Config(driver)
+    ctx = rt.SystemContext(config=config)
+    ctx.add_vm_module(runtime_blas.create_module(config.device))
+    ctx.add_vm_module(rt.VmModule.copy_buffer(ctx.instance, vmfb))
+    return ctx.modules.module["main"]
+
+
 BIG = [256, 256], [256, 256]            # 16.8 M multiply-adds: the threshold
 SMALL = [128, 512], [512, 64]           # the tiny suite's largest: 4.2 M
 
@@ -97,20 +111,13 @@ def test_the_calls_compute_what_torch_does():
                   matmul("qnt", [4, 128, 128], [4, 128, 256], tb=True))
     m = parse(text)
     assert hb.matmuls_as_calls(m) == 4
-    cpu = get_target("cpu")
-    vmfb = ic.compile_str(str(m), extra_args=[f"--iree-hal-target-backends={cpu.backend}",
-                                              *cpu.flags])
-    assert runtime_blas.imports_blas(vmfb)
-    config = rt.Config("local-sync")
-    ctx = rt.SystemContext(config=config)
-    ctx.add_vm_module(runtime_blas.create_module(config.device))
-    ctx.add_vm_module(rt.VmModule.copy_buffer(ctx.instance, vmfb))
+    main = loaded(m)
     g = torch.Generator().manual_seed(0)
     args = [torch.randn(256, 512, generator=g), torch.randn(512, 192, generator=g),
             torch.randn(256, 512, generator=g), torch.randn(192, 512, generator=g),
             torch.randn(512, 256, generator=g), torch.randn(512, 192, generator=g),
             torch.randn(4, 128, 128, generator=g), torch.randn(4, 256, 128, generator=g)]
-    outs = ctx.modules.module["main"](*[a.numpy() for a in args])
+    outs = main(*[a.numpy() for a in args])
     want = [args[0] @ args[1], args[2] @ args[3].t(), args[4].t() @ args[5],
             torch.bmm(args[6], args[7].transpose(1, 2))]
     for got, w in zip(outs, want):
@@ -220,18 +227,12 @@ def test_a_widened_operand_beside_a_float32_one_stays_float32():
 def test_the_bf16_calls_compute_what_torch_does():
     m = parse(bf16_module())
     assert hb.matmuls_as_calls(m) == 3
-    cpu = get_target("cpu")
-    vmfb = ic.compile_str(str(m), extra_args=[f"--iree-hal-target-backends={cpu.backend}",
-                                              *cpu.flags])
-    config = rt.Config("local-sync")
-    ctx = rt.SystemContext(config=config)
-    ctx.add_vm_module(runtime_blas.create_module(config.device))
-    ctx.add_vm_module(rt.VmModule.copy_buffer(ctx.instance, vmfb))
+    main = loaded(m)
     g = torch.Generator().manual_seed(0)
     a, b, w = (torch.randn(s, generator=g).bfloat16() for s in ([256, 512], [512, 192], [192, 512]))
     import ml_dtypes
     bits = [x.view(torch.int16).numpy().view(ml_dtypes.bfloat16) for x in (a, b, w)]
-    rr, x, u = ctx.modules.module["main"](*bits)
+    rr, x, u = main(*bits)
     rr = torch.from_numpy(np.asarray(rr.to_host()).view(np.int16).copy()).view(torch.bfloat16)
     exact = a.float() @ b.float()
     torch.testing.assert_close(rr, a @ b, atol=0, rtol=2 ** -7)      # eager's bf16 mm, rounded once

@@ -116,31 +116,21 @@ def test_calls_off_the_run_thread_run_in_place():
 def test_a_real_modules_torch_mm_is_served():
     """An IREE module's ``lazy_mlir_blas.matmul`` call, invoked on the run
     thread while this thread waits, runs here and computes torch's result."""
-    import iree.compiler as ic
-    import iree.runtime as rt
     import numpy as np
 
     from lazy_mlir.dialects.torch_import import parse
     from lazy_mlir.host_calls.passes import blas as hb
-    from lazy_mlir.host_calls.runtime import blas as runtime_blas
-    from lazy_mlir.targets import get_target
-    from test_host_blas_rewrite import matmul, module
+    from test_host_blas_rewrite import loaded, matmul, module
 
     m = parse(module(matmul("nn", [256, 512], [512, 192])))
     assert hb.matmuls_as_calls(m) == 1
-    cpu = get_target("cpu")
-    vmfb = ic.compile_str(str(m), extra_args=[f"--iree-hal-target-backends={cpu.backend}",
-                                              *cpu.flags])
-    config = rt.Config("local-task")
-    ctx = rt.SystemContext(config=config)
-    ctx.add_vm_module(runtime_blas.create_module(config.device))
-    ctx.add_vm_module(rt.VmModule.copy_buffer(ctx.instance, vmfb))
+    main = loaded(m, "local-task")
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(256, 512, generator=g), torch.randn(512, 192, generator=g)
 
     def run():
         assert _when(lambda: one_team.servers() > 0)
-        return np.asarray(ctx.modules.module["main"](a.numpy(), b.numpy()).to_host())
+        return np.asarray(main(a.numpy(), b.numpy()).to_host())
 
     served = metrics.counter_value("HostCallServed")
     got = _started_on_the_run_thread(run).result(timeout=60)
