@@ -21,6 +21,7 @@ import torch
 import torch.fx as fx
 
 from .. import metrics
+from ..lazy.kinds import written_args
 
 _COPY = torch.ops.aten.copy_.default
 
@@ -69,20 +70,21 @@ def _same_layout(a: fx.Node, b: fx.Node) -> bool:
 
 
 def _writes_placeholder(gm: fx.GraphModule, places) -> bool:
-    """Whether a node left in ``gm`` writes into one of its inputs."""
+    """Whether a node left in ``gm`` writes into one of its inputs (an
+    argument its schema writes, ``lazy.kinds.written_args``, is one, or a
+    list holding one)."""
     for node in gm.graph.nodes:
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
             continue
-        schema = node.target._schema
-        if not schema.is_mutable:
+        names = written_args(node.target)
+        if not names:
             continue
-        for arg, value in zip(schema.arguments, node.args):
-            info = arg.alias_info
-            if info is not None and info.is_write and value in places:
-                return True
-        for arg in schema.arguments:
-            info = arg.alias_info
-            if info is not None and info.is_write and node.kwargs.get(arg.name) in places:
+        bound = dict(zip((a.name for a in node.target._schema.arguments), node.args))
+        bound.update(node.kwargs)
+        for name in names:
+            value = bound.get(name)
+            values = value if isinstance(value, (list, tuple)) else (value,)
+            if any(isinstance(v, fx.Node) and v in places for v in values):
                 return True
     return False
 
