@@ -67,3 +67,17 @@ def pipeline_without(pipeline: str, pass_name: str) -> str:
     with new_context():
         text = str(PassManager.parse(pipeline))
     return text.replace("," + pass_name, "")
+
+
+def without_contract_check(pipeline: str) -> str:
+    """``pipeline`` (a ``builtin.module(...)`` string) expanded, without
+    torch-mlir's linalg backend-contract check, which refuses external calls
+    (the host calls, ``passes/bitcast``'s view calls)."""
+    return pipeline_without(pipeline, "torch-verify-linalg-on-tensors-backend-contract")
+
+
+def contract_violation(text: str) -> str | None:
+    """Why the linalg module ``text`` still holds torch ops or types, or None
+    (what the skipped backend-contract check would have said)."""
+    left = sorted(set(re.findall(r"\b(torch(?:_c)?\.[a-z_.]+)", text)))
+    return f"torch ops or types left after lowering: {', '.join(left[:5])}" if left else None

@@ -184,15 +184,16 @@ def lower_torch(torch_stage: Stage, config: PipelineConfig, target: str | None =
     linalg_passes = pipelines.linalg(config)
     edits = _linalg_edits(config, target)
     pipeline = pipelines.as_pipeline(linalg_passes)
+    from ..dialects.torch_calls import contract_violation, without_contract_check
     from ..host_calls.passes import attention as host_attention, rnn as host_rnn
     calls = [(name, mark) for name, mark in (("host_rnn", host_rnn.CALL_MARK), (
         "host_attention", host_attention.CALL_MARK)) if mark in backend.text]
     if calls or bitcasts:  # (its contract check refuses the calls)
-        pipeline = host_rnn.unverified(pipeline)
+        pipeline = without_contract_check(pipeline)
     linalg = _timed("linalg", "torch-mlir " + ",".join(linalg_passes), run_pipeline,
                     source, pipeline, "linalg", _chained(edits) if edits else None)
     if calls or bitcasts:
-        why = host_rnn.check_lowered(linalg.text)
+        why = contract_violation(linalg.text)
         if why:
             raise PipelineError(f"lazy-mlir: the linalg pipeline failed: {why}", None)
     if bitcasts:

@@ -18,7 +18,7 @@ functions ``@lazy_mlir_attention.flash[_backward][_causal]``, which
 iree-compile makes imports of the module and ``host_calls/runtime/attention.py``
 implements. Other nodes keep the decomposition. As ``host_calls/passes/rnn.py``:
 such a module runs the linalg pipeline without torch-mlir's backend-contract
-check (``host_rnn.unverified``, ``host_rnn.check_lowered``).
+check (``torch_calls.without_contract_check``, ``.contract_violation``).
 """
 from __future__ import annotations
 

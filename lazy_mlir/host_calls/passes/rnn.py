@@ -23,12 +23,11 @@ the others keep their loops.
 torch-mlir's linalg backend contract has no external calls on tensors
 (``torch-verify-linalg-on-tensors-backend-contract`` refuses a
 ``func.call``), so a module with them runs the linalg pipeline without that
-last check (``unverified``), and ``check_lowered`` makes sure no torch op
+last check (``torch_calls.without_contract_check``), and
+``torch_calls.contract_violation`` makes sure no torch op
 or type was left.
 """
 from __future__ import annotations
-
-import re
 
 import torch
 
@@ -66,16 +65,3 @@ def calls_instead(module) -> int:
     (tensors cast to dynamic shapes and back, the workspace length an
     integer operand), in place; returns how many."""
     return T.operators_as_calls(module, _callee)
-
-
-def unverified(pipeline: str) -> str:
-    """``pipeline`` (a ``builtin.module(...)`` string) expanded, without
-    torch-mlir's linalg backend-contract check, which refuses external calls."""
-    return T.pipeline_without(pipeline, "torch-verify-linalg-on-tensors-backend-contract")
-
-
-def check_lowered(text: str) -> str | None:
-    """Why the linalg module ``text`` still holds torch ops or types, or None
-    (what the skipped backend-contract check would have said)."""
-    left = sorted(set(re.findall(r"\b(torch(?:_c)?\.[a-z_.]+)", text)))
-    return f"torch ops or types left after lowering: {', '.join(left[:5])}" if left else None
