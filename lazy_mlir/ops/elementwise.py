@@ -82,6 +82,9 @@ def _pow_special(x, y, mag):
 @register_decomposition(aten.pow.Tensor_Tensor, scope=IMPORT)
 def pow_tensor_tensor(x, y):
     dtype = torch.result_type(x, y)
+    if not _inside.active and _is_int(dtype):
+        return _int_tensor_power(*(t if t.dtype == dtype else aten._to_copy.default(t, dtype=dtype)
+                                   for t in (x, y)))
     if _inside.active or not dtype.is_floating_point:
         return NotImplemented
     x, y = (t if t.dtype == dtype else aten._to_copy.default(t, dtype=dtype) for t in (x, y))
@@ -133,8 +136,33 @@ def _int_power(x, e: int):
     return out
 
 
+def _int_tensor_power(x, y):
+    """Integer ``x ** y`` elementwise, as eager's ``powi``: repeated squaring
+    over every bit of the exponent's type (unrolled: the exponents are data),
+    wrapping as eager's multiplications wrap; a negative exponent gives 1 for
+    a base of 1, +-1 for -1 (by its parity) and 0 otherwise."""
+    bits = torch.iinfo(y.dtype).bits - (1 if y.dtype.is_signed else 0)
+    out, sq, e = aten.ones_like.default(x), x, aten.abs.default(y)
+    one_ = aten.ones_like.default(y)
+    for k in range(bits):
+        odd = aten.ne.Scalar(aten.bitwise_and.Scalar(e, 1), 0)
+        out = aten.where.self(odd, aten.mul.Tensor(out, sq), out)
+        if k + 1 < bits:
+            sq, e = aten.mul.Tensor(sq, sq), aten.bitwise_right_shift.Tensor(e, one_)
+    if not y.dtype.is_signed:
+        return out
+    one, minus = aten.eq.Scalar(x, 1), aten.eq.Scalar(x, -1)
+    odd = aten.ne.Scalar(aten.bitwise_and.Scalar(y, 1), 0)
+    negative = aten.where.self(minus, aten.where.self(odd, aten.neg.default(aten.ones_like.default(x)),
+                                                      aten.ones_like.default(x)),
+                               aten.where.self(one, aten.ones_like.default(x), aten.zeros_like.default(x)))
+    return aten.where.self(aten.lt.Scalar(y, 0), negative, out)
+
+
 @register_decomposition(aten.pow.Scalar, scope=IMPORT)
 def pow_scalar(s, y):
+    if not _inside.active and _is_int(y.dtype) and type(s) is int:
+        return _int_tensor_power(aten.full_like.default(y, s), y)
     if _inside.active or not y.dtype.is_floating_point \
             or isinstance(s, (bool, complex)) or not isinstance(s, (int, float)):
         return NotImplemented
