@@ -36,6 +36,7 @@ import weakref
 
 import torch
 import torch.fx as fx
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from .. import metrics
 from ..compile_service.executable import COMPILING, FAILED, LOADED, EagerExecutable
@@ -84,7 +85,11 @@ def compile_aot_graph(gm: fx.GraphModule, example_inputs, *, target: Target,
     if any(_is_symbolic(v) for v in vals):
         runner = _Specializing(gm, target, config)
     else:
-        runner = _Specialized(gm, [_describe_input(v) for v in vals], target, config)
+        # (aot_autograd calls its compiler inside its fake mode; a compile
+        # must not run there: torch-mlir's as_strided rewrite makes fake
+        # values of the graph's own mode, "Mixing fake modes")
+        with unset_fake_temporarily():
+            runner = _Specialized(gm, [_describe_input(v) for v in vals], target, config)
     runner._boxed_call = True
     return WritesBack(runner, targets) if targets else runner
 
