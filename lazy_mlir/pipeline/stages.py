@@ -245,6 +245,9 @@ def _linalg_edits(config: PipelineConfig, target: str | None) -> list[tuple]:
         edits.append(("column_sums", SUMS, column_sums_in_two_stages, "column sums"))
     from ..passes.self_inserts import copy_self_inserts, count_in as self_inserts
     edits.append(("self_inserts", self_inserts, copy_self_inserts, "self-overlapping slices copied"))
+    from ..passes.returned_views import copy_returned_views, count_in as returned_views
+    edits.append(("returned_views", returned_views, copy_returned_views,
+                  "returned views of written arguments copied"))
     from ..passes.gather_sources import barrier_gather_sources, count_in as gather_sources
     edits.append(("gather_sources", gather_sources, barrier_gather_sources,
                   "gathered slices materialized"))

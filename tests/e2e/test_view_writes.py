@@ -241,6 +241,33 @@ def test_a_repeated_write_compiles_once():
     assert counters.delta("UncachedCompile") == 0
 
 
+@pytest.mark.parametrize("dtype,view", [
+    (torch.bool, lambda t: t[::2]),                # fuzzer seed 700000
+    (torch.float32, lambda t: t[:, 1:3]),
+    (torch.int32, lambda t: t.view(-1)[2:7]),
+])
+def test_clone_of_a_view_then_written_through_it_compiles(dtype, view):
+    """A clone of a view of a device tensor, then a write through the view:
+    the module returns the clone (a slice of its argument, value semantics)
+    and writes the argument in place, so IREE would have returned the
+    written rows; it was refused and ran eagerly (``EagerGraph``). The
+    returned slice is now a copy of its own (``passes/returned_views``)."""
+    t0 = (torch.arange(20) % 3).reshape(10, 2).to(dtype) if dtype == torch.bool else \
+        torch.arange(24).reshape(6, 4).to(dtype)
+    counters = Counters()
+    results = []
+    for dev in ("cpu", LAZY):
+        t = t0.clone() if dev == "cpu" else lazy(t0)
+        v = view(t)
+        kept = v.clone()
+        v[1] = 1
+        results.append((t, kept))
+    lm.mark_step()
+    for e, l in zip(*results):
+        assert torch.equal(l.cpu(), e)
+    assert counters.delta("EagerGraph") == 0 and not counters.fell_back()
+
+
 # -------------------------------------------------------- refused writes
 def _refused(program, x0, error, match):
     """``program`` raises ``error`` on the lazy device (as, for eager's own
