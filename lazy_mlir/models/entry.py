@@ -38,6 +38,8 @@ def seeded(build: Callable[[], nn.Module], seed: int = 0) -> Callable[[], nn.Mod
             for module in model.modules():
                 if isinstance(module, nn.modules.dropout._DropoutNd):
                     module.p = 0.0
+                elif isinstance(module, nn.MultiheadAttention):
+                    module.dropout = 0.0  # (a float, no Dropout module: attention weights')
         return model
     return make
 
