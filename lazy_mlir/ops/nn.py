@@ -292,6 +292,13 @@ register_decomposition(aten._upsample_bilinear2d_aa_backward.default, scope=CAPT
     _resize_backward(aten._upsample_bilinear2d_aa.default))
 register_decomposition(aten._upsample_bicubic2d_aa_backward.default, scope=CAPTURE)(
     _resize_backward(aten._upsample_bicubic2d_aa.default))
+# The plain (not anti-aliased) resizes are separable too; their forwards
+# compile (torch's gather decompositions), their backwards have no torch
+# dialect op nor decomposition and fell back (nn.Upsample(mode="bilinear")).
+register_decomposition(aten.upsample_bilinear2d_backward.default, scope=CAPTURE)(
+    _resize_backward(aten.upsample_bilinear2d.default))
+register_decomposition(aten.upsample_bicubic2d_backward.default, scope=CAPTURE)(
+    _resize_backward(aten.upsample_bicubic2d.default))
 
 
 # -- before import: ops torch-mlir imports but cannot lower -----------------

@@ -33,6 +33,18 @@ def test_antialiased_resize_gradient(counters):
     assert counters.delta("aten::_upsample_bilinear2d_aa_backward") == 0
 
 
+@pytest.mark.parametrize("mode,kw", [("bilinear", dict(scale_factor=1.5)),
+                                     ("bicubic", dict(size=(7, 9), align_corners=True))])
+def test_plain_resize_gradient(mode, kw, counters):
+    """The backward of a plain bilinear/bicubic resize (nn.Upsample) fell back
+    (no torch dialect op): now the transposed weight matrices."""
+    x, xl = _X.clone().requires_grad_(), lazy(_X).requires_grad_()
+    for t in (x, xl):
+        F.interpolate(t[:, :, 1:], mode=mode, **kw).pow(2).sum().backward()
+    torch.testing.assert_close(xl.grad.cpu(), x.grad)
+    assert counters.delta(f"aten::upsample_{mode}2d_backward") == 0
+
+
 def test_non_separable_weights_are_refused():
     """The guard: weights that do not reproduce ATen's resize are not used."""
     from lazy_mlir.ops import nn as rd
