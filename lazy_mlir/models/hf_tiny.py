@@ -52,6 +52,17 @@ _STAGES = {"hidden_sizes": [16, 32], "depths": [1, 1], "embed_dims": [16, 32],
 _OVERRIDES = {
     # (its top conv's width is derived from width_coefficient; hidden_dim must match it)
     "efficientnet": {"width_coefficient": 0.25, "depth_coefficient": 0.5, "hidden_dim": 320},
+    # (heads x head_dim must equal expand x hidden; 8 groups would not divide 4 heads)
+    "mamba2": {"num_heads": 4, "n_groups": 1},
+    "xlstm": {"embedding_dim": HIDDEN},  # (its width; the default 4096 beside hidden 64)
+    # (15 of 35 layers share the KV cache, and per-layer fields are per 35 layers)
+    "gemma3n_text": {"num_kv_shared_layers": 0, "intermediate_size": [FFN] * LAYERS,
+                     "activation_sparsity_pattern": [0.0] * LAYERS,
+                     "vocab_size_per_layer_input": VOCAB},
+    # (the LM head needs a decoder; axial positions must multiply to the sequence, chunks divide it)
+    "reformer": {"is_decoder": True, "axial_pos_shape": (4, SEQ // 4),
+                 "axial_pos_embds_dim": (HIDDEN // 2, HIDDEN // 2),
+                 "local_attn_chunk_length": SEQ // 2, "lsh_attn_chunk_length": SEQ // 2},
 }
 
 TASKS = {  # family -> auto mapping name

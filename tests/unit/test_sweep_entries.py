@@ -1,4 +1,5 @@
 """The sweep's entries build a new model on each call (lazy_mlir/models)."""
+import pytest
 import torch
 
 from lazy_mlir.models import nn_blocks
@@ -28,3 +29,37 @@ def test_without_dropout_the_attention_dropout_is_off_too(monkeypatch):
     assert attention and all(m.dropout == 0.0 for m in attention)
     assert all(m.p == 0.0 for m in model.modules()
                if isinstance(m, torch.nn.modules.dropout._DropoutNd))
+
+
+@pytest.mark.slow
+def test_tiny_configs_of_recurrent_and_per_layer_models_train_eagerly():
+    """The shrink table alone left Mamba2's heads x head_dim off expand x
+    hidden, xLSTM's 4096-wide embedding beside hidden 64, Gemma3n's 35-layer
+    lists (KV sharing, widths) on 2 layers and Reformer without a decoder or
+    axial positions matching the sequence: each failed eagerly (the sweep's
+    eager-fails), so the lazy device was never tried on them."""
+    import transformers
+    import transformers.models.auto.modeling_auto as auto
+
+    from lazy_mlir.models.hf_tiny import _token_batch, tiny_config
+    for model_type in ("mamba2", "xlstm", "gemma3n_text", "reformer"):
+        name = auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type]
+        model = getattr(transformers, name)(tiny_config(model_type))
+        loss = model(**_token_batch(0)).loss
+        loss.backward()
+        assert torch.isfinite(loss), model_type
+
+
+def test_tiny_configs_keep_the_sizes_their_models_check():
+    """The fast sibling of the test above: the config invariants those
+    models' forwards check, on the configs alone (no model built)."""
+    from lazy_mlir.models.hf_tiny import HIDDEN, LAYERS, SEQ, tiny_config
+    mamba2 = tiny_config("mamba2")
+    assert mamba2.num_heads * mamba2.head_dim == mamba2.expand * mamba2.hidden_size
+    assert mamba2.num_heads % mamba2.n_groups == 0
+    assert tiny_config("xlstm").embedding_dim == HIDDEN
+    gemma3n = tiny_config("gemma3n_text")
+    assert gemma3n.num_kv_shared_layers < LAYERS and len(gemma3n.intermediate_size) == LAYERS
+    reformer = tiny_config("reformer")
+    assert reformer.is_decoder and reformer.axial_pos_shape[0] * reformer.axial_pos_shape[1] == SEQ
+    assert sum(reformer.axial_pos_embds_dim) == reformer.hidden_size
