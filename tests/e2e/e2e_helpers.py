@@ -132,3 +132,18 @@ def assert_trains_like_eager(rm, steps: int = 3) -> Counters:
         torch.testing.assert_close(pl.detach().cpu()[real], pe.detach()[real], rtol=1e-4,
                                    atol=1e-5, msg=name)
     return c
+
+
+def compiled_like_eager(fn, make_inputs, calls: int = 2):
+    """``fn`` through ``torch.compile(backend="lazy_mlir")`` gives eager's
+    results (and writes eager's values into its arguments), compiled."""
+    from lazy_mlir.frontends import dynamo
+    dynamo.register()
+    torch._dynamo.reset()
+    want = fn(*make_inputs())
+    c = Counters()
+    compiled = torch.compile(fn, backend="lazy_mlir")
+    for _ in range(calls):  # (the first call may run eagerly while compiling)
+        got = compiled(*make_inputs())
+        assert all(torch.equal(g, w) for g, w in zip(got, want)), (got, want)
+    assert c.delta("DynamoEagerGraph") == 0

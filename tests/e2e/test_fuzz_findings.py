@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import lazy_mlir as lm
-from e2e_helpers import Counters, lazy
+from e2e_helpers import Counters, compiled_like_eager, lazy
 
 
 def test_inplace_scalar_overloads_named_apart():
@@ -532,7 +532,7 @@ def test_index_put_into_a_view_of_an_argument_compiles(fn, shape, dtype):
     make = lambda: (torch.arange(torch.Size(shape).numel()) - 7).reshape(shape).to(dtype)
     got = lm.jit(fn).lower(make()).compile()(make())
     assert all(torch.equal(g, w) for g, w in zip(got, fn(make())))
-    _compiled_like_eager(fn, lambda: [make()])
+    compiled_like_eager(fn, lambda: [make()])
 
 
 @pytest.mark.parametrize("write", [
@@ -598,7 +598,7 @@ def test_gather_from_a_returned_slice_compiles():
     make = lambda: torch.arange(36.0, dtype=torch.float64).reshape(4, 3, 3)
     got = lm.jit(fn).lower(make()).compile()(make())
     assert all(torch.equal(g, w) for g, w in zip(got, fn(make())))
-    _compiled_like_eager(fn, lambda: [make()])
+    compiled_like_eager(fn, lambda: [make()])
     c = Counters()
     got = fn(lazy(make().float()))
     lm.mark_step()

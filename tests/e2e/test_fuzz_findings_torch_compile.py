@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from e2e_helpers import Counters
+from e2e_helpers import Counters, compiled_like_eager
 
 
 def test_dynamo_graph_with_a_0d_half_constant():
@@ -48,21 +48,6 @@ def test_torch_compile_copy_of_a_mutated_argument_keeps_its_value():
         assert all(torch.equal(g, w) for g, w in zip(got, want)), got
 
 
-def _compiled_like_eager(fn, make_inputs, calls: int = 2):
-    """``fn`` through ``torch.compile(backend="lazy_mlir")`` gives eager's
-    results (and writes eager's values into its arguments), compiled."""
-    from lazy_mlir.frontends import dynamo
-    dynamo.register()
-    torch._dynamo.reset()
-    want = fn(*make_inputs())
-    c = Counters()
-    compiled = torch.compile(fn, backend="lazy_mlir")
-    for _ in range(calls):  # (the first call may run eagerly while compiling)
-        got = compiled(*make_inputs())
-        assert all(torch.equal(g, w) for g, w in zip(got, want)), (got, want)
-    assert c.delta("DynamoEagerGraph") == 0
-
-
 def test_torch_compile_scatter_into_a_tensor_read_elsewhere():
     """A scatter's destination also read by another op: IREE missed the copy
     it needed (the uses met through a reshape of its own) and ran the
@@ -88,7 +73,7 @@ def test_torch_compile_scatter_into_a_tensor_read_elsewhere():
         p1_v0.scatter_(0, torch.tensor([0], device=dev).reshape((1, 1)).expand((1, 3)),
                        torch.ones((1, 3), dtype=torch.bfloat16, device=dev))
         return [p0_v0, p0_v1, p0_v2, p0_v3, p1_v0, p1_v1, p1_v2, p1_v3, p1_v4]
-    _compiled_like_eager(fn, lambda: [torch.tensor(14, dtype=torch.int32),
+    compiled_like_eager(fn, lambda: [torch.tensor(14, dtype=torch.int32),
                                       torch.tensor([[1.5, -2.0, 3.875]], dtype=torch.bfloat16)])
 
 
@@ -101,7 +86,7 @@ def test_torch_compile_where_of_an_argument_then_written():
         with torch.no_grad():
             v0.mul_(2)
         return [v0, v1, v3]
-    _compiled_like_eager(fn, lambda: [torch.tensor([[[1.5, -2.0, 3.0, 1.0, 2.0]]] * 2),
+    compiled_like_eager(fn, lambda: [torch.tensor([[[1.5, -2.0, 3.0, 1.0, 2.0]]] * 2),
                                       torch.ones(5, 4, dtype=torch.uint8)])
 
 
@@ -113,4 +98,4 @@ def test_torch_compile_as_strided_compiles():
     def fn(v0, v1):
         v0[0] = 1
         return [v0, v0.as_strided((2,), (3,), 5), v1.split(1, -1)[1].as_strided((2, 1), (0, 0), 1)]
-    _compiled_like_eager(fn, lambda: [torch.arange(9.0).reshape(3, 3), torch.arange(8.0).reshape(4, 2)])
+    compiled_like_eager(fn, lambda: [torch.arange(9.0).reshape(3, 3), torch.arange(8.0).reshape(4, 2)])
