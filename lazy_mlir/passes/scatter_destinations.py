@@ -29,6 +29,14 @@ into ``x[1]``, ``x[-1]``, a ``chunk`` of ``x`` under ``lm.jit`` and
 updates is its destination: IREE 3.13's compiler crashed on one
 (``getMainTensorForLinalgExtOp``, SIGSEGV; fuzzer seed 400301, ``abs_`` of an
 empty split of an empty ``diagonal``), and the graph ran eagerly.
+
+An ``insert_slice`` (a write through a view) is updated in place the same
+way; when its destination is also read through a slice of it elsewhere,
+IREE 3.13 could run the insert before that read: fuzzer seed 800230 (a
+strided view written, ``tanh`` of it, the view zeroed: ``tanh`` came back 0,
+silently, on the lazy device). Such a destination gets its copy too; one
+read directly (IREE orders that) or a function argument (ordered by IREE
+against the argument's write) does not.
 """
 from __future__ import annotations
 
@@ -59,10 +67,40 @@ def _read_elsewhere(value, op) -> bool:
     return False
 
 
+def _read_through_a_view(dest, op) -> bool:
+    """Whether a view of ``dest`` (not ``dest`` itself) is read by an
+    operation other than ``op`` and the views between."""
+    todo, seen = [dest], set()
+    while todo:
+        v = todo.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        for use in v.uses:
+            owner = use.owner
+            owner = owner.operation if hasattr(owner, "operation") else owner
+            if owner == op.operation:
+                continue
+            if owner.name in E.TENSOR_VIEWS and use.operand_number == 0:
+                todo.extend(owner.results)
+            elif v != dest:
+                return True
+    return False
+
+
 def own_destinations(module) -> int:
     """Copy the destination of each in-place op of ``IN_PLACE`` that is read
-    elsewhere too; returns how many."""
+    elsewhere too, and of each ``insert_slice`` whose destination is read
+    elsewhere through a slice or reshape of it; returns how many."""
     count = 0
+    for op in E.ops_named(module, "tensor.insert_slice"):
+        dest = op.operands[1]
+        if E.producer(dest) is not None and E.shape(dest) is not None \
+                and _read_through_a_view(dest, op):
+            E.copy_before(op, 1)
+            E.barrier_before(op, 1)
+            E.mark(op, MARK)
+            count += 1
     for name in IN_PLACE:
         for op in E.ops_named(module, name):
             index = len(op.operands) - 1  # (``outs``: the last operand)
