@@ -33,11 +33,12 @@ import torch
 import torch.fx as fx
 
 from .. import metrics
-from ..ops import subgraph
+from ..ops import subgraph_sizes
 from . import masked_backward
 from . import tensor as _tensor
 from ..ops import support as _support
 from .capture import _make_scalar
+from .decompose import reads_values_when_imported
 from .kinds import RANDOM
 from .supported import UNSUPPORTED_DTYPES
 from .sync import cut_before_backward, launch_before_backward
@@ -116,6 +117,11 @@ class _LazyCompilerInstance(_ca.AutogradCompilerInstance if _ca else object):
         return FakeTensor(self.fake_tensor_mode, meta, x.device)
 
 
+# Templates of symbolic sizes per backward graph: sizes that keep escaping
+# them (a structure that depends on a size) are traced one by one.
+MAX_SIZED = 4
+
+
 def _compile(gm: fx.GraphModule):
     return _OneNodeBackward(gm)
 
@@ -152,7 +158,12 @@ class _OneNodeBackward:
                 self.core = _gradients_graph(gm)
             except NotImplementedError as e:
                 self.why_not = str(e)
-        self.templates: dict = {}  # (scalars, sizes, contexts) -> (template, inputs, params) or False
+        # (scalars, sizes, contexts) -> (template key, used inputs, parameters) or False
+        self.templates: dict = {}
+        # (scalars, non-dynamic sizes, contexts, used inputs) -> templates
+        # traced with symbolic sizes, or False (op by op)
+        self.sized: dict = {}
+        self.static: set = set()  # (as ``sized``'s keys) where a symbolic trace failed
         self.contexts = _function_contexts(gm)
         if self.why_not:
             log.info("lazy-mlir: backward runs op by op: %s", self.why_not)
@@ -168,13 +179,14 @@ class _OneNodeBackward:
     def _one_node(self, inputs, sizes, scalars, hooks, packed_inputs):
         # (compiled autograd makes a graph dynamic in a size it saw change:
         # that size is then an argument, an empty [0, n] tensor)
-        key = (tuple(scalars), tuple(z.shape[1] if isinstance(z, torch.Tensor) else z
-                                     for z in sizes),
-               tuple(hooks[i]._compiled_autograd_key() for i in self.contexts))
+        structure = (tuple(scalars), tuple(None if isinstance(z, torch.Tensor) else z
+                                           for z in sizes),
+                     tuple(hooks[i]._compiled_autograd_key() for i in self.contexts))
+        key = (structure, tuple(z.shape[1] for z in sizes if isinstance(z, torch.Tensor)))
         entry = self.templates.get(key)
         if entry is None:
-            entry = self.templates[key] = self._template(inputs, sizes, scalars, hooks,
-                                                         packed_inputs)
+            entry = self.templates[key] = self._template(structure, inputs, sizes, scalars,
+                                                         hooks, packed_inputs)
         if entry is False:
             return None
         template, used, params = entry
@@ -194,31 +206,75 @@ class _OneNodeBackward:
         metrics.counter_inc("backward::one_node")
         return []
 
-    def _template(self, inputs, sizes, scalars, hooks, packed_inputs):
-        core, params = self.core
-        why = _foreign_function(core, hooks)
+    def _template(self, structure, inputs, sizes, scalars, hooks, packed_inputs):
+        """(template key, used inputs, parameters) at these sizes, or False:
+        a template traced before for other sizes where it fits them, else
+        one traced now."""
+        params = self.core[1]
+        used = [i for i, t in enumerate(inputs) if isinstance(t, torch.Tensor)]
+        tensors = [inputs[i] for i in used]
+        carriers = [z for z in sizes if isinstance(z, torch.Tensor)]
+        structure = (structure, tuple(used))
+        sized = self.sized.get(structure, [])
+        if sized is False:
+            return False
+        for traced in sized:
+            template = traced.at(tensors, carriers)
+            if template is not None:
+                metrics.counter_inc("backward::resized")
+                return template.key, used, params
+        why = _foreign_function(self.core[0], hooks)
         if why is not None:
             log.info("lazy-mlir: backward runs op by op: %s", why)
+            self.sized[structure] = False
             return False
-        used = [i for i, t in enumerate(inputs) if isinstance(t, torch.Tensor)]
-
-        def grads(*tensors):
-            full = list(inputs)
-            for i, t in zip(used, tensors):
-                full[i] = t
-            outs = core(full, sizes, scalars, hooks, packed_inputs)
-            return tuple(g.contiguous() if full[i].is_contiguous() else g
-                         for i, g in zip(params, outs))
-        try:
-            template = subgraph.make_template(grads, [inputs[i] for i in used])
-        except Exception as e:  # noqa: BLE001 (any trace failure: op by op, as before)
-            log.info("lazy-mlir: backward runs op by op: tracing it failed: %s", e)
+        traced = self._trace(structure, inputs, used, sizes, scalars, hooks, packed_inputs,
+                             symbolic=len(sized) < MAX_SIZED and structure not in self.static)
+        if traced is None:
             return False
-        why = _uncompilable(template.gm)
+        why = _uncompilable(traced.gm)
         if why is not None:  # (op by op, capture decomposes it or falls back, counted)
             log.info("lazy-mlir: backward runs op by op: %s", why)
+            self.sized[structure] = False
             return False
-        return template.key, used, params
+        if traced.symbolic:
+            self.sized[structure] = sized + [traced]
+        template = traced.at(tensors, carriers)
+        return False if template is None else (template.key, used, params)
+
+    def _trace(self, structure, inputs, used, sizes, scalars, hooks, packed_inputs, symbolic):
+        """The backward as a function of the used inputs and the size
+        carriers, traced with symbolic sizes (else, or where that fails, at
+        these sizes only); None where it cannot be traced."""
+        core, params = self.core
+        n = len(used)
+
+        def grads(*args):
+            full = list(inputs)
+            for i, t in zip(used, args[:n]):
+                full[i] = t
+            carriers = iter(args[n:])
+            at = [next(carriers) if isinstance(z, torch.Tensor) else z for z in sizes]
+            outs = core(full, at, scalars, hooks, packed_inputs)
+            return tuple(g.contiguous() if full[i].is_contiguous() else g
+                         for i, g in zip(params, outs))
+        tensors = [inputs[i] for i in used]
+        carriers = [z for z in sizes if isinstance(z, torch.Tensor)]
+        for attempt in ((True, False) if symbolic else (False,)):
+            metrics.counter_inc("backward::traced")
+            try:
+                traced = subgraph_sizes.trace_sized(grads, tensors, carriers, symbolic=attempt)
+            except Exception as e:  # noqa: BLE001 (any trace failure: op by op, as before)
+                log.info("lazy-mlir: tracing the backward%s failed: %s",
+                         " with symbolic sizes" if attempt else "", e)
+                if attempt:
+                    self.static.add(structure)  # (its later sizes: traced as they are)
+                continue
+            if reads_values_when_imported(traced.gm):
+                log.info("lazy-mlir: backward runs op by op: a decomposition reads tensor values")
+                return None
+            return traced
+        return None
 
 
 def _lifted(t: torch.Tensor):

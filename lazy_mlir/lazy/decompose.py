@@ -86,6 +86,25 @@ def import_decomposition_reads_values(func, vals: list, tree) -> bool:
 _READS_VALUES = "reads tensor values"
 
 
+def reads_values_when_imported(gm: fx.GraphModule) -> bool:
+    """``import_decomposition_reads_values`` of every op of ``gm`` (an aten
+    graph on the CPU whose placeholders hold fake tensors, of symbolic sizes
+    too), traced once for the whole graph at its sizes' hints, and only
+    where an op of it is decomposed before import."""
+    if not any(n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+               and _support.decomposed_before_import(n.target) for n in gm.graph.nodes):
+        return False
+    mode = FakeTensorMode(allow_non_fake_inputs=True)  # (no ShapeEnv: a read raises)
+    with mode:
+        fakes = [torch.empty_strided(_hints(v.shape), _hints(v.stride()), dtype=v.dtype)
+                 for v in (n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder")]
+    return _traced(gm, fakes, mode, _support.decomposition_table()) == _READS_VALUES
+
+
+def _hints(sizes) -> list[int]:
+    return [s.node.hint if isinstance(s, torch.SymInt) else s for s in sizes]
+
+
 def _memo(memo, func, vals, tree, compute):
     try:
         key = _key(func, vals, tree)
@@ -101,9 +120,6 @@ def _memo(memo, func, vals, tree, compute):
 
 def _trace(func, vals, tree, table):
     """``func`` on fake tensors of these specs through ``table``, or why not."""
-    from torch._subclasses.fake_tensor import DataDependentOutputException, \
-        DynamicOutputShapeException
-    from torch.fx.experimental.proxy_tensor import make_fx
     where = [i for i, v in enumerate(vals) if type(v) is Value]
 
     def f(*tensors):
@@ -114,10 +130,19 @@ def _trace(func, vals, tree, table):
         return func(*args, **kwargs)
 
     mode = FakeTensorMode(allow_non_fake_inputs=True)
+    with mode:
+        fakes = [torch.empty_strided(vals[i].spec.shape, vals[i].spec.stride,
+                                     dtype=vals[i].spec.dtype) for i in where]
+    return _traced(f, fakes, mode, table)
+
+
+def _traced(f, fakes: list, mode, table):
+    """``make_fx`` of ``f`` on ``fakes`` (of ``mode``) through ``table``, or why not."""
+    from torch._subclasses.fake_tensor import DataDependentOutputException, \
+        DynamicOutputShapeException
+    from torch.fx.experimental.proxy_tensor import make_fx
     try:
         with mode:
-            fakes = [torch.empty_strided(vals[i].spec.shape, vals[i].spec.stride,
-                                         dtype=vals[i].spec.dtype) for i in where]
             gm = make_fx(f, decomposition_table=table)(*fakes)
     except (DataDependentOutputException, DynamicOutputShapeException):
         return _READS_VALUES

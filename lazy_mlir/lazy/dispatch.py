@@ -21,6 +21,7 @@ from ..graph import argtree
 from .. import metrics
 from ..graph.ir import TensorSpec, Value, arg_signature
 from ..ops import support as _support
+from ..ops import subgraph as _subgraph
 from . import bounds, decompose, eager_checks, empty_inputs, fallback, random, shapes
 from . import collectives as _collectives
 from . import host_eval as _host_eval
@@ -49,6 +50,7 @@ from .overlap import check as check_overlap, check_source_dtype
 from .views import check_write, functional_view_op
 
 aten = torch.ops.aten
+_SUBGRAPH = _subgraph.ops.subgraph.default
 
 # What shape inference raises for an op whose output shape depends on the
 # values (or that has no meta kernel): such an op runs eagerly, on real data.
@@ -111,7 +113,9 @@ def record(func, args, kwargs, bare=False):
             with bounds.within(func):  # its own index ops: checked above, or made in range
                 return decompose.run(func, how, args, kwargs, dispatch)
         return run_eagerly(func, args, kwargs)
-    if _support.decomposed_before_import(func):
+    # (a backward's template is checked once for all its sizes when traced:
+    # lazy/backward.py, ``decompose.reads_values_when_imported``)
+    if _support.decomposed_before_import(func) and func is not _SUBGRAPH:
         if decompose.import_decomposition_reads_values(func, vals, tree):
             return run_eagerly(func, args, kwargs, why="its decomposition reads tensor values")
     try:

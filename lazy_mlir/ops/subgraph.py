@@ -71,36 +71,61 @@ def make_template(fn, example_inputs: list[torch.Tensor]) -> Template:
     like ``example_inputs`` into a registered ``Template``. Raises where
     ``fn`` is not traceable (the caller runs it op by op instead)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.experimental.proxy_tensor import make_fx
 
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     fakes = [_fake_like(mode, t) for t in example_inputs]
+    gm, outs = trace(fn, fakes, mode)
+    return register(gm, tuple(_layout(t) for t in fakes), tuple(_layout(o) for o in outs))
+
+
+def trace(fn, fakes: list, mode, on_cpu: list | None = None) -> tuple[fx.GraphModule, tuple]:
+    """``fn(*fakes)`` traced under fake ``mode`` to functional aten on the
+    CPU, and its outputs (fake tensors with eager's layouts). With
+    ``on_cpu`` (``fakes`` of symbolic sizes, on the CPU), through the
+    symbolic decompositions too, and functionalized in a second trace of
+    those: PyTorch's functionalization of a view of a lazy device tensor
+    runs the view's C++ meta kernel too (as for XLA), which refuses
+    symbolic sizes."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from .symbolic import SYMBOLIC_DECOMPOSITIONS
     decomposed: list = []
-    table = {op: _noting(fn, decomposed) for op, fn in _capture_table().items()}
+    table = {**_capture_table(), **(SYMBOLIC_DECOMPOSITIONS if on_cpu is not None else {})}
+    table = {op: _noting(fn, decomposed) for op, fn in table.items()}
 
     def fresh(*args):
         # An output that is an input would be the node's input: a copy.
         return tuple(o.clone() if any(o is a for a in args) else o for o in fn(*args))
     with mode:
-        gm = make_fx(torch.func.functionalize(fresh, remove="mutations"),
-                     decomposition_table=table, pre_dispatch=False)(*fakes)
+        if on_cpu is None:
+            gm = make_fx(torch.func.functionalize(fresh, remove="mutations"),
+                         decomposition_table=table, pre_dispatch=False)(*fakes)
+        else:
+            gm = make_fx(fresh, decomposition_table=table, pre_dispatch=False)(*fakes)
+            _on_cpu(gm)
+            gm = make_fx(torch.func.functionalize(gm, remove="mutations"),
+                         pre_dispatch=False)(*on_cpu)
         if any(_mutates(n) for n in gm.graph.nodes):
             # A kernel run below functionalization (compiled autograd's
             # SiLU backward: ``empty_like``, ``fill_``, ``sub_``) recorded
             # in-place ops; a second pass sees them as calls and removes
             # them (torch-mlir refuses ``copy_`` on value tensors).
             gm = make_fx(torch.func.functionalize(gm, remove="mutations"),
-                         pre_dispatch=False)(*fakes)
+                         pre_dispatch=False)(*(on_cpu or fakes))
         # eager's layouts, unless an op was decomposed (its meta kernel may
         # refuse these inputs): then the traced graph's
-        outs = gm(*fakes) if decomposed else fresh(*fakes)
+        outs = gm(*(on_cpu or fakes)) if decomposed else fresh(*fakes)
     if any(n.op == "get_attr" for n in gm.graph.nodes):
         # (a tensor the function closed over: a constant the key cannot see,
         # and an attribute the graph it is spliced into does not have)
         raise ValueError("lazy-mlir: the traced function reads a tensor that is not an input")
     _on_cpu(gm)
-    inputs = tuple(_layout(t) for t in fakes)
-    outputs = tuple(_layout(o) for o in outs)
+    return gm, tuple(outs)
+
+
+def register(gm: fx.GraphModule, inputs: tuple, outputs: tuple) -> Template:
+    """The ``Template`` of ``gm`` (``inputs``, ``outputs``: their layouts),
+    keyed by its content: the one registered before if the same."""
     digest = hashlib.sha256(f"{gm.code}\n{inputs}\n{outputs}".encode()).hexdigest()[:24]
     template = Template(f"subgraph-{digest}", gm, inputs, outputs)
     TEMPLATES.setdefault(template.key, template)

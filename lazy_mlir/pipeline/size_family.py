@@ -28,6 +28,8 @@ import torch
 import torch.fx as fx
 from torch.utils import _pytree as pytree
 
+from ..ops.symbolic import SYMBOLIC_DECOMPOSITIONS
+
 MIN_DYNAMIC = 2  # sizes 0 and 1 stay static (broadcasting, emptiness)
 
 
@@ -367,31 +369,6 @@ def still_symbolic(gm: fx.GraphModule) -> None:
 class SizeSpecialized(Exception):
     """An op's shape function tests a dynamic size against a constant: the
     module would hold only for that size, so the family compiles static."""
-
-
-def _constant_pad_nd(x, pad, value=0):
-    """``constant_pad_nd`` as concatenations and narrows: ATen's own shape
-    function specializes a symbolic size it pads (torch 2.13)."""
-    for i in range(len(pad) // 2):
-        dim = x.dim() - 1 - i
-        lo, hi = pad[2 * i], pad[2 * i + 1]
-        if lo < 0:
-            x = x.narrow(dim, -lo, x.shape[dim] + lo)
-        if hi < 0:
-            x = x.narrow(dim, 0, x.shape[dim] + hi)
-        parts = []
-        for n in (lo, hi):
-            if n > 0:
-                shape = list(x.shape)
-                shape[dim] = n
-                parts.append(torch.full(shape, value, dtype=x.dtype, device=x.device))
-            else:
-                parts.append(None)
-        x = torch.cat([p for p in (parts[0], x, parts[1]) if p is not None], dim)
-    return x
-
-
-SYMBOLIC_DECOMPOSITIONS = {torch.ops.aten.constant_pad_nd.default: _constant_pad_nd}
 
 
 def is_symbolic(gm: fx.GraphModule) -> bool:

@@ -199,3 +199,49 @@ def test_the_backward_compares_no_tensor(monkeypatch):
     monkeypatch.setattr(LazyTensor, "__eq__", refuse, raising=False)
     counts = _same_as_eager(steps=2)
     assert counts.get("backward::one_node") == 2
+
+
+class _LengthLM(nn.Module):
+    """Sizes of this test's own (no module of another test is reused)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(29, 20)
+        self.mix = nn.Linear(20, 20)
+        self.out = nn.Linear(20, 29)
+
+    def forward(self, ids):
+        h = torch.tanh(self.mix(self.embed(ids)))
+        b, t, d = h.shape
+        return self.out(h.reshape(b * t, d)).view(b, t, -1)
+
+
+def test_new_lengths_reuse_the_backward_template(monkeypatch):
+    """A new sequence length makes the backward's template from the one
+    traced with symbolic sizes (``ops/subgraph_sizes.py``), not a new trace:
+    compiled autograd's graph of the first length and its graph of dynamic
+    sizes are traced once each, whatever the number of lengths; gradients
+    are eager's at every length."""
+    monkeypatch.setenv("LAZY_MLIR_COMPILE", "wait")
+    lengths = (9, 13, 6, 17, 11)
+    grads = {}
+    lm.metrics.reset()
+    for device in ("lazy", "cpu"):
+        torch.manual_seed(0)
+        model = _LengthLM().to(device)
+        g = torch.Generator().manual_seed(1)
+        grads[device] = []
+        for t in lengths:
+            ids = torch.randint(0, 29, (3, t), generator=g).to(device)
+            model.zero_grad(set_to_none=True)
+            logits = model(ids)
+            nn.functional.cross_entropy(logits.reshape(-1, 29), ids.reshape(-1)).backward()
+            if device == "lazy":
+                lm.mark_step()
+            grads[device].append([p.grad.cpu() for p in model.parameters()])
+    for got, want in zip(grads["lazy"], grads["cpu"]):
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert lm.metrics.counter_value("backward::one_node") == len(lengths)
+    assert lm.metrics.counter_value("backward::traced") == 2
+    assert lm.metrics.counter_value("backward::resized") == len(lengths) - 2

@@ -121,6 +121,21 @@ def test_import_decomposition_that_reads_values(monkeypatch):
     assert not decompose.import_decomposition_reads_values(aten.take.default, flat, tree)
 
 
+def test_a_template_that_reads_values_when_imported(monkeypatch):
+    """A backward's template is checked once for all its sizes
+    (``reads_values_when_imported``): capture does not check its node."""
+    from torch._decomp import decomposition_table as torch_table
+    from torch.fx.experimental.proxy_tensor import make_fx
+    monkeypatch.setattr(support, "decomposition_table",
+                        lambda: {aten.take.default: torch_table[aten.take.default]})
+    monkeypatch.setattr(support, "decomposed_before_import", lambda op: op is aten.take.default)
+    x = torch.randn(3, 4)
+    for index, reads in ((torch.tensor(2), True), (torch.tensor([2, 5]), False)):
+        for sizes in ("fake", "symbolic"):
+            gm = make_fx(lambda a, i: torch.take(a, i) * 2, tracing_mode=sizes)(x, index)
+            assert decompose.reads_values_when_imported(gm) is reads, sizes
+
+
 def test_angle_matches_eager():
     x = torch.tensor([-2.0, -0.0, 0.0, 3.0, math.nan, -math.inf, math.inf])
     torch.testing.assert_close(angle(x), torch.angle(x), equal_nan=True)
