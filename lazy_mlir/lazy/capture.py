@@ -10,6 +10,8 @@ here with emit's. Routing ``__torch_dispatch__`` is ``dispatch.py``'s.
 """
 from __future__ import annotations
 
+import weakref
+
 import torch
 from torch.utils._pytree import tree_unflatten
 
@@ -66,10 +68,7 @@ def value_of(t: LazyTensor) -> Value:
     lift = offsets.liftable(steps)
     if (any(s[0] is _AS_STRIDED for s in steps) and not v.spec.offset
             and not _is_contiguous(v.spec.shape, v.spec.stride)):  # (rare test first: every view read)
-        # (a storage value with other strides, as a write back through a
-        # permute leaves it: an as_strided addresses the storage's order;
-        # fuzzer seed 400113, as_strided of a movedim view read after a write)
-        v = emit(aten.clone.default, (v,), {"memory_format": torch.contiguous_format})[0]
+        v, steps = _in_memory_order(storage, v, steps)
     k = _from_storage(steps, v.spec)
     if k:
         steps = steps[k:]
@@ -80,6 +79,30 @@ def value_of(t: LazyTensor) -> Value:
 
 
 _AS_STRIDED, _VIEW_DTYPE = aten.as_strided.default, aten.view.dtype
+# storage -> the spec its memory is laid out as, where a write back through a
+# view left its value with other strides (``assign``): the layout of the
+# tensor that made the storage, which an ``as_strided`` addresses
+_layouts: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _in_memory_order(storage, v: Value, steps):
+    """``v`` (a storage value with non-contiguous strides) as a contiguous
+    value of the storage's memory order, and the view steps to apply to it:
+    an ``as_strided`` addresses memory. A write back through a permute leaves
+    the value with the permute's strides over a contiguous memory (fuzzer
+    seed 400113: a contiguous clone); a fresh result laid out as its input
+    (``mul`` of a transposed tensor) is in memory as its strides say: its
+    dimensions by falling stride, then contiguous, read from the last
+    ``as_strided`` on (fuzzer seed 800169: the clone read it row-major)."""
+    layout = _layouts.get(storage, v.spec)
+    order = sorted(range(len(layout.shape)), key=lambda d: -layout.stride[d])
+    k = max(i for i, s in enumerate(steps) if s[0] is _AS_STRIDED)
+    if _is_contiguous(layout.shape, layout.stride) or order == list(range(len(order))) \
+            or any(s[0] is _VIEW_DTYPE for s in steps) or not _is_contiguous(
+                [layout.shape[d] for d in order], [layout.stride[d] for d in order]):
+        return emit(aten.clone.default, (v,), {"memory_format": torch.contiguous_format})[0], steps
+    v = emit(aten.permute.default, (v, order), {})[0]
+    return emit(aten.clone.default, (v,), {"memory_format": torch.contiguous_format})[0], steps[k:]
 
 
 def _from_storage(steps, spec: TensorSpec) -> int:
@@ -155,6 +178,8 @@ def assign(t: LazyTensor, new: Value) -> None:
         for step in t._view[:-1]:
             chain.append(apply_view(chain[-1], step, lift))
         new = write_back(emit, t._view, chain, new, t)  # (may raise: nothing written yet)
+        if new.spec.stride != storage.value.spec.stride and storage not in _layouts:
+            _layouts[storage] = storage.value.spec  # (the memory's layout: _in_memory_order)
     storage.value = new
     storage.version += 1
     t._cache = None

@@ -285,6 +285,25 @@ def test_as_strided_reads_the_storage_not_its_input():
     assert not c.fell_back() and c.delta("EagerGraph") == 0
 
 
+def test_as_strided_of_a_result_laid_out_as_its_transposed_input():
+    """``mul`` of a transposed tensor is laid out as its input (strides
+    ``(1, 2)``); an ``as_strided`` of it addresses that memory. The storage
+    was read as a row-major clone, and ``v7[1]`` came back ``v4[0, 1]``
+    instead of ``v4[1, 0]`` (silently; fuzzer seed 800169)."""
+    def program(x):
+        v3 = x.permute(1, 0).expand(2, 3)
+        v4 = torch.mul(v3, v3)
+        return [v4, v4.transpose(1, 0).as_strided((2, 1), (1, 1), 0),
+                v4.as_strided((3,), (2,), 1)]
+    x0 = torch.tensor([[2, 7], [5, 1], [3, 4]], dtype=torch.uint8)
+    c = Counters()
+    got = program(lazy(x0))
+    lm.mark_step()
+    for g, w in zip(got, program(x0)):
+        assert g.stride() == w.stride() and torch.equal(g.cpu(), w), (g.cpu(), w)
+    assert not c.fell_back() and c.delta("EagerGraph") == 0
+
+
 def test_view_of_an_empty_tensor_does_not_kill_the_process():
     """torch-mlir's lowering of a ``view`` of a tensor with no elements
     divides by zero: SIGFPE, and the process died (torch.compile and lm.jit
