@@ -88,6 +88,20 @@ def _read_through_a_view(dest, op) -> bool:
     return False
 
 
+def _barrier_made_updates(op) -> None:
+    """Keep a scatter's updates out of its dispatch when a ``linalg.generic``
+    of no inputs makes them (torch-mlir's lowering of ``scatter_`` of
+    ``ones``: indices and updates from one generic, the updates a constant
+    it yields): IREE 3.13 scattered the generic's initial zeros instead
+    (fuzzer seed 800256 under ``lm.jit`` and ``torch.compile``, silently:
+    ``v[i].scatter_(0, j, ones)`` gave 0). Through a barrier it scatters
+    the ones."""
+    made = E.producer(op.operands[0])
+    if made is not None and made.name == "linalg.generic" \
+            and len(made.operands) == len(made.results):
+        E.barrier_before(op, 0)
+
+
 def own_destinations(module) -> int:
     """Copy the destination of each in-place op of ``IN_PLACE`` that is read
     elsewhere too, and of each ``insert_slice`` whose destination is read
@@ -103,6 +117,7 @@ def own_destinations(module) -> int:
             count += 1
     for name in IN_PLACE:
         for op in E.ops_named(module, name):
+            _barrier_made_updates(op)
             index = len(op.operands) - 1  # (``outs``: the last operand)
             if E.elements(op.operands[0]) == 0:  # no updates: the destination as it is
                 op.results[0].replace_all_uses_with(op.operands[index])

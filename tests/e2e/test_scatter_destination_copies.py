@@ -70,3 +70,20 @@ def test_a_slice_read_before_a_second_write_into_the_same_rows():
     for g, w in zip(got, want):
         torch.testing.assert_close(g.cpu(), w)
     assert counters.delta("EagerGraph") == 0
+
+
+def test_a_scatter_of_ones_scatters_ones():
+    """Fuzzer seed 800256, shrunk: ``scatter_`` of ``ones`` into a gathered
+    row under ``lm.jit`` (and torch.compile): torch-mlir makes the indices
+    and the updates in one ``linalg.generic`` of no inputs that yields the
+    constant 1, and IREE 3.13 scattered that generic's initial zeros
+    (``[0]`` for ``[1]``, silently). The updates now reach the scatter
+    through a barrier."""
+    def fn(v1):
+        v6 = v1[torch.tensor([1], device=v1.device)]
+        v6.scatter_(0, torch.tensor([0], device=v1.device),
+                    torch.ones((1,), dtype=v1.dtype, device=v1.device))
+        return [v1, v6]
+    for x in (torch.tensor([5, 9, 4]), torch.tensor([5.0, 9.0, 4.0])):
+        got = lm.jit(fn).lower(x.clone()).compile()(x.clone())
+        assert all(torch.equal(g, w) for g, w in zip(got, fn(x.clone()))), got
