@@ -42,7 +42,7 @@ def test_tiny_configs_of_recurrent_and_per_layer_models_train_eagerly():
     import transformers.models.auto.modeling_auto as auto
 
     from lazy_mlir.models.hf_tiny import _token_batch, tiny_config
-    for model_type in ("mamba2", "xlstm", "gemma3n_text", "reformer"):
+    for model_type in ("mamba2", "bamba", "xlstm", "gemma3n_text", "reformer"):
         name = auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type]
         model = getattr(transformers, name)(tiny_config(model_type))
         loss = model(**_token_batch(0)).loss
@@ -57,6 +57,8 @@ def test_tiny_configs_keep_the_sizes_their_models_check():
     mamba2 = tiny_config("mamba2")
     assert mamba2.num_heads * mamba2.head_dim == mamba2.expand * mamba2.hidden_size
     assert mamba2.num_heads % mamba2.n_groups == 0
+    bamba = tiny_config("bamba")
+    assert bamba.mamba_n_heads * bamba.mamba_d_head == bamba.mamba_expand * bamba.hidden_size
     assert tiny_config("xlstm").embedding_dim == HIDDEN
     gemma3n = tiny_config("gemma3n_text")
     assert gemma3n.num_kv_shared_layers < LAYERS and len(gemma3n.intermediate_size) == LAYERS
