@@ -76,6 +76,8 @@ def compile_aot_graph(gm: fx.GraphModule, example_inputs, *, target: Target,
     from ..host_calls.runtime.switches import session_config
     from .aot_writes import RunsEagerly, WritesBack, defer_input_writes
     config = session_config(target, config)
+    if _computed_bytes_as_bool(gm):
+        return RunsEagerly(gm)
     deferred = defer_input_writes(gm)  # (its copy_ into inputs: done after each call)
     if deferred is None:
         return RunsEagerly(gm)
@@ -92,6 +94,24 @@ def compile_aot_graph(gm: fx.GraphModule, example_inputs, *, target: Target,
             runner = _Specialized(gm, [_describe_input(v) for v in vals], target, config)
     runner._boxed_call = True
     return WritesBack(runner, targets) if targets else runner
+
+
+def _computed_bytes_as_bool(gm: fx.GraphModule) -> bool:
+    """Whether ``gm`` views computed bytes as bool (``b.view(torch.uint8)``
+    written, then its bool view read): a graph's bools are ``i1``, so a byte
+    other than 0 or 1 would come back 1 (fuzzer seed 800152, silently; the
+    lazy device raises at the write). Such a graph runs eagerly, eager's
+    bytes kept."""
+    for n in gm.graph.nodes:
+        if n.target is torch.ops.aten.view.dtype and n.args[1] is torch.bool:
+            src = n.args[0]
+            val = src.meta.get("val") if isinstance(src, fx.Node) else None
+            if src.op != "placeholder" and getattr(val, "dtype", torch.bool) is not torch.bool:
+                log.warning("lazy-mlir (torch.compile backend): a graph views computed bytes "
+                            "as bool (a write through a uint8 view of a bool tensor); it runs "
+                            "eagerly, keeping eager's bytes")
+                return True
+    return False
 
 
 def _describe_input(v):

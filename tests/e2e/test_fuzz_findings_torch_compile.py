@@ -99,3 +99,28 @@ def test_torch_compile_as_strided_compiles():
         v0[0] = 1
         return [v0, v0.as_strided((2,), (3,), 5), v1.split(1, -1)[1].as_strided((2, 1), (0, 0), 1)]
     compiled_like_eager(fn, lambda: [torch.arange(9.0).reshape(3, 3), torch.arange(8.0).reshape(4, 2)])
+
+
+def test_torch_compile_bytes_written_through_a_bool_tensors_byte_view():
+    """A byte other than 0 or 1 written through a uint8 view of a bool
+    tensor came back 1 (a graph's bools are i1; silently, fuzzer seed
+    800152): such a graph runs eagerly, eager's bytes kept. A uint8 input
+    viewed as bool still compiles."""
+    from lazy_mlir.frontends import dynamo
+    dynamo.register()
+
+    def written(x):
+        b = torch.logical_and(x, x)
+        u = b.view(torch.uint8)
+        u.sub_(2)
+        return [b, u]
+
+    def read(m):
+        return [m.view(torch.bool) & (m.view(torch.bool))]
+    x = torch.tensor([3, 0, 5])
+    torch._dynamo.reset()
+    c = Counters()
+    got = torch.compile(written, backend="lazy_mlir")(x.clone())
+    assert all(torch.equal(g, w) for g, w in zip(got, written(x.clone())))
+    assert c.delta("DynamoEagerGraph") >= 1
+    compiled_like_eager(read, lambda: [torch.tensor([1, 0, 1], dtype=torch.uint8)])
