@@ -8,13 +8,18 @@ eagerly. Linked as a system shared library instead
 (``--iree-llvmcpu-link-embedded=false``, the host's linker), the calls
 resolve against the process's C math library when IREE's runtime loads the
 module: eager's own functions, so eager's values. Only a module that calls
-one is linked so (an embedded ELF needs no linker on the host).
+one is linked so (an embedded ELF needs no linker on the host). Such a
+module is also compiled without IREE's constant evaluation: it JIT-compiles
+a constant subexpression (``sin`` of a ``fill_(3.0)``) as an embedded ELF of
+its own, whose link failed the same way (fuzzer seed 800088 under
+torch.compile, ``jit_eval_dispatch``); the calls then run at run time.
 """
 from __future__ import annotations
 
 import re
 
 SYSTEM_LINK = "--iree-llvmcpu-link-embedded=false"
+NO_CONST_EVAL = "--iree-opt-const-eval=false"
 
 # The float64 ops whose lowering is a C library call (measured with IREE
 # 3.13's llvm-cpu backend; tan becomes a call of cos, remf of fmod).
@@ -31,5 +36,5 @@ def calls_libm(linalg_text: str) -> bool:
 def link_flags(backend: str, linalg_text: str) -> list[str]:
     """The flags that let a module calling the C library link, for ``backend``."""
     if backend == "llvm-cpu" and calls_libm(linalg_text):
-        return [SYSTEM_LINK]
+        return [SYSTEM_LINK, NO_CONST_EVAL]
     return []

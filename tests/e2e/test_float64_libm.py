@@ -31,3 +31,16 @@ def test_only_float64_calls_link_with_the_system_linker():
     assert calls_libm("%3 = arith.remf %a, %b : f64\n")
     assert not calls_libm("%2 = math.sin %in : f32\n")
     assert not calls_libm("%2 = math.exp %in : f64\n")  # (IREE expands it)
+
+
+def test_float64_libm_function_of_a_constant_compiles():
+    """``sin`` of a tensor filled with a constant: IREE's constant
+    evaluation compiled it as an embedded ELF of its own, whose link failed
+    the same way (fuzzer seed 800088 under torch.compile, which keeps the
+    fill in the graph), and the graph ran eagerly."""
+    from e2e_helpers import compiled_like_eager
+
+    def fn(v):
+        v.fill_(3.0)
+        return [v, torch.sin(v), torch.cos(v) * v]
+    compiled_like_eager(fn, lambda: [torch.zeros(2, 3, dtype=torch.float64)])
