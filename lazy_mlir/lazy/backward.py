@@ -228,10 +228,13 @@ class _OneNodeBackward:
             log.info("lazy-mlir: backward runs op by op: %s", why)
             self.sized[structure] = False
             return False
+        symbolic = len(sized) < MAX_SIZED and structure not in self.static
         traced = self._trace(structure, inputs, used, sizes, scalars, hooks, packed_inputs,
-                             symbolic=len(sized) < MAX_SIZED and structure not in self.static)
+                             symbolic)
         if traced is None:
             return False
+        if symbolic and not traced.symbolic:  # (every size fixed by the trace: a loop
+            self.static.add(structure)        # over time steps; later sizes trace static)
         why = _uncompilable(traced.gm)
         if why is not None:  # (op by op, capture decomposes it or falls back, counted)
             log.info("lazy-mlir: backward runs op by op: %s", why)
