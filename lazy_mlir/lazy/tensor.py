@@ -150,6 +150,14 @@ class LazyTensor(torch.Tensor):
         text = torch._tensor_str._str_intern(self, tensor_contents=contents)
         return "tensor(" + text[len(type(self).__name__) + 1:]
 
+    def __format__(self, format_spec):
+        # torch formats a 0-d tensor as its number only when its type is
+        # exactly Tensor: f"expert_{idx}" (Switch Transformers' expert keys)
+        # read "expert_tensor(1, device='lazy:0')" and missed its ModuleDict
+        if self.dim() == 0:
+            return self.item().__format__(format_spec)
+        return object.__format__(self, format_spec)
+
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
         return _backward(self, gradient, retain_graph, create_graph, inputs)
 
