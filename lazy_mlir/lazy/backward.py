@@ -164,6 +164,7 @@ class _OneNodeBackward:
         # traced with symbolic sizes, or False (op by op)
         self.sized: dict = {}
         self.static: set = set()  # (as ``sized``'s keys) where a symbolic trace failed
+        self.seen: set = set()  # (as ``sized``'s keys) traced once
         self.contexts = _function_contexts(gm)
         if self.why_not:
             log.info("lazy-mlir: backward runs op by op: %s", self.why_not)
@@ -228,7 +229,13 @@ class _OneNodeBackward:
             log.info("lazy-mlir: backward runs op by op: %s", why)
             self.sized[structure] = False
             return False
-        symbolic = len(sized) < MAX_SIZED and structure not in self.static
+        # (first sight at static sizes, traced as they are; symbolic once a
+        # size changed: compiled autograd's carriers, or this structure seen
+        # before. A symbolic trace costs several plain ones: a model that
+        # never changes its sizes should not pay it.)
+        symbolic = (bool(carriers) or structure in self.seen) and len(sized) < MAX_SIZED \
+            and structure not in self.static
+        self.seen.add(structure)
         traced = self._trace(structure, inputs, used, sizes, scalars, hooks, packed_inputs,
                              symbolic)
         if traced is None:
