@@ -338,27 +338,28 @@ def test_graph_with_a_dispatch_over_32_buffers_runs_eagerly(counters):
 
 
 def test_failed_compile_stops_only_that_argument_signature(counters):
-    """torch-mlir cannot lower an integer ``pow`` (a real compile failure):
-    that graph runs eagerly and int64 ``pow`` stops compiling, while float
-    ``pow`` keeps compiling (a process-wide denial made every later float
-    ``pow``, and a failed int64 convolution every later float one, eager)."""
-    ints = torch.tensor([[1, -2, 3], [4, 0, -1]])
+    """A bool tensor clamped by integer bounds (an int64 result) fails to
+    compile (a real compile failure): that graph runs eagerly and the bool
+    signature of ``clamp.Tensor`` stops compiling, while float ``clamp`` keeps compiling (a
+    process-wide denial made every later float ``clamp``, and a failed int64
+    convolution every later float one, eager)."""
+    bools = torch.tensor([[True, False, True], [False, False, True]])
     floats = torch.tensor([[1.5, -2.0, 0.25], [4.0, 0.0, -1.0]])
 
-    out = lazy(ints).pow(lazy(torch.tensor([[2, 3, 0], [1, 2, 3]])))
-    assert_lazy_close(out, ints.pow(torch.tensor([[2, 3, 0], [1, 2, 3]])))
-    assert counters.delta("aten::pow") == 1
-    assert "pow.Tensor_Tensor" not in support.DENIED
-    assert support.DENIED_SIGNATURES["pow.Tensor_Tensor"]
+    out = lazy(bools).clamp(2, 5)
+    assert_lazy_close(out, bools.clamp(2, 5))
+    assert counters.delta("aten::clamp") == 1
+    assert "clamp.Tensor" not in support.DENIED
+    assert support.DENIED_SIGNATURES["clamp.Tensor"]
 
     counters.snapshot()
-    fout = lazy(floats).pow(lazy(floats.abs()))
-    assert_lazy_close(fout, floats.pow(floats.abs()))
-    assert counters.delta("aten::pow") == 0
-    assert counters.delta("lazy::pow") == 1
+    fout = lazy(floats).clamp(lazy(floats - 1), lazy(floats.abs()))
+    assert_lazy_close(fout, floats.clamp(floats - 1, floats.abs()))
+    assert counters.delta("aten::clamp") == 0
+    assert counters.delta("lazy::clamp") == 1
 
     counters.snapshot()  # the denied signature now falls back at capture
-    out = lazy(ints + 1).pow(lazy(torch.tensor([[1, 2, 0], [3, 1, 2]])))
-    assert_lazy_close(out, (ints + 1).pow(torch.tensor([[1, 2, 0], [3, 1, 2]])))
-    assert counters.delta("aten::pow") == 1
-    assert counters.delta("UncachedCompile") <= 1  # the add only: no failing compile again
+    out = lazy(~bools).clamp(0, 1)
+    assert_lazy_close(out, (~bools).clamp(0, 1))
+    assert counters.delta("aten::clamp") == 1
+    assert counters.delta("UncachedCompile") <= 1  # the not only: no failing compile again
