@@ -46,10 +46,11 @@ IN_PLACE = ("tm_tensor.scatter",)
 MARK = "lazy_mlir.own_destination"
 
 
-def _read_elsewhere(value, op) -> bool:
-    """Whether the tensor ``value`` views, or any view of it, is used by an
-    operation other than ``op`` and the views between."""
-    todo, seen = [E.viewed(value)], set()
+def _read_by_another(start, op, *, counting_start: bool = True) -> bool:
+    """Whether ``start``, or any view of it, is used by an operation other
+    than ``op`` and the views between; ``counting_start=False``: only the
+    uses of its views count."""
+    todo, seen = [start], set()
     while todo:
         v = todo.pop()
         if v in seen:
@@ -62,30 +63,21 @@ def _read_elsewhere(value, op) -> bool:
                 continue
             if owner.name in E.TENSOR_VIEWS and use.operand_number == 0:
                 todo.extend(owner.results)
-            else:
+            elif counting_start or v != start:
                 return True
     return False
+
+
+def _read_elsewhere(value, op) -> bool:
+    """Whether the tensor ``value`` views, or any view of it, is used by an
+    operation other than ``op`` and the views between."""
+    return _read_by_another(E.viewed(value), op)
 
 
 def _read_through_a_view(dest, op) -> bool:
     """Whether a view of ``dest`` (not ``dest`` itself) is read by an
     operation other than ``op`` and the views between."""
-    todo, seen = [dest], set()
-    while todo:
-        v = todo.pop()
-        if v in seen:
-            continue
-        seen.add(v)
-        for use in v.uses:
-            owner = use.owner
-            owner = owner.operation if hasattr(owner, "operation") else owner
-            if owner == op.operation:
-                continue
-            if owner.name in E.TENSOR_VIEWS and use.operand_number == 0:
-                todo.extend(owner.results)
-            elif v != dest:
-                return True
-    return False
+    return _read_by_another(dest, op, counting_start=False)
 
 
 def _barrier_made_updates(op) -> None:
