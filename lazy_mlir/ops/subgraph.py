@@ -46,15 +46,26 @@ def _layout(t: torch.Tensor) -> tuple:
 
 
 def _on_cpu(gm: fx.GraphModule) -> None:
-    """Device constants (factory ops' ``device=``) become the CPU: the
-    pipeline traces every graph on CPU fake tensors (``to_fx``)."""
+    """Device constants (factory ops' ``device=``) and the nodes' fake
+    values become the CPU: the pipeline traces every graph on CPU fake
+    tensors (``to_fx``), and a template traced on lazy device fakes is
+    spliced into it with its nodes' metadata."""
+    from torch._subclasses.fake_tensor import FakeTensor
     cpu = torch.device("cpu")
 
     def fix(a):
         return cpu if isinstance(a, torch.device) else a
+
+    def fix_val(v):
+        if isinstance(v, FakeTensor) and v.device.type != "cpu":
+            meta = torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
+            return FakeTensor(v.fake_mode, meta, cpu)
+        return v
     for node in gm.graph.nodes:
         node.args = fx.node.map_aggregate(node.args, fix)
         node.kwargs = fx.node.map_aggregate(node.kwargs, fix)
+        if "val" in node.meta:
+            node.meta["val"] = fx.node.map_aggregate(node.meta["val"], fix_val)
     gm.recompile()
 
 
