@@ -147,3 +147,22 @@ def compiled_like_eager(fn, make_inputs, calls: int = 2):
         got = compiled(*make_inputs())
         assert all(torch.equal(g, w) for g, w in zip(got, want)), (got, want)
     assert c.delta("DynamoEagerGraph") == 0
+
+
+def captured_backward_graph(monkeypatch):
+    """The largest graph ``mark_step`` builds for a linear + gelu forward
+    and backward (a backward subgraph among its nodes), as the compile path
+    receives it."""
+    from lazy_mlir.graph.program import Graph
+    captured = []
+    original = Graph.build
+
+    def keep(*args, **kwargs):
+        captured.append(original(*args, **kwargs))
+        return captured[-1]
+    monkeypatch.setattr(Graph, "build", staticmethod(keep))
+    lin = torch.nn.Linear(4, 3).to("lazy")
+    torch.nn.functional.gelu(lin(lazy(torch.randn(2, 4)))).sum().backward()
+    lm.mark_step()
+    monkeypatch.undo()
+    return max(captured, key=lambda g: len(g.nodes))

@@ -12,10 +12,9 @@ import lazy_mlir as lm
 from lazy_mlir.compile_service import compile_pool, first_sight
 from lazy_mlir.compile_service.lookup import wait_for_compiles
 from lazy_mlir.compile_service.memory_cache import memory_cache
-from lazy_mlir.graph.program import Graph
 from lazy_mlir.pipeline.eager_graph import eager_runner
 from lazy_mlir.pipeline.fx_graph import to_fx
-from e2e_helpers import lazy
+from e2e_helpers import captured_backward_graph, lazy
 
 
 @pytest.fixture
@@ -50,18 +49,7 @@ def test_past_the_limit_a_graph_compiles_at_its_second_sight(storm):
 
 
 def test_the_eager_runner_computes_what_the_fx_module_does(monkeypatch):
-    captured = []
-    original = Graph.build
-
-    def keep(*args, **kwargs):
-        captured.append(original(*args, **kwargs))
-        return captured[-1]
-    monkeypatch.setattr(Graph, "build", staticmethod(keep))
-    lin = torch.nn.Linear(4, 3).to("lazy")
-    torch.nn.functional.gelu(lin(lazy(torch.randn(2, 4)))).sum().backward()  # a backward subgraph
-    lm.mark_step()
-    monkeypatch.undo()
-    graph = max(captured, key=lambda g: len(g.nodes))
+    graph = captured_backward_graph(monkeypatch)
     inputs = [torch.randn(d.spec.shape, dtype=d.spec.dtype) if d.spec.dtype.is_floating_point
               else torch.zeros(d.spec.shape, dtype=d.spec.dtype) for d in graph.inputs]
     for got, want in zip(eager_runner(graph)(*inputs), to_fx(graph)(*inputs)):

@@ -4,25 +4,8 @@ from __future__ import annotations
 
 import torch
 
-import lazy_mlir as lm
-from lazy_mlir.graph.program import Graph
 from lazy_mlir.pipeline.fx_graph import to_fx
-from e2e_helpers import lazy
-
-
-def _captured(monkeypatch) -> Graph:
-    captured = []
-    original = Graph.build
-
-    def keep(*args, **kwargs):
-        captured.append(original(*args, **kwargs))
-        return captured[-1]
-    monkeypatch.setattr(Graph, "build", staticmethod(keep))
-    lin = torch.nn.Linear(4, 3).to("lazy")
-    torch.nn.functional.gelu(lin(lazy(torch.randn(2, 4)))).sum().backward()  # a backward subgraph
-    lm.mark_step()
-    monkeypatch.undo()
-    return max(captured, key=lambda g: len(g.nodes))
+from e2e_helpers import captured_backward_graph as _captured
 
 
 def test_metadata_is_made_without_dispatching_an_op(monkeypatch):
