@@ -64,6 +64,8 @@ _OVERRIDES = {
     "reformer": {"is_decoder": True, "axial_pos_shape": (4, SEQ // 4),
                  "axial_pos_embds_dim": (HIDDEN // 2, HIDDEN // 2),
                  "local_attn_chunk_length": SEQ // 2, "lsh_attn_chunk_length": SEQ // 2},
+    # (its position embeddings are per patch of a max_length x num_mel_bins spectrogram)
+    "audio-spectrogram-transformer": {"max_length": 64},
 }
 
 TASKS = {  # family -> auto mapping name
@@ -178,7 +180,9 @@ def _audio_batch(model_cls, cfg):
 
     def batch(step: int) -> dict:
         g = generator(step)
-        if name == "input_features":
+        if isinstance(getattr(cfg, "max_length", None), int):  # (AST: a whole spectrogram)
+            x = torch.randn(BATCH, cfg.max_length, cfg.num_mel_bins, generator=g)
+        elif name == "input_features":
             x = torch.randn(BATCH, getattr(cfg, "num_mel_bins", 16), 3000 if
                             "whisper" in cfg.model_type else 64, generator=g)
         else:

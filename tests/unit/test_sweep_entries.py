@@ -65,3 +65,16 @@ def test_tiny_configs_keep_the_sizes_their_models_check():
     reformer = tiny_config("reformer")
     assert reformer.is_decoder and reformer.axial_pos_shape[0] * reformer.axial_pos_shape[1] == SEQ
     assert sum(reformer.axial_pos_embds_dim) == reformer.hidden_size
+
+
+def test_the_audio_spectrogram_transformer_gets_a_spectrogram_it_trains_on():
+    """AST's input is a max_length x num_mel_bins spectrogram (its position
+    embeddings are per patch of it), not a waveform: the sweep gave it
+    (2, 4000) samples and it failed eagerly (IndexError: Dimension out of
+    range, the sweep's eager-fails), so the lazy device was never tried."""
+    from lazy_mlir.models.sweep import by_name
+    entry = by_name("hf/audio-classification/audio-spectrogram-transformer")
+    model = entry.make()
+    loss = entry.loss(model, entry.batch(0))
+    loss.backward()
+    assert torch.isfinite(loss)
