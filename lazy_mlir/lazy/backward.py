@@ -166,6 +166,7 @@ class _OneNodeBackward:
         self.static: set = set()  # (as ``sized``'s keys) where a symbolic trace failed
         self.seen: set = set()  # (as ``sized``'s keys) traced once
         self.contexts = _function_contexts(gm)
+        self.ops = None  # (``gm`` as it runs op by op: made at its first such run)
         if self.why_not:
             log.info("lazy-mlir: backward runs op by op: %s", self.why_not)
 
@@ -175,7 +176,9 @@ class _OneNodeBackward:
             if done is not None:
                 return done
         metrics.counter_inc("backward::ops")
-        return self.gm(inputs, sizes, scalars, hooks, packed_inputs)
+        if self.ops is None:
+            self.ops = _undefined_gradients_kept(self.gm)
+        return self.ops(inputs, sizes, scalars, hooks, packed_inputs)
 
     def _one_node(self, inputs, sizes, scalars, hooks, packed_inputs):
         # (compiled autograd makes a graph dynamic in a size it saw change:
@@ -324,6 +327,33 @@ def _foreign_function(gm: fx.GraphModule, hooks) -> str | None:
             if cls is None or not (cls.__module__ or "").startswith("lazy_mlir."):
                 return f"it calls the backward of {getattr(cls, '__qualname__', cls)}"
     return None
+
+
+def _accumulate(old, new):
+    """Two gradients of one tensor summed as autograd's engine sums them
+    (``InputBuffer::add``): an undefined one (``None``) adds nothing."""
+    if old is None or new is None:
+        return new if old is None else old
+    return torch.add(old, new)
+
+
+def _undefined_gradients_kept(gm: fx.GraphModule) -> fx.GraphModule:
+    """``gm`` whose gradient sums take an undefined gradient as eager's
+    engine does. Compiled autograd traces a custom ``autograd.Function``'s
+    backward as an opaque call and takes each gradient it returns for an
+    input that needs one as a tensor; its ``torch.add`` of two gradients
+    then dies on a ``None`` one (PhiMoE's router ``PhimoeMultiplier``
+    returns ``None`` for its multiplier, which also feeds the loss)."""
+    adds = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is torch.add]
+    if not adds:
+        return gm
+    graph = fx.Graph()
+    env: dict = {}
+    for node in gm.graph.nodes:
+        env[node] = graph.node_copy(node, lambda n: env[n])
+        if node.op == "call_function" and node.target is torch.add:
+            env[node].target = _accumulate
+    return fx.GraphModule(gm, graph)
 
 
 def _function_contexts(gm: fx.GraphModule) -> list[int]:
