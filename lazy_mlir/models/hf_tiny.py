@@ -175,6 +175,23 @@ def _image_batch(cfg):
     return batch
 
 
+def _patch_batch(cfg):
+    """An image already cut into patches, as Siglip2's processor gives it:
+    (batch, patches, channels x patch x patch) with each image's patch grid
+    (``spatial_shapes``) and the mask of real patches."""
+    vision = cfg.vision_config
+    side = IMAGE // vision.patch_size
+
+    def batch(step: int) -> dict:
+        g = generator(step)
+        width = vision.num_channels * vision.patch_size ** 2
+        return {"pixel_values": torch.randn(BATCH, side * side, width, generator=g),
+                "pixel_attention_mask": torch.ones(BATCH, side * side, dtype=torch.long),
+                "spatial_shapes": torch.tensor([[side, side]] * BATCH),
+                "labels": torch.randint(0, cfg.num_labels, (BATCH,), generator=g)}
+    return batch
+
+
 def _audio_batch(model_cls, cfg):
     name = getattr(model_cls, "main_input_name", "input_values")
 
@@ -215,7 +232,12 @@ def _entry(family: str, model_type: str, class_name: str) -> Entry:
 
     def batch(step: int) -> dict:
         if family in ("image-classification",):
-            return _image_batch(tiny_config(model_type))(step)
+            import inspect
+
+            import transformers
+            patched = "spatial_shapes" in inspect.signature(
+                getattr(transformers, class_name).forward).parameters
+            return (_patch_batch if patched else _image_batch)(tiny_config(model_type))(step)
         if family == "audio-classification":
             import transformers
             return _audio_batch(getattr(transformers, class_name), tiny_config(model_type))(step)

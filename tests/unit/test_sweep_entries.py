@@ -78,3 +78,16 @@ def test_the_audio_spectrogram_transformer_gets_a_spectrogram_it_trains_on():
     loss = entry.loss(model, entry.batch(0))
     loss.backward()
     assert torch.isfinite(loss)
+
+
+def test_siglip2_gets_its_image_cut_into_patches():
+    """Siglip2's vision tower takes images already cut into patches, with each
+    image's patch grid (``spatial_shapes``) and a patch mask: the sweep gave it
+    (2, 3, 32, 32) pixels and it failed eagerly (mat1 and mat2 shapes cannot be
+    multiplied (192x32 and 768x64), the sweep's eager-fails)."""
+    from lazy_mlir.models.sweep import by_name
+    entry = by_name("hf/image-classification/siglip2")
+    model = entry.make()
+    loss = entry.loss(model, entry.batch(0))
+    loss.backward()
+    assert torch.isfinite(loss)
