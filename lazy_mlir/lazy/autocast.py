@@ -26,9 +26,16 @@ the arguments, result dtype and autograd graph that eager CPU autocast gives
 the same op on CPU tensors (``tests/e2e/test_autocast.py`` compares them op
 by op); fp32 leaf parameters cast to the lower precision dtype are cast once
 per outermost region (eager's weight cache); CPU tensors are left alone (as
-``torch.autocast("cuda")`` leaves them). ``torch.autocast("lazy")`` itself
-cannot work without patching PyTorch: the device list is C++
-(``is_autocast_available``, ``get_autocast_dispatch_key_from_device_type``).
+``torch.autocast("cuda")`` leaves them). PyTorch's device list is C++
+(``is_autocast_available``, ``get_autocast_dispatch_key_from_device_type``),
+so its autocast API refuses ``"lazy"``. ``answer_for_lazy()`` (called when the
+device is registered) makes ``torch.is_autocast_enabled("lazy")`` and
+``torch.get_autocast_dtype("lazy")`` report ``lm.autocast``'s state, so code
+that asks about its tensors' ``device.type`` (transformers'
+``maybe_autocast(device_type, enabled=False)`` around a MoE router) runs as
+on the CPU outside an ``lm.autocast`` region. ``torch.autocast("lazy")``
+itself still raises: making it an ``lm.autocast`` (a ``__new__`` on PyTorch's
+class) breaks Dynamo's tracing of every ``torch.autocast`` region.
 Inside a region ``torch.is_autocast_enabled("ipu")`` reports True: the
 enable bit is that key's.
 """
@@ -264,6 +271,28 @@ class autocast:
             with autocast(self.device, self.fast_dtype, self._enabled, self._cache_enabled):
                 return func(*args, **kwargs)
         return wrapper
+
+
+def answer_for_lazy() -> None:
+    """``torch.is_autocast_enabled`` and ``torch.get_autocast_dtype`` answer
+    for device type ``"lazy"`` (``lm.autocast``'s state); other device types
+    reach PyTorch unchanged. Applied once."""
+    if hasattr(torch.is_autocast_enabled, "__wrapped__"):
+        return
+    is_on, dtype_of = torch.is_autocast_enabled, torch.get_autocast_dtype
+
+    def is_autocast_enabled(*args, **kwargs):
+        if (args[0] if args else kwargs.get("device_type")) == _DEVICE:
+            return is_enabled()
+        return is_on(*args, **kwargs)
+
+    def get_autocast_dtype(*args, **kwargs):
+        if (args[0] if args else kwargs.get("device_type")) == _DEVICE:
+            return dtype_of(_SLOT)
+        return dtype_of(*args, **kwargs)
+
+    is_autocast_enabled.__wrapped__, get_autocast_dtype.__wrapped__ = is_on, dtype_of
+    torch.is_autocast_enabled, torch.get_autocast_dtype = is_autocast_enabled, get_autocast_dtype
 
 
 def is_enabled() -> bool:

@@ -20,7 +20,7 @@ from .foreach import prefer_foreach
 from .fused_optim import prefer_fused
 from .dispatch import _copy_
 from .module_ties import keep_ties
-from . import attention, linear, rnn
+from . import attention, autocast, linear, rnn
 from .mha import prefer_split_heads
 from .sync import to_host
 from .tensor import LazyTensor, wrap_value
@@ -163,6 +163,7 @@ def register() -> None:
         attention.register(_lib)  # scaled_dot_product_attention, one node each way
         linear.register(_lib)  # F.linear, one node (not t, view, addmm, view)
     allow_lazy()  # Adam(..., capturable=True) on lazy parameters
+    autocast.answer_for_lazy()  # torch.is_autocast_enabled("lazy"), get_autocast_dtype
     prefer_foreach()  # torch.optim's default update as foreach ops (one node each)
     prefer_fused()  # ... and Adam/AdamW/SGD's as their fused op (one node for all)
     keep_ties()  # tied weights stay tied through model.to("lazy")

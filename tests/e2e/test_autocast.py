@@ -265,6 +265,30 @@ def test_regions_and_devices():
     lm.mark_step()
 
 
+def _router(x, w):
+    """transformers' ``maybe_autocast`` around a MoE router (Ernie 4.5 MoE,
+    Flint, MiniCPM5 MoE): autocast off for the tensors' device type."""
+    device_type = x.device.type
+    on = torch.is_autocast_enabled(device_type)
+    with torch.autocast(device_type, enabled=False) if on else contextlib.nullcontext():
+        return on, torch.get_autocast_dtype(device_type), F.linear(x.float(), w.float())
+
+
+def test_the_autocast_state_of_the_tensors_device_type():
+    # (sweep hf/causal-lm/ernie4_5_moe died: torch.is_autocast_enabled("lazy")
+    # raised 'unknown device type for autocast' where eager runs)
+    x, w = torch.randn(4, 8), torch.randn(3, 8)
+    on, _, y = _router(x.to("lazy"), w.to("lazy"))
+    assert on is False
+    torch.testing.assert_close(y.cpu(), x @ w.T)
+    with lm.autocast("lazy", dtype=torch.float16):
+        assert torch.is_autocast_enabled("lazy") and not torch.is_autocast_enabled("cpu")
+        assert torch.get_autocast_dtype("lazy") == torch.float16
+        with lm.autocast("lazy", enabled=False):
+            assert not torch.is_autocast_enabled("lazy")
+    assert not torch.is_autocast_enabled("lazy")
+
+
 def _train(model, device, dtype, scaled, steps=3):
     g = torch.Generator().manual_seed(3)
     xs, ys = torch.randn(steps, 8, 16, generator=g), torch.randint(0, 4, (steps, 8), generator=g)
