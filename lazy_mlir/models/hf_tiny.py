@@ -66,6 +66,10 @@ _OVERRIDES = {
                  "local_attn_chunk_length": SEQ // 2, "lsh_attn_chunk_length": SEQ // 2},
     # (its position embeddings are per patch of a max_length x num_mel_bins spectrogram)
     "audio-spectrogram-transformer": {"max_length": 64},
+    # (three stages in every per-stage tuple: the table's two-stage num_heads left one short;
+    # stage i reads the i-th of its depth[i] drop-path rates, so depth[i] > i)
+    "cvt": {"num_heads": [1, 2, 2], "embed_dim": [16, 32, 64], "depth": [1, 2, 3]},
+    "esm": {"vocab_size": VOCAB},  # (None by default: the table sets only int sizes)
 }
 
 TASKS = {  # family -> auto mapping name
