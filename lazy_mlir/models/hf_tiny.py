@@ -69,7 +69,9 @@ _OVERRIDES = {
     # (three stages in every per-stage tuple: the table's two-stage num_heads left one short;
     # stage i reads the i-th of its depth[i] drop-path rates, so depth[i] > i)
     "cvt": {"num_heads": [1, 2, 2], "embed_dim": [16, 32, 64], "depth": [1, 2, 3]},
-    "esm": {"vocab_size": VOCAB},  # (None by default: the table sets only int sizes)
+    "esm": {"vocab_size": VOCAB},
+    "mobilevit": {"hidden_sizes": [32, 48, 64]},  # (its three transformer stages' widths)
+    "mobilevitv2": {"image_size": 2 * IMAGE},  # (its last stage unfolds 2x2 patches of 1/32)  # (None by default: the table sets only int sizes)
 }
 
 TASKS = {  # family -> auto mapping name

@@ -93,14 +93,19 @@ def test_siglip2_gets_its_image_cut_into_patches():
     assert torch.isfinite(loss)
 
 
-@pytest.mark.parametrize("name", ["hf/image-classification/cvt", "hf/masked-lm/esm"])
-def test_cvt_and_esm_train_eagerly_at_their_tiny_size(name):
+@pytest.mark.parametrize("name", ["hf/image-classification/cvt", "hf/masked-lm/esm",
+                                  "hf/image-classification/mobilevit",
+                                  "hf/image-classification/mobilevitv2"])
+def test_cvt_esm_and_mobilevits_train_eagerly_at_their_tiny_size(name):
     """CvT's per-stage tuples have three stages, and the shrink table's
     two-stage num_heads left one short (IndexError: list index out of range;
     stage i also reads the i-th of its depth[i] drop-path rates);
     ESM's vocab_size is None by default, which the table (int sizes only)
-    kept (TypeError: empty(): argument 'size' ... NoneType): both failed
-    eagerly (the sweep's eager-fails)."""
+    kept (TypeError: empty(): argument 'size' ... NoneType); MobileViT's three
+    transformer widths were cut to the table's two stages (IndexError) and
+    MobileViTV2's last stage unfolds 2x2 patches of a 1x1 map of a 32x32
+    image (im2col: sliding blocks (0, 0)): each failed eagerly (the sweep's
+    eager-fails)."""
     from lazy_mlir.models.sweep import by_name
     entry = by_name(name)
     model = entry.make()
