@@ -91,7 +91,9 @@ def lift_scalars(func, args, kwargs, tensor_cls, make_scalar, record=None):
             break
         a = args[i]
         t = type(a)
-        if t in _NUMBER_TYPES and a not in _SPECIAL:
+        # (a 0 or 1 stays a constant, but not as an op's self: a decomposition
+        # of add.Tensor(1, x), torch.add(1, x), reads its self's dtype)
+        if t in _NUMBER_TYPES and (a not in _SPECIAL or i == 0 and not is_number):
             if new_args is None:
                 for ref in args:
                     if isinstance(ref, tensor_cls):
@@ -150,11 +152,13 @@ def _lift_rewritten(func, args, kwargs, tensor_cls, make_scalar, record):
     # the same order. (In float16 and bfloat16 addcmul's decomposition would
     # compute in float32 and round once, unlike the two ops.)
     if name in ("add.Tensor", "sub.Tensor") and _liftable(kwargs.get("alpha")):
-        other = args[1] if isinstance(args[1], tensor_cls) else lift(args[1])
+        # (either side may be a number: torch.add(0.3333, t, alpha=0.6667),
+        # PhiMoE's router; its self, left a number, broke addcmul's schema)
+        this, other = (a if isinstance(a, tensor_cls) else lift(a) for a in args[:2])
         if name == "add.Tensor" and ref.dtype in _ADDCMUL_DTYPES:
-            return aten.addcmul.default, (args[0], other, lift(kwargs["alpha"])), {}
+            return aten.addcmul.default, (this, other, lift(kwargs["alpha"])), {}
         other = record(aten.mul.Tensor, (other, lift(kwargs["alpha"])), {})
-        return func, (args[0], other), {}
+        return func, (this, other), {}
     if name in ("addcmul.default", "addcdiv.default") and _liftable(kwargs.get("value")):
         inner = record(aten.mul.Tensor if "addcmul" in name else aten.div.Tensor,
                        _promoted(args, record), {})
