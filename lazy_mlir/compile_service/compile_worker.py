@@ -42,8 +42,11 @@ _LEN = struct.Struct("<Q")
 # worker without depending on one compiler bug staying unfixed.
 _CRASH_ENV = "LAZY_MLIR_TEST_WORKER_CRASH"
 # Test hook: seconds a worker waits before each compile (a compile still
-# running when its program exits, without depending on the compiler's speed).
+# running when its program exits, without depending on the compiler's speed),
+# or "until:PATH": it waits until PATH exists (at most _UNTIL_LIMIT seconds),
+# an order a test sets without depending on the machine's load either.
 _DELAY_ENV = "LAZY_MLIR_TEST_WORKER_DELAY"
+_UNTIL_LIMIT = 300.0
 
 PARENT_POLL_SECONDS = 0.2
 PARENT_ENV = "LAZY_MLIR_COMPILE_PARENT"  # the pool's process id (it may be gone before we look)
@@ -161,13 +164,24 @@ def compile_job(job: dict):
         return _compile_job(job)
 
 
+def _test_delay() -> None:
+    value = os.environ.get(_DELAY_ENV)
+    if not value:
+        return
+    if not value.startswith("until:"):
+        time.sleep(float(value))
+        return
+    path, deadline = value[len("until:"):], time.monotonic() + _UNTIL_LIMIT
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def _compile_job(job: dict):
     from ..dialects.runner import PipelineError
     from ..pipeline.compile import InPlaceHazard, compile_module, lower_graph
     gm = unpack_fx(job["fx"])
     target, config = job["target"], job["config"]
-    if os.environ.get(_DELAY_ENV):
-        time.sleep(float(os.environ[_DELAY_ENV]))
+    _test_delay()
     try:
         stages = lower_graph(None, target, config, gm)
         _test_crash()

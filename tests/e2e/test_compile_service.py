@@ -93,9 +93,15 @@ def test_lazy_device_and_dynamo_share_one_entry_for_one_graph(monkeypatch, tmp_p
 
 
 RUN_TWICE = textwrap.dedent("""
-    import json, sys, time, torch, lazy_mlir as lm
+    import json, sys, threading, time, torch, lazy_mlir as lm
     from lazy_mlir.compile_service import compile_pool, lookup
     x = torch.arange(12.0).reshape(3, 4)
+    if sys.argv[1] == "wait":  # the first run's worker compiles once we await it
+        def release():
+            while not lm.metrics.counter_value("CompileAwaitedElsewhere"):
+                time.sleep(0.05)
+            open(sys.argv[2], "w").close()
+        threading.Thread(target=release, daemon=True).start()
     a = ((x.to('lazy') * 2).sin() + 1).cpu()  # a miss: compiled in the background
     if sys.argv[1] == "leave":  # exit while the worker compiles it (it stores it later)
         pool = compile_pool.pool()
@@ -113,12 +119,14 @@ RUN_TWICE = textwrap.dedent("""
 def test_a_compile_in_flight_in_another_process_is_awaited_not_repeated(tmp_path):
     """A program run twice in a row: the second run waits for the module
     the first run's orphaned worker is still compiling (its mark in the cache
-    directory) instead of compiling the graph again."""
+    directory) instead of compiling the graph again. (That worker starts
+    compiling only once the second run awaits it, whatever the machine's load.)"""
     env = dict(os.environ, LAZY_MLIR_CACHE_DIR=str(tmp_path), LAZY_MLIR_COMPILE="background",
                LAZY_MLIR_COMPILE_WORKERS="1")
     runs = []
-    for how, extra in (("leave", {"LAZY_MLIR_TEST_WORKER_DELAY": "12"}), ("wait", {})):
-        out = subprocess.run([sys.executable, "-c", RUN_TWICE, how], capture_output=True,
+    go = tmp_path / "awaited"
+    for how, extra in (("leave", {"LAZY_MLIR_TEST_WORKER_DELAY": f"until:{go}"}), ("wait", {})):
+        out = subprocess.run([sys.executable, "-c", RUN_TWICE, how, str(go)], capture_output=True,
                              text=True, timeout=600, env=dict(env, **extra))
         assert out.returncode == 0, out.stderr[-2000:]
         runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
