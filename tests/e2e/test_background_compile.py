@@ -119,13 +119,15 @@ def test_a_process_exiting_without_waiting_leaves_its_modules_in_the_cache(tmp_p
     process is not kept waiting for them, even by a caller reading its output."""
     env = dict(os.environ, LAZY_MLIR_CACHE_DIR=str(tmp_path), LAZY_MLIR_COMPILE="background",
                LAZY_MLIR_COMPILE_WORKERS="1")
+    go = tmp_path / "go"  # (its worker compiles once the test has seen it return)
     first = subprocess.run([sys.executable, "-c", EXIT_EARLY, when], capture_output=True,
                            text=True, timeout=600,
-                           env=dict(env, LAZY_MLIR_TEST_WORKER_DELAY="5"))
+                           env=dict(env, LAZY_MLIR_TEST_WORKER_DELAY=f"until:{go}"))
     assert first.returncode == 0, first.stderr[-2000:]
     assert json.loads(first.stdout.strip().splitlines()[-1]) == {"ok": True, "compiles": 2,
                                                                  "hits": 0}
     assert _cached_modules(tmp_path) == []  # returned while its worker still compiles
+    go.touch()
     deadline = time.monotonic() + 300
     while len(_cached_modules(tmp_path)) < 2 and time.monotonic() < deadline:
         time.sleep(0.5)
