@@ -45,6 +45,12 @@ _SIZES = {
     "rotary_dim": HIDDEN // HEADS // 2,  # (GPT-J's, CodeGen's 64 exceed the head)
     "num_encoder_layers": LAYERS, "num_encoder_blocks": LAYERS,  # (ProphetNet; PoolFormer)
 }
+# config attribute -> tiny value where the default config leaves it None
+# and the model divides or raises by it: Nemotron's key-value heads
+# (None: as many as the heads), HunYuan MoE's head_dim, DeepSeek V2's
+# experts per token (topk's k)
+_UNSET_SIZES = {"num_key_value_heads": HEADS, "head_dim": HIDDEN // HEADS,
+                "num_experts_per_tok": 2}
 # list-valued per-stage fields of vision models -> (per-stage value, stages)
 _STAGES = {"hidden_sizes": [16, 32], "depths": [1, 1], "embed_dims": [16, 32],
            "num_heads": None, "sr_ratios": [2, 1], "block_sizes": [1, 1]}
@@ -120,6 +126,9 @@ def _shrink(cfg, depth: int = 0):
                 setattr(cfg, key, _shrink(sub, depth + 1))
     for key, value in _SIZES.items():
         if isinstance(getattr(cfg, key, None), int) and not isinstance(getattr(cfg, key), bool):
+            _set(cfg, key, value)
+    for key, value in _UNSET_SIZES.items():  # (None by default, read as a number)
+        if key in vars(cfg) and vars(cfg)[key] is None:
             _set(cfg, key, value)
     for key, stages in _STAGES.items():
         current = getattr(cfg, key, None)
