@@ -61,6 +61,7 @@ _OVERRIDES = {
     # (heads x head_dim must equal expand x hidden; 8 groups would not divide 4 heads)
     "mamba2": {"num_heads": 4, "n_groups": 1},
     "bamba": {"mamba_n_heads": 4, "mamba_d_head": HIDDEN // HEADS},  # (128 x 64 by default)
+    "diffllama": {"num_key_value_heads": HEADS},  # (its two attention calls split the KV heads)
     "xlstm": {"embedding_dim": HIDDEN},  # (its width; the default 4096 beside hidden 64)
     # (15 of 35 layers share the KV cache, and per-layer fields are per 35 layers)
     "gemma3n_text": {"num_kv_shared_layers": 0, "intermediate_size": [FFN] * LAYERS,

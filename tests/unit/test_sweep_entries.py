@@ -114,12 +114,14 @@ def test_cvt_esm_and_mobilevits_train_eagerly_at_their_tiny_size(name):
     assert torch.isfinite(loss)
 
 
-@pytest.mark.parametrize("name", ["nemotron", "hunyuan_v1_moe", "deepseek_v2"])
+@pytest.mark.parametrize("name", ["nemotron", "hunyuan_v1_moe", "deepseek_v2", "diffllama"])
 def test_sizes_left_none_by_default_train_eagerly(name):
     """Nemotron's num_key_value_heads, HunYuan MoE's head_dim and DeepSeek
     V2's num_experts_per_tok are None by default and the shrink table set
     int sizes only: each failed eagerly (unsupported operand ... NoneType;
-    topk(): argument 'k' must be int, not NoneType), the sweep's eager-fails."""
+    topk(): argument 'k' must be int, not NoneType), the sweep's eager-fails.
+    DiffLlama splits its KV heads in two: the table's one KV head failed
+    ('requires num_key_value_heads to be even')."""
     from lazy_mlir.models.sweep import by_name
     entry = by_name(f"hf/causal-lm/{name}")
     model = entry.make()
