@@ -212,9 +212,13 @@ def _function(name: str, x: list[int], w: list[int], out: list[int], strides: li
     _, _, oh, ow = out
     cols = ow if depthwise else _columns(ow)  # (depthwise column tiles not measured)
     (top, left), (bottom, right) = pad
-    # the input columns the output reads (torch's output-size formula), padded
-    wide_in = max(wd + left + right, (cols - 1) * strides[1] + dilations[1] * (kw - 1) + 1)
-    right += wide_in - (wd + left + right)
+    # the rows and columns the output reads (torch's output-size formula): padding
+    # past them is dropped (a stride's leftover row made linalg infer a 4-row
+    # window from a 1-row output: "inferred ... to be 4, but found 3"), and
+    # columns are padded up to the tiled output's
+    bottom = max(0, (oh - 1) * strides[0] + dilations[0] * (kh - 1) + 1 - h - top)
+    right = max(0, (cols - 1) * strides[1] + dilations[1] * (kw - 1) + 1 - wd - left)
+    wide_in = wd + left + right
     t_x, t_w, t_o = _tensor(*x), _tensor(*w), _tensor(*out)
     t_xl, t_ol = _tensor(n, h, wd, c), _tensor(n, oh, ow, f)
     t_wl = _tensor(kh, kw, c) if depthwise else _tensor(kh, kw, c, f)
