@@ -292,6 +292,14 @@ def answer_for_lazy() -> None:
         return dtype_of(*args, **kwargs)
 
     is_autocast_enabled.__wrapped__, get_autocast_dtype.__wrapped__ = is_on, dtype_of
+    # TorchScript maps PyTorch's builtins to their aten ops by identity; the
+    # wrappers must map as they do (scripting nn.MultiheadAttention, which
+    # asks is_autocast_enabled, tried to compile the wrapper and failed).
+    from torch.jit import _builtins
+    table = _builtins._get_builtin_table()  # (built with PyTorch's own first)
+    for wrapper, builtin in ((is_autocast_enabled, is_on), (get_autocast_dtype, dtype_of)):
+        if id(builtin) in table:
+            _builtins._register_builtin(wrapper, table[id(builtin)])
     torch.is_autocast_enabled, torch.get_autocast_dtype = is_autocast_enabled, get_autocast_dtype
 
 

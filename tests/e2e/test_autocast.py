@@ -289,6 +289,21 @@ def test_the_autocast_state_of_the_tensors_device_type():
     assert not torch.is_autocast_enabled("lazy")
 
 
+def _asks_autocast(x: torch.Tensor) -> torch.Tensor:
+    if torch.is_autocast_enabled():
+        return x.to(torch.get_autocast_dtype("cpu"))
+    return x * 2
+
+
+def test_torchscript_compiles_code_that_asks_the_autocast_state():
+    # (the wrappers above replaced PyTorch's builtins: scripting code that
+    # asks them, nn.MultiheadAttention's, tried to compile the wrapper and
+    # failed in inspect.getsource of the builtin inside)
+    scripted = torch.jit.script(_asks_autocast)
+    assert "aten::is_autocast_enabled" in str(scripted.graph)
+    torch.testing.assert_close(scripted(torch.ones(3)), torch.full((3,), 2.0))
+
+
 def _train(model, device, dtype, scaled, steps=3):
     g = torch.Generator().manual_seed(3)
     xs, ys = torch.randn(steps, 8, 16, generator=g), torch.randint(0, 4, (steps, 8), generator=g)
