@@ -76,9 +76,9 @@ _OVERRIDES = {
     # (three stages in every per-stage tuple: the table's two-stage num_heads left one short;
     # stage i reads the i-th of its depth[i] drop-path rates, so depth[i] > i)
     "cvt": {"num_heads": [1, 2, 2], "embed_dim": [16, 32, 64], "depth": [1, 2, 3]},
-    "esm": {"vocab_size": VOCAB},
+    "esm": {"vocab_size": VOCAB},  # (None by default: the table sets only int sizes)
     "mobilevit": {"hidden_sizes": [32, 48, 64]},  # (its three transformer stages' widths)
-    "mobilevitv2": {"image_size": 2 * IMAGE},  # (its last stage unfolds 2x2 patches of 1/32)  # (None by default: the table sets only int sizes)
+    "mobilevitv2": {"image_size": 2 * IMAGE},  # (its last stage unfolds 2x2 patches of 1/32)
 }
 
 TASKS = {  # family -> auto mapping name
@@ -208,6 +208,15 @@ def _patch_batch(cfg):
     return batch
 
 
+def _takes_patches(class_name: str) -> bool:
+    """Whether the image model's forward takes images cut into patches
+    (``spatial_shapes`` beside them: Siglip2)."""
+    import inspect
+
+    import transformers
+    return "spatial_shapes" in inspect.signature(getattr(transformers, class_name).forward).parameters
+
+
 def _audio_batch(model_cls, cfg):
     name = getattr(model_cls, "main_input_name", "input_values")
 
@@ -248,12 +257,8 @@ def _entry(family: str, model_type: str, class_name: str) -> Entry:
 
     def batch(step: int) -> dict:
         if family in ("image-classification",):
-            import inspect
-
-            import transformers
-            patched = "spatial_shapes" in inspect.signature(
-                getattr(transformers, class_name).forward).parameters
-            return (_patch_batch if patched else _image_batch)(tiny_config(model_type))(step)
+            return (_patch_batch if _takes_patches(class_name) else _image_batch)(
+                tiny_config(model_type))(step)
         if family == "audio-classification":
             import transformers
             return _audio_batch(getattr(transformers, class_name), tiny_config(model_type))(step)
