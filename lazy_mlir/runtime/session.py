@@ -137,6 +137,10 @@ def _device_for(rt, target: Target):
         return device
 
 
+def _driver_device(rt, driver: str):
+    return rt.get_driver(driver).create_default_device()
+
+
 def _create_device(rt, target: Target):
     drivers = list(rt.query_available_drivers())
     hint = ("; run `lazy-mlir doctor` for details, or choose another target with "
@@ -151,9 +155,11 @@ def _create_device(rt, target: Target):
     if target.driver in HOST_DRIVERS:
         keep_freed_memory()
     try:
-        driver = rt.get_driver(target.driver)
         before = spinning_threads.thread_ids() if target.driver == "vulkan" else set()
-        device = waiting.other_while(driver.create_default_device)  # (its threads)
+        # Under SCHED_OTHER: threads inherit their creator's policy, and the
+        # local-task driver starts its workers when the driver is made, before
+        # any device (the run thread that may get here is a batch thread).
+        device = waiting.other_while(_driver_device, rt, target.driver)
         spinning_threads.calm(before)
         return device
     except Exception as e:
