@@ -33,9 +33,10 @@ device is registered) makes ``torch.is_autocast_enabled("lazy")`` and
 ``torch.get_autocast_dtype("lazy")`` report ``lm.autocast``'s state, so code
 that asks about its tensors' ``device.type`` (transformers'
 ``maybe_autocast(device_type, enabled=False)`` around a MoE router) runs as
-on the CPU outside an ``lm.autocast`` region. ``torch.autocast("lazy")``
-itself still raises: making it an ``lm.autocast`` (a ``__new__`` on PyTorch's
-class) breaks Dynamo's tracing of every ``torch.autocast`` region.
+on the CPU outside an ``lm.autocast`` region; ``accept_lazy_in_torch_autocast()``
+makes ``torch.autocast("lazy")`` an ``lm.autocast`` (its methods wrapped for
+that device type only: a ``__new__`` returning another class broke Dynamo's
+tracing of every ``torch.autocast`` region).
 Inside a region ``torch.is_autocast_enabled("ipu")`` reports True: the
 enable bit is that key's.
 """
@@ -301,6 +302,43 @@ def answer_for_lazy() -> None:
         if id(builtin) in table:
             _builtins._register_builtin(wrapper, table[id(builtin)])
     torch.is_autocast_enabled, torch.get_autocast_dtype = is_autocast_enabled, get_autocast_dtype
+
+
+def accept_lazy_in_torch_autocast() -> None:
+    """``torch.autocast("lazy", ...)`` is ``lm.autocast("lazy", ...)``: PyTorch's
+    class keeps its identity (Dynamo recognizes autocast regions by it) and its
+    behaviour for every other device type; only an instance made for ``"lazy"``
+    delegates its ``__enter__`` / ``__exit__`` to an ``lm.autocast`` (PyTorch's
+    own ``__init__`` refuses the device type). The wrappers carry
+    ``__wrapped__`` so that TorchScript, which reads these methods' source when
+    it scripts a ``with torch.autocast(...)`` region, reads PyTorch's. Applied once."""
+    cls = torch.amp.autocast_mode.autocast
+    if hasattr(cls.__init__, "__wrapped__"):
+        return
+    init, enter, exit_ = cls.__init__, cls.__enter__, cls.__exit__
+
+    @functools.wraps(init)
+    def __init__(self, device_type, dtype=None, enabled=True, cache_enabled=None):
+        if device_type != _DEVICE or torch._jit_internal.is_scripting():
+            return init(self, device_type, dtype, enabled, cache_enabled)
+        self._lazy = autocast(device_type, dtype, enabled, cache_enabled)
+        self.device, self.fast_dtype = device_type, self._lazy.fast_dtype
+        self._enabled, self._cache_enabled = self._lazy._enabled, cache_enabled
+
+    @functools.wraps(enter)
+    def __enter__(self):
+        if getattr(self, "_lazy", None) is None:
+            return enter(self)
+        self._lazy.__enter__()
+        return self
+
+    @functools.wraps(exit_)
+    def __exit__(self, *exc):
+        if getattr(self, "_lazy", None) is None:
+            return exit_(self, *exc)
+        return self._lazy.__exit__(*exc)
+
+    cls.__init__, cls.__enter__, cls.__exit__ = __init__, __enter__, __exit__
 
 
 def is_enabled() -> bool:

@@ -164,6 +164,7 @@ def register() -> None:
         linear.register(_lib)  # F.linear, one node (not t, view, addmm, view)
     allow_lazy()  # Adam(..., capturable=True) on lazy parameters
     autocast.answer_for_lazy()  # torch.is_autocast_enabled("lazy"), get_autocast_dtype
+    autocast.accept_lazy_in_torch_autocast()  # torch.autocast("lazy") is lm.autocast
     prefer_foreach()  # torch.optim's default update as foreach ops (one node each)
     prefer_fused()  # ... and Adam/AdamW/SGD's as their fused op (one node for all)
     keep_ties()  # tied weights stay tied through model.to("lazy")

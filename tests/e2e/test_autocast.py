@@ -235,7 +235,7 @@ def test_gradients_and_weight_cache():
 def test_regions_and_devices():
     """lm.autocast casts lazy tensors only; torch.autocast("cpu") leaves lazy
     tensors alone (its device_type names the tensors it casts);
-    torch.autocast("lazy") is refused by PyTorch; a decorator works."""
+    a decorator works."""
     a = torch.randn(3, 3)
     with lm.autocast("lazy"):
         assert torch.mm(a, a).dtype == torch.float32
@@ -247,8 +247,6 @@ def test_regions_and_devices():
     la = a.to("lazy")
     with torch.autocast("cpu"):
         assert torch.mm(la, la).dtype == torch.float32
-    with pytest.raises(RuntimeError):
-        torch.autocast("lazy", dtype=torch.bfloat16)
     with pytest.raises(RuntimeError):
         lm.autocast("cpu")
     with pytest.warns(UserWarning, match="not supported"):
@@ -391,3 +389,49 @@ def test_device_bf16_mode(monkeypatch):
     assert not torch.allclose(got, exact, rtol=1e-5, atol=1e-5)  # bf16 really ran
     bf16 = (x.bfloat16().float() @ w.bfloat16().float()).relu()  # bf16 operands, f32 sums
     torch.testing.assert_close(got, bf16, rtol=1e-4, atol=1e-3)
+
+
+def test_torch_autocast_of_the_lazy_device_is_lm_autocast():
+    # (torch.autocast("lazy") raised 'unsupported autocast device_type': a
+    # script's `torch.autocast(device_type=x.device.type)`, and transformers'
+    # maybe_autocast(enabled=False) inside an lm.autocast region, crashed)
+    x, w = torch.randn(4, 8), torch.randn(3, 8)
+    lx, lw = x.to("lazy"), w.to("lazy")
+    with torch.autocast("lazy", dtype=torch.bfloat16):
+        assert lm.lazy.autocast.is_enabled() and torch.is_autocast_enabled("lazy")
+        y = F.linear(lx, lw)
+        assert y.dtype == torch.bfloat16
+        on, dtype, z = _router(lx, lw)  # autocast off inside, as transformers does
+        assert on and dtype == torch.bfloat16 and z.dtype == torch.float32
+        assert lm.lazy.autocast.is_enabled()
+    assert not lm.lazy.autocast.is_enabled()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert F.linear(x, w).dtype == torch.bfloat16
+    torch.testing.assert_close(y.cpu().float(), F.linear(x.bfloat16(), w.bfloat16()).float())
+    torch.testing.assert_close(z.cpu(), x @ w.T)
+
+    @torch.autocast(device_type="lazy", dtype=torch.float16)
+    def f(a):
+        return a @ a.T
+
+    assert f(lx).dtype == torch.float16 and (lx @ lx.T).dtype == torch.float32
+    lm.mark_step()
+
+
+def test_pytorchs_autocast_still_scripts_and_compiles_for_other_devices():
+    """The lazy device's hook on torch.autocast leaves TorchScript (which reads
+    the class's source) and Dynamo (which knows the class) as they were."""
+    lm.lazy.autocast.accept_lazy_in_torch_autocast()
+
+    @torch.jit.script
+    def scripted(x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return x @ x
+
+    def region(x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return x @ x
+
+    x = torch.randn(3, 3)
+    assert scripted(x).dtype == torch.bfloat16
+    assert torch.compile(region, backend="eager", fullgraph=True)(x).dtype == torch.bfloat16
