@@ -139,6 +139,9 @@ def _shrink(cfg, depth: int = 0):
                 "moe_topk", "num_selected_experts"):
         if isinstance(getattr(cfg, key, None), int):
             setattr(cfg, key, min(getattr(cfg, key), 2))  # (of 4 experts)
+    # GroupNorm's groups (BiT's 32) must divide the tiny stages' 4-wide bottlenecks
+    if isinstance(getattr(cfg, "num_groups", None), int):
+        cfg.num_groups = min(cfg.num_groups, 4)
     for key in ("n_group", "topk_group"):  # grouped routing: one group
         if isinstance(getattr(cfg, key, None), int):
             setattr(cfg, key, 1)

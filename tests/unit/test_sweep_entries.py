@@ -128,3 +128,15 @@ def test_sizes_left_none_by_default_train_eagerly(name):
     loss = entry.loss(model, entry.batch(0))
     loss.backward()
     assert torch.isfinite(loss)
+
+
+def test_bits_group_norm_groups_divide_its_tiny_widths():
+    """BiT's GroupNorm keeps its default 32 groups, which the tiny stages'
+    bottlenecks (4 and 8 channels) cannot hold: it failed eagerly
+    ('num_channels (8) must be divisible by num_groups (32)')."""
+    from lazy_mlir.models.sweep import by_name
+    entry = by_name("hf/image-classification/bit")
+    model = entry.make()
+    loss = entry.loss(model, entry.batch(0))
+    loss.backward()
+    assert torch.isfinite(loss)
