@@ -177,7 +177,7 @@ class _OneNodeBackward:
                 return done
         metrics.counter_inc("backward::ops")
         if self.ops is None:
-            self.ops = _undefined_gradients_kept(self.gm)
+            self.ops = _op_by_op(self.gm)
         return self.ops(inputs, sizes, scalars, hooks, packed_inputs)
 
     def _one_node(self, inputs, sizes, scalars, hooks, packed_inputs):
@@ -337,15 +337,21 @@ def _accumulate(old, new):
     return torch.add(old, new)
 
 
-def _undefined_gradients_kept(gm: fx.GraphModule) -> fx.GraphModule:
-    """``gm`` whose gradient sums take an undefined gradient as eager's
-    engine does. Compiled autograd traces a custom ``autograd.Function``'s
-    backward as an opaque call and takes each gradient it returns for an
-    input that needs one as a tensor; its ``torch.add`` of two gradients
-    then dies on a ``None`` one (PhiMoE's router ``PhimoeMultiplier``
-    returns ``None`` for its multiplier, which also feeds the loss)."""
-    adds = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is torch.add]
-    if not adds:
+def _op_by_op(gm: fx.GraphModule) -> fx.GraphModule:
+    """``gm`` as it runs op by op: its gradient sums take an undefined
+    gradient as eager's engine does, and a write through a mask has the
+    formula without a data-dependent shape, as in one node.
+
+    Compiled autograd traces a custom ``autograd.Function``'s backward as an
+    opaque call and takes each gradient it returns for an input that needs
+    one as a tensor; its ``torch.add`` of two gradients then dies on a
+    ``None`` one (PhiMoE's router ``PhimoeMultiplier`` returns ``None`` for
+    its multiplier, which also feeds the loss). A backward that runs op by op
+    (SEW-D's: its ``XDropout`` is a user's ``autograd.Function``) with
+    autograd's ``grad[mask]`` ran that ``index`` eagerly every step."""
+    calls = [n for n in gm.graph.nodes if n.op == "call_function" and (
+        n.target is torch.add or masked_backward.replaces(n.target))]
+    if not calls:
         return gm
     graph = fx.Graph()
     env: dict = {}
@@ -353,6 +359,8 @@ def _undefined_gradients_kept(gm: fx.GraphModule) -> fx.GraphModule:
         env[node] = graph.node_copy(node, lambda n: env[n])
         if node.op == "call_function" and node.target is torch.add:
             env[node].target = _accumulate
+        elif node.op == "call_function" and masked_backward.replaces(node.target):
+            env[node].target = masked_backward.masked(node.target)
     return fx.GraphModule(gm, graph)
 
 

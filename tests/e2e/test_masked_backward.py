@@ -64,3 +64,42 @@ def test_masked_writes_train_with_one_node_backward(counters):
             (how, losses, expected)
         for p, q in zip(model.parameters(), eager.parameters()):
             assert_lazy_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+class _UsersScale(torch.autograd.Function):
+    """A user's ``autograd.Function`` (SEW-D's ``XDropout``): its backward is
+    not traced into one node, so the whole backward runs op by op."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+
+
+class _MaskedStepsAndUsersFunction(_MaskedSteps):
+    def forward(self, x, mask):
+        h = _UsersScale.apply(self.proj(x))
+        h[mask] = self.embed
+        return self.out(h).square().mean()
+
+
+def test_a_masked_write_in_a_backward_run_op_by_op_does_not_fall_back(counters):
+    """SEW-D's backward runs op by op (its XDropout); autograd's
+    ``grad[mask]`` for the masked time steps' vector then ran its ``index``
+    eagerly every step (the sweep's 'fallback: index')."""
+    torch.manual_seed(0)
+    eager = _MaskedStepsAndUsersFunction("setitem")
+    model = _MaskedStepsAndUsersFunction("setitem")
+    model.load_state_dict(eager.state_dict())
+    model.to("lazy")
+    counters.snapshot()
+    losses = _train(model, 2, "lazy")
+    expected = _train(eager, 2, "cpu")
+    assert counters.delta("backward::ops") == 2
+    assert not counters.fell_back(), counters.fell_back()
+    assert all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(losses, expected)), (losses, expected)
+    for p, q in zip(model.parameters(), eager.parameters()):
+        assert_lazy_close(p, q, rtol=1e-5, atol=1e-6)
