@@ -54,13 +54,24 @@ _UNSET_SIZES = {"num_key_value_heads": HEADS, "head_dim": HIDDEN // HEADS,
 # list-valued per-stage fields of vision models -> (per-stage value, stages)
 _STAGES = {"hidden_sizes": [16, 32], "depths": [1, 1], "embed_dims": [16, 32],
            "num_heads": None, "sr_ratios": [2, 1], "block_sizes": [1, 1]}
+# Mamba-2 heads of hybrids whose heads x head_dim must be expand x hidden (128 x 64 by default)
+_MAMBA_HEADS = {"mamba_n_heads": 4, "mamba_d_head": HIDDEN // HEADS}
+# Zamba's attention, over the hidden state and the embeddings concatenated (derived when built)
+_ZAMBA_SIZES = {"attention_hidden_size": 2 * HIDDEN, "attention_head_dim": 2 * HIDDEN // HEADS}
 # model type -> settings its architecture needs beyond the shrink table
 _OVERRIDES = {
     # (its top conv's width is derived from width_coefficient; hidden_dim must match it)
     "efficientnet": {"width_coefficient": 0.25, "depth_coefficient": 0.5, "hidden_dim": 320},
     # (heads x head_dim must equal expand x hidden; 8 groups would not divide 4 heads)
     "mamba2": {"num_heads": 4, "n_groups": 1},
-    "bamba": {"mamba_n_heads": 4, "mamba_d_head": HIDDEN // HEADS},  # (128 x 64 by default)
+    "bamba": _MAMBA_HEADS, "granitemoehybrid": _MAMBA_HEADS,
+    # (sizes derived when built: mamba heads x head_dim = 2 x hidden, attention over 2 x hidden)
+    "zamba2": {**_ZAMBA_SIZES, "n_mamba_heads": 4, "mamba_headdim": HIDDEN // HEADS,
+               "num_query_groups": HEADS},
+    # (its hybrid layers share one transformer, tied to the first: at least two of them)
+    "zamba": {**_ZAMBA_SIZES, "layers_block_type": ["hybrid", "hybrid"], "mamba_dt_rank": 4},
+    # (layer kinds are None by default, a checkpoint lists them; a dense first layer, then MoE)
+    "lfm2_moe": {"layer_types": ["conv", "full_attention"], "num_dense_layers": 1},
     "diffllama": {"num_key_value_heads": HEADS},  # (its two attention calls split the KV heads)
     "xlstm": {"embedding_dim": HIDDEN},  # (its width; the default 4096 beside hidden 64)
     # (15 of 35 layers share the KV cache, and per-layer fields are per 35 layers)
@@ -149,10 +160,13 @@ def _shrink(cfg, depth: int = 0):
         cfg.num_stages = 2
     layers = next((getattr(cfg, k) for k in ("num_hidden_layers", "n_layer", "num_layers")
                    if isinstance(getattr(cfg, k, None), int)), LAYERS)
-    for key in ("layer_types", "block_types", "attention_layers"):
+    for key in ("layer_types", "block_types", "attention_layers", "layers_block_type",
+                "mlp_layer_types"):
         value = getattr(cfg, key, None)
         if isinstance(value, (list, tuple)) and len(value) > layers:
-            setattr(cfg, key, list(value[:layers]))
+            _set(cfg, key, every_kind_cut(list(value), layers))
+    if isinstance(getattr(cfg, "hybrid_layer_ids", None), list):  # (Zamba2: derived from them)
+        cfg.hybrid_layer_ids = [i for i, t in enumerate(cfg.layers_block_type) if t == "hybrid"]
     for key in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id",
                 "sep_token_id", "cls_token_id", "mask_token_id"):
         value = getattr(cfg, key, None)
@@ -160,6 +174,9 @@ def _shrink(cfg, depth: int = 0):
             setattr(cfg, key, VOCAB - 1 - ("pad" in key))
     if isinstance(getattr(cfg, "qk_rope_head_dim", None), int) and hasattr(cfg, "head_dim"):
         _set(cfg, "head_dim", cfg.qk_rope_head_dim)  # (latent attention: the rotary part's)
+    if all(isinstance(getattr(cfg, k, None), int)  # (derived when built: LongCat's)
+           for k in ("qk_head_dim", "qk_nope_head_dim", "qk_rope_head_dim")):
+        _set(cfg, "qk_head_dim", cfg.qk_nope_head_dim + cfg.qk_rope_head_dim)
     if getattr(cfg, "use_cache", None):  # (training: hybrid linear-attention caches refuse it)
         cfg.use_cache = False
     if getattr(cfg, "pad_token_id", None) is None and hasattr(cfg, "pad_token_id"):
@@ -168,6 +185,20 @@ def _shrink(cfg, depth: int = 0):
             getattr(cfg, "decoder_start_token_id", None) is None:
         cfg.decoder_start_token_id = getattr(cfg, "pad_token_id", None) or 0  # (T5 shifts labels)
     return cfg
+
+
+def every_kind_cut(kinds: list, layers: int) -> list:
+    """The first ``layers`` of a per-layer list of kinds, with the kinds the
+    cut would drop in place of its last entries (in the order they first
+    appear): a hybrid's 2 tiny layers are one of each kind (Qwen3.5's
+    linear-attention and full-attention layers), not two of its first."""
+    distinct = list(dict.fromkeys(kinds))[:layers]
+    kept = kinds[:layers]
+    missing = [k for k in distinct if k not in kept]
+    repeats = [i for i in range(len(kept)) if kept[i] in kept[:i]]
+    for i, kind in zip(repeats[len(repeats) - len(missing):], missing):
+        kept[i] = kind
+    return kept
 
 
 def _set(cfg, key: str, value) -> None:

@@ -140,3 +140,39 @@ def test_bits_group_norm_groups_divide_its_tiny_widths():
     loss = entry.loss(model, entry.batch(0))
     loss.backward()
     assert torch.isfinite(loss)
+
+
+@pytest.mark.parametrize("name", ["zamba2", "granitemoehybrid", "lfm2_moe", "longcat_flash",
+                                  "zamba"])
+def test_sizes_derived_when_a_config_is_built_train_eagerly(name):
+    """Transformers derives some sizes when a config is built (Zamba2's and
+    GraniteMoeHybrid's mamba head_dim = expand x hidden / heads, Zamba's
+    attention width, LongCat's qk_head_dim = nope + rope) and the shrink
+    table set the others afterwards: each failed eagerly (shape '[2, 16, 8,
+    640]' is invalid; split_sizes sum to 192), the sweep's eager-fails. LFM2
+    MoE's layer kinds are None by default (TypeError: 'NoneType' object is
+    not subscriptable); Zamba's shared transformer needs two hybrid layers."""
+    from lazy_mlir.models.sweep import by_name
+    entry = by_name(f"hf/causal-lm/{name}")
+    model = entry.make()
+    loss = entry.loss(model, entry.batch(0))
+    loss.backward()
+    assert torch.isfinite(loss)
+
+
+def test_a_cut_per_layer_list_keeps_one_layer_of_each_kind():
+    """Cutting a hybrid's per-layer kinds to its first 2 layers left
+    Qwen3.5, OLMo-Hybrid, Kimi Linear, Jamba, Zamba (two linear-attention
+    layers) and Gemma3, Cohere2 (two sliding ones) without their full
+    attention: the sweep never compiled the layer kind that differs."""
+    from lazy_mlir.models.hf_tiny import every_kind_cut, tiny_config
+    assert every_kind_cut(["a", "a", "a", "b", "a", "c"], 2) == ["a", "b"]
+    assert every_kind_cut(["a", "a", "a", "b", "a", "c"], 3) == ["a", "b", "c"]
+    assert every_kind_cut(["a", "b", "a", "b"], 2) == ["a", "b"]
+    assert every_kind_cut(["a", "a", "a"], 2) == ["a", "a"]
+    for model_type in ("qwen3_5_text", "olmo_hybrid", "kimi_linear", "gemma3_text"):
+        kinds = tiny_config(model_type).layer_types
+        assert len(kinds) == 2 and len(set(kinds)) == 2, (model_type, kinds)
+    zamba2 = tiny_config("zamba2")
+    assert zamba2.hybrid_layer_ids == [i for i, t in enumerate(zamba2.layers_block_type)
+                                       if t == "hybrid"] != []
