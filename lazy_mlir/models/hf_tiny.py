@@ -44,6 +44,7 @@ _SIZES = {
     "v_head_dim": HIDDEN // HEADS, "q_lora_rank": HIDDEN, "kv_lora_rank": HIDDEN // 2,
     "rotary_dim": HIDDEN // HEADS // 2,  # (GPT-J's, CodeGen's 64 exceed the head)
     "num_encoder_layers": LAYERS, "num_encoder_blocks": LAYERS,  # (ProphetNet; PoolFormer)
+    "hidden_size_global": HIDDEN,  # (BLT's local encoder and decoder: the global transformer's)
 }
 # config attribute -> tiny value where the default config leaves it None
 # and the model divides or raises by it: Nemotron's key-value heads
@@ -70,6 +71,10 @@ _OVERRIDES = {
                "num_query_groups": HEADS},
     # (its hybrid layers share one transformer, tied to the first: at least two of them)
     "zamba": {**_ZAMBA_SIZES, "layers_block_type": ["hybrid", "hybrid"], "mamba_dt_rank": 4},
+    # (derived when built: the encoder's hidden x cross_attn_k patches, projected to the global's)
+    # (and hash n-gram embeddings of 500002 rows each: 192M parameters)
+    "blt": {"global_config.encoder_cross_output_size": 2 * HIDDEN,
+            "encoder_hash_byte_group_vocab": VOCAB},
     # (layer kinds are None by default, a checkpoint lists them; a dense first layer, then MoE)
     "lfm2_moe": {"layer_types": ["conv", "full_attention"], "num_dense_layers": 1},
     "diffllama": {"num_key_value_heads": HEADS},  # (its two attention calls split the KV heads)
@@ -105,12 +110,14 @@ def tiny_config(model_type: str):
     """The default config of ``model_type`` with its sizes made tiny, and
     those of its sub-configs (a multimodal model's text, vision and audio
     towers)."""
+    import functools
     import os
 
     from transformers import CONFIG_MAPPING
     cfg = _shrink(CONFIG_MAPPING[model_type]())
     for key, value in _OVERRIDES.get(model_type, {}).items():
-        setattr(cfg, key, value)
+        *subs, attr = key.split(".")  # ("global_config.x": a sub-config's)
+        setattr(functools.reduce(getattr, subs, cfg), attr, value)
     if os.environ.get("LAZY_MLIR_SWEEP_NO_DROPOUT"):  # (a mismatch checked without RNG)
         _no_dropout(cfg)
     return cfg

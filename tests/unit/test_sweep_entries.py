@@ -143,7 +143,7 @@ def test_bits_group_norm_groups_divide_its_tiny_widths():
 
 
 @pytest.mark.parametrize("name", ["zamba2", "granitemoehybrid", "lfm2_moe", "longcat_flash",
-                                  "zamba"])
+                                  "zamba", "blt"])
 def test_sizes_derived_when_a_config_is_built_train_eagerly(name):
     """Transformers derives some sizes when a config is built (Zamba2's and
     GraniteMoeHybrid's mamba head_dim = expand x hidden / heads, Zamba's
@@ -151,10 +151,16 @@ def test_sizes_derived_when_a_config_is_built_train_eagerly(name):
     table set the others afterwards: each failed eagerly (shape '[2, 16, 8,
     640]' is invalid; split_sizes sum to 192), the sweep's eager-fails. LFM2
     MoE's layer kinds are None by default (TypeError: 'NoneType' object is
-    not subscriptable); Zamba's shared transformer needs two hybrid layers."""
+    not subscriptable); Zamba's shared transformer needs two hybrid layers.
+    BLT's local encoder and decoder kept the global width (2048) and its
+    projection of the encoder's patches is derived (the size of tensor a (64)
+    must match the size of tensor b (128)); its hash embeddings had 500002
+    rows each (192M parameters)."""
+    from lazy_mlir.tools.sweep_run import MAX_PARAMETERS
     from lazy_mlir.models.sweep import by_name
     entry = by_name(f"hf/causal-lm/{name}")
     model = entry.make()
+    assert sum(p.numel() for p in model.parameters()) < MAX_PARAMETERS
     loss = entry.loss(model, entry.batch(0))
     loss.backward()
     assert torch.isfinite(loss)
