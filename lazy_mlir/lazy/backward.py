@@ -40,7 +40,7 @@ from ..ops import support as _support
 from .capture import _make_scalar
 from .decompose import reads_values_when_imported
 from .kinds import RANDOM
-from .supported import UNSUPPORTED_DTYPES
+from .supported import dtype_compiled
 from .sync import cut_before_backward, launch_before_backward
 from .tensor import LazyTensor
 
@@ -307,11 +307,13 @@ def _uncompilable(gm: fx.GraphModule) -> str | None:
         op = node.target
         if node.op != "call_function" or not isinstance(op, torch._ops.OpOverload):
             continue
-        if not _support.op_is_supported(op) or op in RANDOM:
+        dtypes = [v.dtype for v in (node.meta.get("val"), *(
+            a.meta.get("val") for a in node.all_input_nodes)) if isinstance(v, torch.Tensor)]
+        for dtype in dtypes:
+            if not dtype_compiled(op, dtype):
+                return f"{op} on {dtype} is not compiled"
+        if op in RANDOM or not (_support.op_is_supported(op) or any(d.is_complex for d in dtypes)):
             return f"{op} is not compiled"
-        val = node.meta.get("val")
-        if isinstance(val, torch.Tensor) and val.dtype in UNSUPPORTED_DTYPES:
-            return f"{op} makes {val.dtype}"
     return None
 
 

@@ -5,9 +5,10 @@ The answer is read from the same tables the pipeline uses (``support.py``,
 the denied ops (static and added at run time), the CAPTURE, IMPORT and
 TARGET registrations, and PyTorch's and torch-mlir's own tables below ours.
 What depends on the call's arguments is given as a note, not a verdict: an
-unsupported dtype (complex, quantized, float8) falls back per call, a
-capture-time decomposition is used only where its trace compiles, and a
-decomposition may decline some arguments (``NotImplemented``).
+unsupported dtype (complex but for passes/complex_as_real's ops, quantized,
+float8) falls back per call, a capture-time decomposition is used only where
+its trace compiles, and a decomposition may decline some arguments
+(``NotImplemented``).
 
 TARGET registrations live in ``passes/`` and exist once it is imported
 (``lm.debug.explain_op`` and ``lazy-mlir explain-op`` import it).
@@ -154,7 +155,8 @@ def explain_op(op, target: str = "cpu", config: PipelineConfig | None = None) ->
     if support.DENIED_SIGNATURES.get(name):
         notes.append(f"{len(support.DENIED_SIGNATURES[name])} argument signature(s) denied "
                      "at run time fall back")
-    notes.append("unsupported dtypes (complex, quantized, float8) fall back per call; a "
-                 "failed compile denies the op for its argument dtypes and ranks")
+    notes.append("unsupported dtypes (complex but for passes/complex_as_real's ops, "
+                 "quantized, float8) fall back per call; a failed compile denies the op for "
+                 "its argument dtypes and ranks")
     return OpExplanation(f"aten.{func.__name__}", target, verdict, in_dialect, tuple(steps),
                          denied, tuple(notes))

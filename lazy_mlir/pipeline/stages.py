@@ -83,6 +83,10 @@ def lower(gm: fx.GraphModule, config: PipelineConfig,
             raise PipelineError(f"lazy-mlir: no module with dynamic dimensions: {e}",
                                 None) from None
         made_by.append("dynamic dimensions")
+    from ..passes.complex_as_real import complex_as_real, has_complex
+    if has_complex(gm):  # (complex rotary embeddings: before any table sees a complex op)
+        gm = complex_as_real(gm)
+        made_by.append("complex_as_real")
     extra = {}
     direct = config.direct_convs(target)
     if config.conv_as_matmul(target) and plan is None:  # (its decompositions fix a
