@@ -66,6 +66,8 @@ _OVERRIDES = {
     # (heads x head_dim must equal expand x hidden; 8 groups would not divide 4 heads)
     "mamba2": {"num_heads": 4, "n_groups": 1},
     "bamba": _MAMBA_HEADS, "granitemoehybrid": _MAMBA_HEADS,
+    "nemotron_h": {"mamba_num_heads": 4, "mamba_head_dim": HIDDEN // HEADS, "n_groups": 1,
+                   "moe_shared_expert_intermediate_size": FFN},  # (a 64 x 64 mixer: 2.9M)
     # (sizes derived when built: mamba heads x head_dim = 2 x hidden, attention over 2 x hidden)
     "zamba2": {**_ZAMBA_SIZES, "n_mamba_heads": 4, "mamba_headdim": HIDDEN // HEADS,
                "num_query_groups": HEADS},
@@ -110,17 +112,21 @@ def tiny_config(model_type: str):
     """The default config of ``model_type`` with its sizes made tiny, and
     those of its sub-configs (a multimodal model's text, vision and audio
     towers)."""
-    import functools
     import os
 
     from transformers import CONFIG_MAPPING
     cfg = _shrink(CONFIG_MAPPING[model_type]())
-    for key, value in _OVERRIDES.get(model_type, {}).items():
-        *subs, attr = key.split(".")  # ("global_config.x": a sub-config's)
-        setattr(functools.reduce(getattr, subs, cfg), attr, value)
+    _override(cfg, model_type)
     if os.environ.get("LAZY_MLIR_SWEEP_NO_DROPOUT"):  # (a mismatch checked without RNG)
         _no_dropout(cfg)
     return cfg
+
+
+def _override(cfg, model_type: str) -> None:
+    import functools
+    for key, value in _OVERRIDES.get(model_type, {}).items():
+        *subs, attr = key.split(".")  # ("global_config.x": a sub-config's)
+        setattr(functools.reduce(getattr, subs, cfg), attr, value)
 
 
 def _no_dropout(cfg, depth: int = 0) -> None:
@@ -141,8 +147,9 @@ def _shrink(cfg, depth: int = 0):
     if depth < 3:
         for key in list(vars(cfg)):
             sub = getattr(cfg, key, None)
-            if isinstance(sub, PretrainedConfig):
+            if isinstance(sub, PretrainedConfig):  # (a tower: its type's overrides too)
                 setattr(cfg, key, _shrink(sub, depth + 1))
+                _override(sub, sub.model_type)
     for key, value in _SIZES.items():
         if isinstance(getattr(cfg, key, None), int) and not isinstance(getattr(cfg, key), bool):
             _set(cfg, key, value)

@@ -182,3 +182,17 @@ def test_a_cut_per_layer_list_keeps_one_layer_of_each_kind():
     zamba2 = tiny_config("zamba2")
     assert zamba2.hybrid_layer_ids == [i for i, t in enumerate(zamba2.layers_block_type)
                                        if t == "hybrid"] != []
+
+
+def test_nemotron_h_mixers_are_tiny_in_their_model_and_as_a_tower():
+    """Nemotron-H's Mamba mixer is mamba_num_heads x mamba_head_dim wide (128
+    x 64 by default), fields the shrink table does not know: 2.9M parameters,
+    and as NeMo SpeechLM's text tower (overrides were for the top config only)
+    35M, over the sweep's limit (too-big)."""
+    from lazy_mlir.models.hf_tiny import HIDDEN, tiny_config
+    from lazy_mlir.models.sweep import by_name
+    for cfg in (tiny_config("nemotron_h"), tiny_config("nemo_speechlm").text_config):
+        assert cfg.mamba_num_heads * cfg.mamba_head_dim == cfg.expand * HIDDEN
+    with torch.device("meta"):
+        model = by_name("hf/seq2seq-lm/nemo_speechlm").make()
+    assert sum(p.numel() for p in model.parameters()) < 5_000_000
