@@ -77,6 +77,8 @@ _OVERRIDES = {
     # (and hash n-gram embeddings of 500002 rows each: 192M parameters)
     "blt": {"global_config.encoder_cross_output_size": 2 * HIDDEN,
             "encoder_hash_byte_group_vocab": VOCAB},
+    # (a stage per downsampling ratio and one more: the table's two depths fit one ratio)
+    "vibevoice_acoustic_tokenizer_encoder": {"downsampling_ratios": [2], "depths": [1, 1]},
     # (layer kinds are None by default, a checkpoint lists them; a dense first layer, then MoE)
     "lfm2_moe": {"layer_types": ["conv", "full_attention"], "num_dense_layers": 1},
     "diffllama": {"num_key_value_heads": HEADS},  # (its two attention calls split the KV heads)

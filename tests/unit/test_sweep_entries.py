@@ -196,3 +196,15 @@ def test_nemotron_h_mixers_are_tiny_in_their_model_and_as_a_tower():
     with torch.device("meta"):
         model = by_name("hf/seq2seq-lm/nemo_speechlm").make()
     assert sum(p.numel() for p in model.parameters()) < 5_000_000
+
+
+def test_vibevoice_asrs_tokenizer_stages_match_its_downsampling_ratios():
+    """VibeVoice ASR's audio tokenizers have a stage per downsampling ratio
+    (6 by default) and one more; the stage table's two depths left them
+    short (IndexError: list index out of range, the sweep's eager-fails)."""
+    from lazy_mlir.models.sweep import by_name
+    entry = by_name("hf/seq2seq-lm/vibevoice_asr")
+    model = entry.make()
+    loss = entry.loss(model, entry.batch(0))
+    loss.backward()
+    assert torch.isfinite(loss)
