@@ -97,6 +97,9 @@ _OVERRIDES = {
     # stage i reads the i-th of its depth[i] drop-path rates, so depth[i] > i)
     "cvt": {"num_heads": [1, 2, 2], "embed_dim": [16, 32, 64], "depth": [1, 2, 3]},
     "esm": {"vocab_size": VOCAB},  # (None by default: the table sets only int sizes)
+    "esmc": {"num_key_value_heads": HEADS},  # (no grouped-query attention: its k_norm is hidden-wide)
+    # (its decoder queries every position: a loss over max_position_embeddings tokens)
+    "perceiver": {"max_position_embeddings": SEQ},
     "mobilevit": {"hidden_sizes": [32, 48, 64]},  # (its three transformer stages' widths)
     "mobilevitv2": {"image_size": 2 * IMAGE},  # (its last stage unfolds 2x2 patches of 1/32)
 }
@@ -267,6 +270,13 @@ def _takes_patches(class_name: str) -> bool:
     return "spatial_shapes" in inspect.signature(getattr(transformers, class_name).forward).parameters
 
 
+def _takes_tokens(class_name: str) -> bool:
+    """Whether the image model's input is token ids (ImageGPT's color
+    clusters), not pixels."""
+    import transformers
+    return getattr(transformers, class_name).main_input_name == "input_ids"
+
+
 def _audio_batch(model_cls, cfg):
     name = getattr(model_cls, "main_input_name", "input_values")
 
@@ -303,9 +313,15 @@ def entries() -> list[Entry]:
 def _entry(family: str, model_type: str, class_name: str) -> Entry:
     def build():
         import transformers
-        return getattr(transformers, class_name)(tiny_config(model_type))
+        cfg = tiny_config(model_type)
+        if family == "masked-lm" and getattr(cfg, "is_decoder", False):
+            cfg.is_decoder = False  # (bidirectional: Reformer's causal-LM override refused)
+        return getattr(transformers, class_name)(cfg)
 
     def batch(step: int) -> dict:
+        if family == "image-classification" and _takes_tokens(class_name):
+            return _token_batch(step) | {"labels": torch.randint(
+                0, tiny_config(model_type).num_labels, (BATCH,), generator=generator(step))}
         if family in ("image-classification",):
             return (_patch_batch if _takes_patches(class_name) else _image_batch)(
                 tiny_config(model_type))(step)
