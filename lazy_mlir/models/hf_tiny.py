@@ -54,7 +54,8 @@ _UNSET_SIZES = {"num_key_value_heads": HEADS, "head_dim": HIDDEN // HEADS,
                 "num_experts_per_tok": 2}
 # list-valued per-stage fields of vision models -> (per-stage value, stages)
 _STAGES = {"hidden_sizes": [16, 32], "depths": [1, 1], "embed_dims": [16, 32],
-           "num_heads": None, "sr_ratios": [2, 1], "block_sizes": [1, 1]}
+           "num_heads": None, "sr_ratios": [2, 1], "block_sizes": [1, 1],
+           "sequence_reduction_ratios": [2, 1]}  # (PVT's: 1 at its last stage, the one with [CLS])
 # Mamba-2 heads of hybrids whose heads x head_dim must be expand x hidden (128 x 64 by default)
 _MAMBA_HEADS = {"mamba_n_heads": 4, "mamba_d_head": HIDDEN // HEADS}
 # Zamba's attention, over the hidden state and the embeddings concatenated (derived when built)
@@ -100,6 +101,16 @@ _OVERRIDES = {
     "esmc": {"num_key_value_heads": HEADS},  # (no grouped-query attention: its k_norm is hidden-wide)
     # (its decoder queries every position: a loss over max_position_embeddings tokens)
     "perceiver": {"max_position_embeddings": SEQ},
+    # (a width per stage and one for the stem; its stages are its kernel lists': two)
+    "textnet": {"stem_out_channels": 16, "hidden_sizes": [16, 16, 32],
+                "conv_layer_kernel_sizes": [[[3, 3], [3, 3]], [[3, 3], [1, 3]]],
+                "conv_layer_strides": [[1, 2], [2, 1]]},
+    # (per-stage lists of its own, four long; its classifier reads hidden_sizes[-1])
+    "hgnet_v2": {"stem_channels": [3, 16, 16], "stage_in_channels": [16, 32],
+                 "stage_mid_channels": [16, 16], "stage_out_channels": [32, 32],
+                 "stage_num_blocks": [1, 1], "stage_downsample": [False, True],
+                 "stage_downsample_strides": [2, 2], "stage_light_block": [False, True],
+                 "stage_kernel_size": [3, 5], "stage_numb_of_layers": [2, 2]},
     "mobilevit": {"hidden_sizes": [32, 48, 64]},  # (its three transformer stages' widths)
     "mobilevitv2": {"image_size": 2 * IMAGE},  # (its last stage unfolds 2x2 patches of 1/32)
 }
@@ -175,6 +186,8 @@ def _shrink(cfg, depth: int = 0):
     for key in ("n_group", "topk_group"):  # grouped routing: one group
         if isinstance(getattr(cfg, key, None), int):
             setattr(cfg, key, 1)
+    if _is_pair(getattr(cfg, "image_size", None)):  # (Hiera's (224, 224): the batch's are 32x32)
+        cfg.image_size = type(cfg.image_size)((IMAGE, IMAGE))
     if isinstance(getattr(cfg, "num_stages", None), int):
         cfg.num_stages = 2
     layers = next((getattr(cfg, k) for k in ("num_hidden_layers", "n_layer", "num_layers")
@@ -218,6 +231,11 @@ def every_kind_cut(kinds: list, layers: int) -> list:
     for i, kind in zip(repeats[len(repeats) - len(missing):], missing):
         kept[i] = kind
     return kept
+
+
+def _is_pair(value) -> bool:
+    return isinstance(value, (list, tuple)) and len(value) == 2 and \
+        all(isinstance(v, int) for v in value)
 
 
 def _set(cfg, key: str, value) -> None:

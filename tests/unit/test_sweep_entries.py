@@ -226,3 +226,20 @@ def test_esmc_perceiver_reformer_and_imagegpt_train_eagerly(name):
     loss = entry.loss(model, entry.batch(0))
     loss.backward()
     assert torch.isfinite(loss)
+
+
+@pytest.mark.parametrize("name", ["hiera", "pvt", "textnet", "hgnet_v2"])
+def test_vision_stages_fit_a_tiny_image(name):
+    """Each failed eagerly (the sweep's eager-fails): Hiera's image_size is a
+    (224, 224) pair the table (int sizes only) kept, against the batch's
+    32x32 images (size of tensor a (64) ... b (3136)); PVT's last stage,
+    the one with [CLS], must not reduce its sequence (shape '[2, 32, 4, 4]'
+    is invalid); TextNet's stages are its four kernel lists and its widths
+    one more (list index out of range); HGNetV2's own four-stage lists fed
+    a 2048-wide classifier of hidden_sizes[-1] (2x2048 and 32x3)."""
+    from lazy_mlir.models.sweep import by_name
+    entry = by_name(f"hf/image-classification/{name}")
+    model = entry.make()
+    loss = entry.loss(model, entry.batch(0))
+    loss.backward()
+    assert torch.isfinite(loss)
