@@ -98,8 +98,12 @@ def _scaled(tensor_op, scalar_op, p: Pair, r) -> Pair:
 
 
 def _dim(d: int, ndim: int) -> int:
-    """A complex tensor's dimension ``d`` (negative counts from its last)."""
-    return d % max(ndim, 1)
+    """A complex tensor's dimension ``d`` (negative counts from its last).
+    A 0-d tensor's dimension 0 (which ops take as a dimension of size 1) has
+    no counterpart in its pair: refused (the graph runs eagerly)."""
+    if ndim == 0:
+        raise ValueError("a dimension of a 0-d complex tensor")
+    return d % ndim
 
 
 # ------------------------------------------------------------ arithmetic
@@ -111,11 +115,23 @@ def _mul(a, b):
 
 
 def _div(a, b):
-    if isinstance(b, Pair):
-        a = _as_pair(a, b)
-        d = b.re * b.re + b.im * b.im
-        return _pair((a.re * b.re + a.im * b.im) / d, (a.im * b.re - a.re * b.im) / d)
-    return _scaled(aten.div.Tensor, aten.div.Scalar, a, b)
+    """A quotient by a pair as c10::complex divides (Smith's algorithm: by
+    the ratio of the smaller part to the larger, so that no square
+    overflows; a zero divisor gives eager's infinities and NaNs)."""
+    if not isinstance(b, Pair):
+        return _scaled(aten.div.Tensor, aten.div.Scalar, a, b)
+    a = _as_pair(a, b)
+    c, d = b.re, b.im
+    abs_c, abs_d = aten.abs.default(c), aten.abs.default(d)
+    rat1 = d / c  # |c| >= |d|
+    scl1 = aten.reciprocal.default(c + d * rat1)
+    rat2 = c / d  # |c| < |d|
+    scl2 = aten.reciprocal.default(d + c * rat2)
+    first = aten.ge.Tensor(abs_c, abs_d)
+    re = aten.where.self(first, (a.re + a.im * rat1) * scl1, (a.re * rat2 + a.im) * scl2)
+    im = aten.where.self(first, (a.im - a.re * rat1) * scl1, (a.im * rat2 - a.re) * scl2)
+    zero = aten.logical_and.default(abs_c == 0, abs_d == 0)
+    return _pair(aten.where.self(zero, a.re / abs_c, re), aten.where.self(zero, a.im / abs_d, im))
 
 
 def _add(a, b, alpha=1):
@@ -166,7 +182,13 @@ def _exp(p):
 
 
 def _abs(p):
-    return aten.sqrt.default(p.re * p.re + p.im * p.im)
+    """hypot(re, im) without overflow: the larger part times sqrt(1 + q^2),
+    an infinite part infinite (as C's hypot, what eager calls)."""
+    a, b = aten.abs.default(p.re), aten.abs.default(p.im)
+    big, small = aten.maximum.default(a, b), aten.minimum.default(a, b)
+    q = small / aten.where.ScalarSelf(big == 0, 1.0, big)
+    out = big * aten.sqrt.default(q * q + 1)
+    return aten.where.self(aten.isinf.default(big), big, out)
 
 
 def _where(cond, a, b):
@@ -199,7 +221,7 @@ def _on_dim(op, rank=0):
     """``op(pair, dim, *rest)`` with ``dim`` a dimension of the complex
     tensor (``rank``: 1 where the op adds one, as unsqueeze and stack)."""
     def rewrite(p, dim=0, *rest, **kwargs):
-        return Pair(op(p.t, dim % (p.ndim + rank), *rest, **kwargs))
+        return Pair(op(p.t, _dim(dim, p.ndim + rank), *rest, **kwargs))
     return rewrite
 
 
@@ -207,7 +229,7 @@ def _list_on_dim(op, rank=0):
     """``op([pairs], dim)`` (cat, stack): real members become pairs."""
     def rewrite(xs, dim=0):
         like = next(x for x in xs if isinstance(x, Pair))
-        return Pair(op([_as_pair(x, like).t for x in xs], dim % (like.ndim + rank)))
+        return Pair(op([_as_pair(x, like).t for x in xs], _dim(dim, like.ndim + rank)))
     return rewrite
 
 
@@ -342,14 +364,13 @@ class _AsReal(fx.Interpreter):
             return super().run_node(n)
         rewrite = REWRITES.get(n.target)
         if rewrite is None:
-            from ..ops.support import mlir_name
-            raise PipelineError(f"lazy-mlir: {n.target} on complex tensors has no rewrite in "
-                                "real arithmetic (passes/complex_as_real.py)", None,
-                                (mlir_name(n.target),))
+            raise _unrewritten(n, "it has no rewrite in real arithmetic")
         args, kwargs = fx.node.map_arg((n.args, n.kwargs), lambda a: Pair(self.env[a])
                                        if _complex(a.meta.get("val")) else self.env[a])
-        out = rewrite(*args, **kwargs)
-        return _unwrap(out, n.meta.get("val"))
+        try:
+            return _unwrap(rewrite(*args, **kwargs), n.meta.get("val"))
+        except Exception as e:  # (arguments a rewrite does not take: the graph runs eagerly)
+            raise _unrewritten(n, f"its rewrite failed ({type(e).__name__}: {e})") from e
 
     def _output(self, n: fx.Node):
         def boundary(a):
@@ -360,6 +381,13 @@ class _AsReal(fx.Interpreter):
                 v = aten.clone.default(v, memory_format=torch.contiguous_format)
             return aten.view_as_complex.default(v)
         return fx.node.map_arg(n.args[0], boundary)
+
+
+def _unrewritten(n: fx.Node, why: str) -> PipelineError:
+    """The error of a complex op not rewritten, blaming it (``unlowered``)."""
+    from ..ops.support import mlir_name
+    return PipelineError(f"lazy-mlir: {n.target} on complex tensors is not compiled: {why} "
+                         "(passes/complex_as_real.py)", None, (mlir_name(n.target),))
 
 
 def _unwrap(out, val):
@@ -382,5 +410,11 @@ def complex_as_real(gm: fx.GraphModule) -> fx.GraphModule:
     from torch._subclasses.fake_tensor import FakeTensorMode
     fakes = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
     mode = fakes[0].fake_mode if fakes else FakeTensorMode()
-    with mode:
-        return make_fx(lambda *args: _AsReal(gm).run(*args))(*fakes)
+    try:
+        with mode:
+            return make_fx(lambda *args: _AsReal(gm).run(*args))(*fakes)
+    except PipelineError:
+        raise
+    except Exception as e:  # (the graph runs eagerly rather than the step failing)
+        raise PipelineError(f"lazy-mlir: complex values not rewritten in real arithmetic "
+                            f"({type(e).__name__}: {e})", None) from e

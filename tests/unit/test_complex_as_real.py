@@ -71,6 +71,27 @@ def test_the_rewritten_graph_computes_eagers_values_in_real_arithmetic(name):
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
 
 
+def test_magnitudes_and_quotients_of_large_values_do_not_overflow():
+    """|z| and w / z of parts near 1e30 (whose squares overflow float32) are
+    eager's: the larger part is factored out first."""
+    def fn(x, y):
+        return _pairs(x).abs(), torch.view_as_real(_pairs(y) / _pairs(x))
+    x = torch.tensor([[3e30, 4e30], [0.0, 0.0], [float("inf"), 1.0], [1e-30, -2e-30]])
+    y = torch.tensor([[1e30, -1e30], [1.0, 0.0], [1.0, 1.0], [1e-30, 1e-30]])
+    gm = complex_as_real(make_fx(fn, tracing_mode="fake")(x, y))
+    for got, want in zip(gm(x, y), fn(x, y)):
+        torch.testing.assert_close(got, want, equal_nan=True)
+
+
+def test_a_rewrite_that_cannot_apply_is_a_pipeline_error():
+    """A dimension of a 0-d complex tensor has no counterpart in its pair:
+    the graph runs eagerly (a PipelineError), never a failed step."""
+    gm = make_fx(lambda c: c.sum(0), tracing_mode="fake")(torch.tensor(1 + 2j))
+    with pytest.raises(PipelineError) as e:
+        complex_as_real(gm)
+    assert e.value.unlowered == ("sum.dim_IntList",)
+
+
 def test_a_graph_without_complex_values_is_left_as_it_is():
     gm = make_fx(lambda x: x * 2, tracing_mode="fake")(torch.randn(3))
     assert complex_as_real(gm) is gm
