@@ -7,6 +7,7 @@ write through either is seen by both, exactly as in eager PyTorch.
 """
 from __future__ import annotations
 
+import copy
 import itertools
 import weakref
 
@@ -119,6 +120,9 @@ def _numel(shape) -> int:
     return n
 
 
+_OWN_STATE = frozenset(("_storage", "spec", "_view", "_cache"))  # a LazyTensor's own
+
+
 class LazyTensor(torch.Tensor):
     """A tensor on the ``lazy`` device whose value is a graph until needed."""
 
@@ -175,6 +179,29 @@ class LazyTensor(torch.Tensor):
     # it holds locks and compiled modules, which no file can.
     def __reduce_ex__(self, proto):
         return _reduce(self, proto)
+
+    # ``copy.deepcopy`` (AveragedModel's EMA copy of a model, ``deepcopy(model)``):
+    # torch's own clones, then sets the clone's ``__dict__`` to a deep copy of
+    # this one's, replacing the clone's storage with a copy of this tensor's
+    # pending graph that no mark_step knows: the copy's updates piled up as one
+    # ever longer pending graph, run again at every read. The clone keeps its
+    # own state; only the user's attributes (``_is_param``, ...) are copied.
+    def __deepcopy__(self, memo):
+        if not self.is_leaf:
+            return torch.Tensor.__deepcopy__(self, memo)  # (its error)
+        if id(self) in memo:
+            return memo[id(self)]
+        with torch.no_grad():
+            new = self.clone()
+            if self.requires_grad:
+                new.requires_grad_()
+            if self.grad is not None:
+                new.grad = copy.deepcopy(self.grad, memo)
+            extra = {k: v for k, v in self.__dict__.items() if k not in _OWN_STATE}
+            if extra:
+                new.__dict__.update(copy.deepcopy(extra, memo))
+        memo[id(self)] = new
+        return new
 
     def tolist(self):
         return self.cpu().tolist()
