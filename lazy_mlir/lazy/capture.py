@@ -429,7 +429,8 @@ _HOST_INDEX_OPS = {aten.index.Tensor, aten.index_put.default, aten._index_put_im
 
 
 def _make_scalar(x, dtype):
-    """A 0-dim lazy tensor holding a lifted scalar. The tensors of recent
+    """A 0-dim lazy tensor holding a lifted scalar (a 1-dim one for a tuple of
+    them: an op's hyperparameters, ``fused_optim``). The tensors of recent
     (value, dtype) pairs are reused, so a constant like Adam's beta is uploaded
     once, not every step, and costs no new wrapper tensor. Sharing one is
     safe: only capture sees it (as an argument of the op it was lifted

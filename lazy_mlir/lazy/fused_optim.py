@@ -157,11 +157,11 @@ def _fused_adam(func, args, kwargs):
         return None
     dtype = params[0].dtype
     steps, lr = _steps(b["state_steps"]), _lr(b["lr"], dtype)
-    consts = _adam_constants(func, b)
-    before = (list_replay.values([*params, *grads, *exp_avgs, *exp_avg_sqs, *max_sqs, *steps, lr])
-              if _replayable(b) else None)
+    betas, consts = _adam_betas(b, dtype), _adam_constants(func, b)
+    before = (list_replay.values([*params, *grads, *exp_avgs, *exp_avg_sqs, *max_sqs, *steps, lr,
+                                  betas]) if _replayable(b) else None)
     outs = _record(ops.fused_adam.default, (list(params), list(grads), list(exp_avgs),
-                                            list(exp_avg_sqs), max_sqs, steps, lr, *consts,
+                                            list(exp_avg_sqs), max_sqs, steps, lr, betas, *consts,
                                             _optional(grad_scale), _optional(b["found_inf"])),
                    {}, bare=True)
     if before is not None:
@@ -171,10 +171,17 @@ def _fused_adam(func, args, kwargs):
     return None
 
 
+def _adam_betas(b, dtype) -> LazyTensor:
+    """The betas as the node's tensor argument (``ops.optim.adam_betas``):
+    lifted, so a momentum schedule changes an input, not the graph."""
+    terms = _optim_ops.adam_betas(float(b["beta1"]), float(b["beta2"]))
+    return _make_scalar(terms, _optim_ops.hyper_dtype(dtype))
+
+
 def _adam_constants(func, b) -> list:
     """The node's constant arguments (after its tensors, before grad_scale
     and found_inf)."""
-    return [float(b["beta1"]), float(b["beta2"]), float(b["weight_decay"]), float(b["eps"]),
+    return [float(b["weight_decay"]), float(b["eps"]),
             bool(b["amsgrad"]), bool(b["maximize"]), func in ADAMW]
 
 
@@ -205,7 +212,8 @@ def _replayed(func, b, written: list, max_sqs: list) -> bool:
             return False
         lr = _make_scalar(float(lr), params[0].dtype)
     vals = list_replay.values([*params, *b["grads"], *b["exp_avgs"], *b["exp_avg_sqs"],
-                               *max_sqs, *b["state_steps"], lr])
+                               *max_sqs, *b["state_steps"], lr,
+                               _adam_betas(b, params[0].dtype)])
     if (vals is None or len(set(map(list_replay.dtype_of, written))) != 1
             or len(set(map(id, map(list_replay.storage_of, written)))) != len(written)):
         return False
@@ -219,15 +227,16 @@ def _replayed(func, b, written: list, max_sqs: list) -> bool:
 def _fused_sgd(func, args, kwargs):
     b = _bind(func, args, kwargs)
     params, grads, grad_scale = b["self"], b["grads"], b["grad_scale"]
-    momentum = float(b["momentum"])
+    momentum, dtype = float(b["momentum"]), params[0].dtype
     buffers = list(b["momentum_buffer_list"]) if momentum != 0.0 else []
     written = [*params, *buffers, *(grads if grad_scale is not None else ())]
     read = list(grads) if grad_scale is None else []
     if _handled_without_node(func, args, kwargs, ops.fused_sgd.default, (written, read, ())):
         return None
-    node_args = (list(params), list(grads), buffers, _lr(b["lr"], params[0].dtype),
-                 float(b["weight_decay"]), momentum, float(b["dampening"]),
-                 bool(b["nesterov"]), bool(b["maximize"]), bool(b["is_first_step"]),
+    terms = _optim_ops.sgd_momentum(momentum, float(b["dampening"]))
+    node_args = (list(params), list(grads), buffers, _lr(b["lr"], dtype),
+                 float(b["weight_decay"]), _make_scalar(terms, _optim_ops.hyper_dtype(dtype)),
+                 momentum != 0.0, bool(b["nesterov"]), bool(b["maximize"]), bool(b["is_first_step"]),
                  _optional(grad_scale), _optional(b["found_inf"]))
     _write(written, _record(ops.fused_sgd.default, node_args, {}, bare=True))
     return None

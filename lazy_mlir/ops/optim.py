@@ -13,7 +13,9 @@ kernel writes, and writes them back:
   grads (grad_scale given)]``.
 
 The learning rate is a 0-dim tensor argument (a float lr is lifted to one by
-capture), so a schedule changes an input, not the graph. The step counts are
+capture), and so are Adam's betas and SGD's momentum (``adam_betas``,
+``sgd_momentum``: one small vector each), so a schedule changes an input,
+not the graph. The step counts are
 a list of 0-dim tensors or ONE 1-d tensor of them (host counts, stacked by
 capture); the bias corrections are computed on them stacked, as one [n]
 vector: a few vector ops for every parameter instead of a chain of 0-dim
@@ -48,10 +50,10 @@ from .registry import IMPORT, register_decomposition
 _LIB = torch.library.Library("lazy_mlir", "FRAGMENT")  # (rnn.py adds ops to it too)
 _LIB.define("fused_adam(Tensor[] params, Tensor[] grads, Tensor[] exp_avgs, "
             "Tensor[] exp_avg_sqs, Tensor[] max_exp_avg_sqs, Tensor[] steps, Tensor lr, "
-            "float beta1, float beta2, float weight_decay, float eps, bool amsgrad, "
+            "Tensor betas, float weight_decay, float eps, bool amsgrad, "
             "bool maximize, bool decoupled, Tensor? grad_scale, Tensor? found_inf) -> Tensor[]")
 _LIB.define("fused_sgd(Tensor[] params, Tensor[] grads, Tensor[] momentum_buffers, Tensor lr, "
-            "float weight_decay, float momentum, float dampening, bool nesterov, "
+            "float weight_decay, Tensor momentum, bool with_momentum, bool nesterov, "
             "bool maximize, bool is_first_step, Tensor? grad_scale, Tensor? found_inf) "
             "-> Tensor[]")
 
@@ -72,18 +74,42 @@ def _stacked_steps(steps, n: int, dtype) -> torch.Tensor:
     return s.to(dtype)
 
 
-def _bias_correction(beta: float, step: torch.Tensor) -> torch.Tensor:
-    """``1 - beta ** step``, elementwise, without float32's cancellation."""
-    if beta == 0.0:
-        return torch.ones_like(step)  # (steps start at 1: 0 ** step is 0)
-    return -torch.expm1(step * math.log(beta))
+def hyper_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype of the hyperparameter tensors of an update of ``dtype``
+    parameters: at least float32 (beta2 = 0.999 is 1.0 in bfloat16)."""
+    return torch.promote_types(dtype, torch.float32)
 
 
-def _lerp(m, g, weight: float):
-    """``m.lerp(g, weight)`` split at 0.5 as PyTorch's kernels split it."""
-    if abs(weight) < 0.5:
-        return m + (g - m) * weight
-    return g + (g - m) * (weight - 1.0)
+def adam_betas(beta1: float, beta2: float) -> tuple[float, ...]:
+    """``fused_adam``'s ``betas`` argument, computed in double as PyTorch's
+    kernel computes them: ``(log beta1, 1 - beta1, beta2, 1 - beta2, log
+    beta2)``. A tensor, not constants of the graph: OneCycleLR and CyclicLR
+    change beta1 every step (``cycle_momentum``), and as constants each step
+    was a new graph to compile."""
+    return (_log(beta1), 1.0 - beta1, beta2, 1.0 - beta2, _log(beta2))
+
+
+def sgd_momentum(momentum: float, dampening: float) -> tuple[float, float]:
+    """``fused_sgd``'s ``momentum`` argument: ``(momentum, 1 - dampening)``
+    (a tensor for the same reason as ``adam_betas``)."""
+    return (momentum, 1.0 - dampening)
+
+
+def _log(beta: float) -> float:
+    return math.log(beta) if beta > 0.0 else -math.inf  # (0 ** step is 0: see below)
+
+
+def _bias_correction(log_beta: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
+    """``1 - beta ** step``, elementwise, without float32's cancellation
+    (``log_beta`` -inf for a beta of 0: steps start at 1, so it is 1)."""
+    return -torch.expm1(step * log_beta)
+
+
+def _lerp(m, g, weight: torch.Tensor):
+    """``m.lerp(g, weight)`` split at 0.5 as PyTorch's kernels split it
+    (``weight`` 0-dim: both sides of the split are one expression)."""
+    low = weight.abs() < 0.5
+    return torch.where(low, m, g) + (g - m) * torch.where(low, weight, weight - 1.0)
 
 
 def _flat(t):
@@ -112,8 +138,8 @@ def _keep_on_inf(found_inf, old: list, new: list) -> list:
     return [torch.where(skip, o, n) for o, n in zip(old, new)]
 
 
-def fused_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, lr,
-               beta1: float, beta2: float, weight_decay: float, eps: float, amsgrad: bool,
+def fused_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, lr, betas,
+               weight_decay: float, eps: float, amsgrad: bool,
                maximize: bool, decoupled: bool, grad_scale=None, found_inf=None) -> list:
     """The new ``[params, exp_avgs, exp_avg_sqs, max_exp_avg_sqs (amsgrad),
     grads (grad_scale)]`` of one fused Adam/AdamW step (see the module
@@ -124,8 +150,9 @@ def fused_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, lr,
     dtype = params[0].dtype
     lr = lr.reshape(()).to(dtype)
     step = _stacked_steps(steps, n, dtype)
-    neg_step_sizes = -(lr / _bias_correction(beta1, step))  # [n]
-    bc2_sqrts = torch.sqrt(_bias_correction(beta2, step))  # [n]
+    log_beta1, one_minus_beta1, beta2, one_minus_beta2, log_beta2 = betas.unbind()
+    neg_step_sizes = -(lr / _bias_correction(log_beta1, step))  # [n]
+    bc2_sqrts = torch.sqrt(_bias_correction(log_beta2, step))  # [n]
     decay = 1.0 - lr * weight_decay if decoupled and weight_decay != 0.0 else None
     new_p, new_m, new_v, new_max, new_g = [], [], [], [], []
     for i in range(n):
@@ -140,8 +167,8 @@ def fused_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, lr,
                 p = p * decay
             else:
                 g = g + p * weight_decay
-        m = _lerp(_flat(exp_avgs[i]), g, 1.0 - beta1)
-        v = _flat(exp_avg_sqs[i]) * beta2 + (g * (1.0 - beta2)) * g
+        m = _lerp(_flat(exp_avgs[i]), g, one_minus_beta1)
+        v = _flat(exp_avg_sqs[i]) * beta2 + (g * one_minus_beta2) * g
         if amsgrad:
             big = torch.maximum(_flat(max_exp_avg_sqs[i]), v)
             new_max.append(big.reshape(shape))
@@ -160,8 +187,8 @@ def fused_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, lr,
     return _keep_on_inf(found_inf, old, new)
 
 
-def fused_sgd(params, grads, momentum_buffers, lr, weight_decay: float, momentum: float,
-              dampening: float, nesterov: bool, maximize: bool, is_first_step: bool,
+def fused_sgd(params, grads, momentum_buffers, lr, weight_decay: float, momentum,
+              with_momentum: bool, nesterov: bool, maximize: bool, is_first_step: bool,
               grad_scale=None, found_inf=None) -> list:
     """The new ``[params, momentum buffers (momentum != 0), grads
     (grad_scale)]`` of one fused SGD step."""
@@ -169,6 +196,7 @@ def fused_sgd(params, grads, momentum_buffers, lr, weight_decay: float, momentum
     if n == 0:
         return []
     neg_lr = -lr.reshape(()).to(params[0].dtype)
+    momentum, one_minus_dampening = momentum.unbind()
     new_p, new_b, new_g = [], [], []
     for i in range(n):
         p, g = params[i], _unscaled(grads[i], grad_scale)
@@ -177,33 +205,33 @@ def fused_sgd(params, grads, momentum_buffers, lr, weight_decay: float, momentum
             g = -g
         if weight_decay != 0.0:
             g = g + p * weight_decay
-        if momentum != 0.0:
+        if with_momentum:
             if is_first_step:
                 b = g
             else:
-                b = momentum_buffers[i] * momentum + g * (1.0 - dampening)
+                b = momentum_buffers[i] * momentum + g * one_minus_dampening
             new_b.append(b)
             g = g + b * momentum if nesterov else b
         new_p.append(p + g * neg_lr)
     old, new = list(params), new_p
-    if momentum != 0.0:
+    if with_momentum:
         old, new = old + list(momentum_buffers), new + new_b
     if grad_scale is not None:
         old, new = old + list(grads), new + new_g
     return _keep_on_inf(found_inf, old, new)
 
 
-def _adam_shapes(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, lr, beta1,
-                 beta2, weight_decay, eps, amsgrad, maximize, decoupled, grad_scale=None,
+def _adam_shapes(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, lr, betas,
+                 weight_decay, eps, amsgrad, maximize, decoupled, grad_scale=None,
                  found_inf=None):
     written = [*params, *exp_avgs, *exp_avg_sqs, *(max_exp_avg_sqs if amsgrad else ())]
     written += list(grads) if grad_scale is not None else []
     return [torch.empty_like(t) for t in written]
 
 
-def _sgd_shapes(params, grads, momentum_buffers, lr, weight_decay, momentum, dampening,
+def _sgd_shapes(params, grads, momentum_buffers, lr, weight_decay, momentum, with_momentum,
                 nesterov, maximize, is_first_step, grad_scale=None, found_inf=None):
-    written = [*params, *(momentum_buffers if momentum != 0.0 else ())]
+    written = [*params, *(momentum_buffers if with_momentum else ())]
     written += list(grads) if grad_scale is not None else []
     return [torch.empty_like(t) for t in written]
 

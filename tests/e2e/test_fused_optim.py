@@ -21,16 +21,26 @@ OPTIMIZERS = {  # (name -> make(params, on_lazy))
 }
 
 
+def _schedule(name, opt, steps):
+    """OneCycleLR, which changes beta1 / the momentum every step as well as
+    the learning rate (each step's graph was a new one to compile while they
+    were constants); plain SGD (no momentum to cycle): the learning rate
+    halved after every step."""
+    if name == "sgd_plain":
+        return torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.5)
+    return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.05, total_steps=steps + 1)
+
+
 def _train(device, steps, counters=None):
     """Every optimizer on its own copy of one model, in lockstep (one graph a
-    step for all of them), the learning rate halved after every step."""
+    step for all of them), with a schedule (``_schedule``)."""
     runs = {}
     for name, make in OPTIMIZERS.items():
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Tanh(),
                                     torch.nn.Linear(6, 2)).to(device)
         opt = make(list(model.parameters()), device == "lazy")
-        runs[name] = (model, opt, torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.5))
+        runs[name] = (model, opt, _schedule(name, opt, steps))
     g = torch.Generator().manual_seed(1)
     losses, compiles = {name: [] for name in runs}, []
     for _ in range(steps):
@@ -56,10 +66,10 @@ def _train(device, steps, counters=None):
 
 def test_optimizers_train_like_eager_with_one_node_per_update():
     """Four steps of Adam/AdamW/SGD (default, capturable, explicit fused with
-    AMSGrad and maximize) with an LR schedule: eager's losses and weights,
-    no op run eagerly, one fused node per optimizer and step, and no compile
-    after the second step although the learning rate changes every step
-    (it is a graph input)."""
+    AMSGrad and maximize) with schedules: eager's losses and weights, no op
+    run eagerly, one fused node per optimizer and step, and no compile after
+    the second step although the learning rate, Adam's beta1 and SGD's
+    momentum change every step (they are graph inputs)."""
     steps = 4
     want_losses, want_params, _ = _train("cpu", steps)
     c = Counters()

@@ -31,6 +31,10 @@ def _close(got, want):
         torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-14)
 
 
+def _betas(beta1, beta2):
+    return torch.tensor(optim.adam_betas(beta1, beta2), dtype=F64)
+
+
 ADAM_CASES = list(itertools.product([False, True], [False, True], [0.0, 0.1], [False, True],
                                     [False, True], [None, 0.0, 1.0]))
 
@@ -51,7 +55,7 @@ def test_fused_adam_equals_pytorchs_fused_kernel(amsgrad, maximize, weight_decay
            weight_decay=weight_decay, eps=1e-8, amsgrad=amsgrad, maximize=maximize,
            grad_scale=scale, found_inf=found_inf)
     got = optim.ops.fused_adam(p, g, m, v, big if amsgrad else [], steps,
-                               torch.tensor(lr, dtype=F64), 0.9, 0.999, weight_decay, 1e-8,
+                               torch.tensor(lr, dtype=F64), _betas(0.9, 0.999), weight_decay, 1e-8,
                                amsgrad, maximize, decoupled, scale, found_inf)
     expected = [*want[0], *want[2], *want[3], *(want[4] if amsgrad else [])]
     _close(got, expected + (want[1] if scale is not None else []))
@@ -59,11 +63,26 @@ def test_fused_adam_equals_pytorchs_fused_kernel(amsgrad, maximize, weight_decay
         _close(got[:len(p)], p)
 
 
+@pytest.mark.parametrize("beta1", [0.0, 0.3, 0.5, 0.95])
+def test_fused_adam_lerps_on_either_side_of_the_split(beta1):
+    """The first moment's lerp weight ``1 - beta1`` is an input now; both
+    sides of the kernel's split at 0.5 give the kernel's result."""
+    p, g, m, v, _ = _lists(7)
+    steps = [torch.tensor(float(s)) for s in (1, 2, 3, 4)]
+    want = [[t.clone() for t in ts] for ts in (p, g, m, v)]
+    torch._fused_adam_(*want, [], steps, lr=0.01, beta1=beta1, beta2=0.99, weight_decay=0.0,
+                       eps=1e-8, amsgrad=False, maximize=False)
+    got = optim.ops.fused_adam(p, g, m, v, [], steps, torch.tensor(0.01, dtype=F64),
+                               _betas(beta1, 0.99), 0.0, 1e-8, False, False, False, None, None)
+    _close(got, [*want[0], *want[2], *want[3]])
+
+
 def test_fused_adam_takes_host_step_counts_stacked():
     """Capture stacks host step counts into one [n] tensor: same result."""
     p, g, m, v, _ = _lists(1)
     steps = [torch.tensor(float(s)) for s in (3, 3, 4, 9)]
-    args = (torch.tensor(1e-3, dtype=F64), 0.8, 0.99, 0.01, 1e-6, False, False, True, None, None)
+    args = (torch.tensor(1e-3, dtype=F64), _betas(0.8, 0.99), 0.01, 1e-6, False, False, True,
+            None, None)
     one = optim.ops.fused_adam(p, g, m, v, [], [torch.stack(steps)], *args)
     each = optim.ops.fused_adam(p, g, m, v, [], steps, *args)
     _close(one, each)
@@ -77,9 +96,10 @@ def test_bias_correction_keeps_float32_close_to_the_double_result():
     kernel computes."""
     step = torch.arange(1, 2000, dtype=torch.float32)
     exact = 1 - 0.999 ** step.double()
-    ours = optim._bias_correction(0.999, step).double()
+    log_betas = torch.tensor([optim.adam_betas(0.999, 0.0)[0], optim.adam_betas(0.0, 0.0)[0]])
+    ours = optim._bias_correction(log_betas[0], step).double()
     assert ((ours - exact).abs() / exact).max() < 1e-6
-    assert torch.equal(optim._bias_correction(0.0, step), torch.ones_like(step))
+    assert torch.equal(optim._bias_correction(log_betas[1], step), torch.ones_like(step))
 
 
 SGD_CASES = [c for c in itertools.product([0.0, 0.9], [0.0, 0.1], [False, True], [False, True],
@@ -100,7 +120,9 @@ def test_fused_sgd_equals_pytorchs_fused_kernel(momentum, dampening, nesterov, m
                       maximize=maximize, is_first_step=first, grad_scale=scale,
                       found_inf=found_inf)
     got = optim.ops.fused_sgd(p, g, buf if momentum else [], torch.tensor(0.1, dtype=F64),
-                              weight_decay, momentum, dampening, nesterov, maximize, first,
+                              weight_decay, torch.tensor(optim.sgd_momentum(momentum, dampening),
+                                                         dtype=F64),
+                              momentum != 0.0, nesterov, maximize, first,
                               scale, found_inf)
     _close(got, want[0] + (want[2] if momentum else []) + (want[1] if scale is not None else []))
 
