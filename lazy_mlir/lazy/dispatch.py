@@ -42,7 +42,7 @@ from .scalars import lift_scalars
 from .recompute import _open as _recompute_open
 from .state import dispatch_depth, dry_run as _dry_run, inplace_checked as _inplace_checked
 from .state import record_plans as _plans, trace_seconds, view_plans as _view_plans
-from .supported import complex_rewritten, dtype_compiled, dtypes_supported
+from .supported import UNSUPPORTED_DTYPES, complex_rewritten, dtype_compiled, dtypes_supported
 from .sync import current_target, to_host
 from ..targets import narrows_int64
 from .tensor import LazyTensor, new_view, wrap_value
@@ -124,7 +124,8 @@ def record(func, args, kwargs, bare=False):
         return run_eagerly(func, args, kwargs,
                            why=f"output shape depends on the data ({type(e).__name__})")
     for o in out_flat:
-        if type(o) is TensorSpec and not dtype_compiled(func, o.dtype):  # .cdouble(), ...
+        if (type(o) is TensorSpec and o.dtype in UNSUPPORTED_DTYPES  # .cdouble(), ...
+                and not dtype_compiled(func, o.dtype)):
             return run_eagerly(func, args, kwargs, why=f"unsupported dtype {o.dtype}")
     _store_plan(_plans, key, func, vals, tree, out_flat, out_tree)
     if info.bounds:

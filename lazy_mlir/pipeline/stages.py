@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 import torch.fx as fx
 
 from ..passes import pipelines
+from ..passes.complex_as_real import complex_as_real
 from ..dialects.runner import PipelineError, run_pipeline, write_repro
 from ..config import PipelineConfig
 from .contractions import largest_matmul
@@ -83,9 +84,9 @@ def lower(gm: fx.GraphModule, config: PipelineConfig,
             raise PipelineError(f"lazy-mlir: no module with dynamic dimensions: {e}",
                                 None) from None
         made_by.append("dynamic dimensions")
-    from ..passes.complex_as_real import complex_as_real, has_complex
-    if has_complex(gm):  # (complex rotary embeddings: before any table sees a complex op)
-        gm = complex_as_real(gm)
+    real = complex_as_real(gm)  # (complex rotary embeddings: before any table sees one)
+    if real is not gm:
+        gm = real
         made_by.append("complex_as_real")
     extra = {}
     direct = config.direct_convs(target)

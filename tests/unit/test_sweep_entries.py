@@ -5,6 +5,18 @@ import torch
 from lazy_mlir.models import nn_blocks
 
 
+def _trains_eagerly(name: str):
+    """One eager training step of the sweep entry ``name`` (its tiny config,
+    batch and loss) gives a finite loss; its model."""
+    from lazy_mlir.models.sweep import by_name
+    entry = by_name(name)
+    model = entry.make()
+    loss = entry.loss(model, entry.batch(0))
+    loss.backward()
+    assert torch.isfinite(loss)
+    return model
+
+
 def test_each_nn_entry_builds_new_modules_with_the_same_weights():
     """An entry's eager and lazy runs each build the model: modules built
     once and shared between them (nn/activations' list) made the lazy run
@@ -72,12 +84,7 @@ def test_the_audio_spectrogram_transformer_gets_a_spectrogram_it_trains_on():
     embeddings are per patch of it), not a waveform: the sweep gave it
     (2, 4000) samples and it failed eagerly (IndexError: Dimension out of
     range, the sweep's eager-fails), so the lazy device was never tried."""
-    from lazy_mlir.models.sweep import by_name
-    entry = by_name("hf/audio-classification/audio-spectrogram-transformer")
-    model = entry.make()
-    loss = entry.loss(model, entry.batch(0))
-    loss.backward()
-    assert torch.isfinite(loss)
+    _trains_eagerly("hf/audio-classification/audio-spectrogram-transformer")
 
 
 def test_siglip2_gets_its_image_cut_into_patches():
@@ -85,12 +92,7 @@ def test_siglip2_gets_its_image_cut_into_patches():
     image's patch grid (``spatial_shapes``) and a patch mask: the sweep gave it
     (2, 3, 32, 32) pixels and it failed eagerly (mat1 and mat2 shapes cannot be
     multiplied (192x32 and 768x64), the sweep's eager-fails)."""
-    from lazy_mlir.models.sweep import by_name
-    entry = by_name("hf/image-classification/siglip2")
-    model = entry.make()
-    loss = entry.loss(model, entry.batch(0))
-    loss.backward()
-    assert torch.isfinite(loss)
+    _trains_eagerly("hf/image-classification/siglip2")
 
 
 @pytest.mark.parametrize("name", ["hf/image-classification/cvt", "hf/masked-lm/esm",
@@ -106,12 +108,7 @@ def test_cvt_esm_and_mobilevits_train_eagerly_at_their_tiny_size(name):
     MobileViTV2's last stage unfolds 2x2 patches of a 1x1 map of a 32x32
     image (im2col: sliding blocks (0, 0)): each failed eagerly (the sweep's
     eager-fails)."""
-    from lazy_mlir.models.sweep import by_name
-    entry = by_name(name)
-    model = entry.make()
-    loss = entry.loss(model, entry.batch(0))
-    loss.backward()
-    assert torch.isfinite(loss)
+    _trains_eagerly(name)
 
 
 @pytest.mark.parametrize("name", ["nemotron", "hunyuan_v1_moe", "deepseek_v2", "diffllama"])
@@ -122,24 +119,14 @@ def test_sizes_left_none_by_default_train_eagerly(name):
     topk(): argument 'k' must be int, not NoneType), the sweep's eager-fails.
     DiffLlama splits its KV heads in two: the table's one KV head failed
     ('requires num_key_value_heads to be even')."""
-    from lazy_mlir.models.sweep import by_name
-    entry = by_name(f"hf/causal-lm/{name}")
-    model = entry.make()
-    loss = entry.loss(model, entry.batch(0))
-    loss.backward()
-    assert torch.isfinite(loss)
+    _trains_eagerly(f"hf/causal-lm/{name}")
 
 
 def test_bits_group_norm_groups_divide_its_tiny_widths():
     """BiT's GroupNorm keeps its default 32 groups, which the tiny stages'
     bottlenecks (4 and 8 channels) cannot hold: it failed eagerly
     ('num_channels (8) must be divisible by num_groups (32)')."""
-    from lazy_mlir.models.sweep import by_name
-    entry = by_name("hf/image-classification/bit")
-    model = entry.make()
-    loss = entry.loss(model, entry.batch(0))
-    loss.backward()
-    assert torch.isfinite(loss)
+    _trains_eagerly("hf/image-classification/bit")
 
 
 @pytest.mark.parametrize("name", ["zamba2", "granitemoehybrid", "lfm2_moe", "longcat_flash",
@@ -157,13 +144,8 @@ def test_sizes_derived_when_a_config_is_built_train_eagerly(name):
     must match the size of tensor b (128)); its hash embeddings had 500002
     rows each (192M parameters)."""
     from lazy_mlir.tools.sweep_run import MAX_PARAMETERS
-    from lazy_mlir.models.sweep import by_name
-    entry = by_name(f"hf/causal-lm/{name}")
-    model = entry.make()
+    model = _trains_eagerly(f"hf/causal-lm/{name}")
     assert sum(p.numel() for p in model.parameters()) < MAX_PARAMETERS
-    loss = entry.loss(model, entry.batch(0))
-    loss.backward()
-    assert torch.isfinite(loss)
 
 
 def test_a_cut_per_layer_list_keeps_one_layer_of_each_kind():
@@ -202,12 +184,7 @@ def test_vibevoice_asrs_tokenizer_stages_match_its_downsampling_ratios():
     """VibeVoice ASR's audio tokenizers have a stage per downsampling ratio
     (6 by default) and one more; the stage table's two depths left them
     short (IndexError: list index out of range, the sweep's eager-fails)."""
-    from lazy_mlir.models.sweep import by_name
-    entry = by_name("hf/seq2seq-lm/vibevoice_asr")
-    model = entry.make()
-    loss = entry.loss(model, entry.batch(0))
-    loss.backward()
-    assert torch.isfinite(loss)
+    _trains_eagerly("hf/seq2seq-lm/vibevoice_asr")
 
 
 @pytest.mark.parametrize("name", ["hf/masked-lm/esmc", "hf/masked-lm/perceiver",
@@ -220,12 +197,7 @@ def test_esmc_perceiver_reformer_and_imagegpt_train_eagerly(name):
     (256) ... (32)); Reformer's causal-LM override (is_decoder) was refused
     by its masked LM; ImageGPT classifies token ids, not pixels ('You have
     to specify either input_ids or inputs_embeds')."""
-    from lazy_mlir.models.sweep import by_name
-    entry = by_name(name)
-    model = entry.make()
-    loss = entry.loss(model, entry.batch(0))
-    loss.backward()
-    assert torch.isfinite(loss)
+    _trains_eagerly(name)
 
 
 @pytest.mark.parametrize("name", ["hiera", "pvt", "textnet", "hgnet_v2"])
@@ -237,9 +209,4 @@ def test_vision_stages_fit_a_tiny_image(name):
     is invalid); TextNet's stages are its four kernel lists and its widths
     one more (list index out of range); HGNetV2's own four-stage lists fed
     a 2048-wide classifier of hidden_sizes[-1] (2x2048 and 32x3)."""
-    from lazy_mlir.models.sweep import by_name
-    entry = by_name(f"hf/image-classification/{name}")
-    model = entry.make()
-    loss = entry.loss(model, entry.batch(0))
-    loss.backward()
-    assert torch.isfinite(loss)
+    _trains_eagerly(f"hf/image-classification/{name}")
