@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from e2e_helpers import Counters, lazy, same_as_eager
+from e2e_helpers import Counters, lazy, same_as_eager, train_steps
 
 import lazy_mlir as lm
 
@@ -60,15 +60,8 @@ def _train(source: str, device: str, x: torch.Tensor, steps: int = 3):
     torch.manual_seed(0)
     model = ComplexRotary(source).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    losses = []
-    for _ in range(steps):
-        opt.zero_grad()
-        loss = model(x.to(device))
-        loss.backward()
-        opt.step()
-        if device == "lazy":
-            lm.mark_step()
-        losses.append(loss.item())
+    # (the model computes its loss from x alone: the batch's target goes unused)
+    losses = train_steps(model, opt, [(x, x)] * steps, device, lambda loss, _: loss)
     return losses, [p.detach().cpu() for p in model.parameters()]
 
 
@@ -81,7 +74,11 @@ def test_complex_rotary_trains_like_eager_without_falling_back(source):
     assert c.fell_back() == [] and c.delta("EagerGraph") == 0
     assert losses == pytest.approx(want_losses, rel=1e-5)
     for got, want in zip(params, want_params):
-        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+        # (AdamW's first steps move a weight by about lr whatever its
+        # gradient's size, so a gradient near zero that rounds differently
+        # moves it differently: 1e-5 of lr=1e-2 seen on weights near zero,
+        # depending on which steps ran before their module was compiled)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
 def test_complex_values_live_across_graphs():
