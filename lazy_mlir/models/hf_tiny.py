@@ -99,8 +99,11 @@ _OVERRIDES = {
     "cvt": {"num_heads": [1, 2, 2], "embed_dim": [16, 32, 64], "depth": [1, 2, 3]},
     "esm": {"vocab_size": VOCAB},  # (None by default: the table sets only int sizes)
     "esmc": {"num_key_value_heads": HEADS},  # (no grouped-query attention: its k_norm is hidden-wide)
-    # (its decoder queries every position: a loss over max_position_embeddings tokens)
-    "perceiver": {"max_position_embeddings": SEQ},
+    # (its decoder queries every position: a loss over max_position_embeddings tokens;
+    # its latents are sizes of their own: 256 x 1280 wide, 26 self-attends, 260M parameters)
+    "perceiver": {"max_position_embeddings": SEQ, "num_latents": SEQ, "d_latents": HIDDEN,
+                  "num_self_attends_per_block": LAYERS, "num_self_attention_heads": HEADS,
+                  "num_cross_attention_heads": HEADS},
     # (a width per stage and one for the stem; its stages are its kernel lists': two)
     "textnet": {"stem_out_channels": 16, "hidden_sizes": [16, 16, 32],
                 "conv_layer_kernel_sizes": [[[3, 3], [3, 3]], [[3, 3], [1, 3]]],
