@@ -62,8 +62,8 @@ def complex_rewritten(func, values) -> bool:
     """Some argument is complex and ``passes/complex_as_real`` writes
     ``func`` in real arithmetic (``_conj_physical``, ``angle``: compiled on
     complex tensors although the torch dialect lacks them)."""
-    return _complex.handles(func) and any(
-        isinstance(v, Value) and v.spec.dtype in _complex.TAKEN for v in values)
+    return _complex.handles(func) and (func in _complex.FROM_REAL or any(
+        isinstance(v, Value) and v.spec.dtype in _complex.TAKEN for v in values))
 
 
 def note_fallback(name: str, why: str) -> None:

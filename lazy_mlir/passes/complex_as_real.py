@@ -37,6 +37,7 @@ import torch.fx as fx
 
 from ..dialects.runner import PipelineError
 from ..ops import offsets as _offsets  # noqa: F401 - defines lazy_mlir::slice_at, ...
+from . import dft
 
 aten = torch.ops.aten
 at_offset = torch.ops.lazy_mlir
@@ -161,6 +162,15 @@ def _clone(p, memory_format=None):
     return Pair(aten.clone.default(p.t, memory_format=torch.contiguous_format))
 
 
+def _copy(dst, src, non_blocking=False):
+    """``aten.copy`` (a functionalized ``copy_``): ``src`` in ``dst``'s
+    shape and dtype (into a real ``dst``, its real part)."""
+    if not isinstance(dst, Pair):
+        return aten.expand.default(src.re.to(dst.dtype), list(dst.shape)).clone()
+    src = _as_pair(src, dst)
+    return Pair(aten.expand.default(src.t.to(dst.t.dtype), list(dst.t.shape)).clone())
+
+
 def _to_copy(x, dtype=None, **_):
     """A cast: complex to complex (the pair's precision), complex to real
     (the real part, as eager, which warns), real to complex (a zero imaginary part)."""
@@ -189,6 +199,13 @@ def _abs(p):
     q = small / aten.where.ScalarSelf(big == 0, 1.0, big)
     out = big * aten.sqrt.default(q * q + 1)
     return aten.where.self(aten.isinf.default(big), big, out)
+
+
+def _sgn(p):
+    """``z / |z|``, 0 where ``z`` is 0 (the backward of ``abs``)."""
+    m = _abs(p)
+    safe = aten.where.ScalarSelf(m == 0, 1.0, m)
+    return _pair(p.re / safe, p.im / safe)
 
 
 def _where(cond, a, b):
@@ -280,6 +297,14 @@ def _like(op):
     return rewrite
 
 
+def _zeros(size, dtype=None, **kwargs):
+    """A complex ``zeros``/``new_zeros`` (the one-sided FFT's backward pads
+    its gradient with one): zero pairs."""
+    real = _REAL_OF[dtype if dtype is not None and dtype.is_complex else torch.complex64]
+    kwargs.pop("layout", None)
+    return Pair(aten.zeros.default(list(size) + [2], dtype=real, **kwargs))
+
+
 REWRITES = {
     aten.mul.Tensor: _mul, aten.mul.Scalar: _mul,
     aten.div.Tensor: _div, aten.div.Scalar: _div,
@@ -292,12 +317,12 @@ REWRITES = {
     aten._conj_physical.default: _conj,
     aten.resolve_conj.default: _same, aten.resolve_neg.default: _same,
     aten.alias.default: _same, aten.lift_fresh_copy.default: _clone,
-    aten.clone.default: _clone, aten._to_copy.default: _to_copy,
+    aten.clone.default: _clone, aten.copy.default: _copy, aten._to_copy.default: _to_copy,
     aten.view_as_real.default: lambda p: p.t,
     aten.view_as_complex.default: lambda x: Pair(x),
     aten.polar.default: _polar, aten.complex.default: _pair,
     aten.real.default: lambda p: p.re, aten.imag.default: lambda p: p.im,
-    aten.abs.default: _abs, aten.angle.default: lambda p: aten.atan2.default(p.im, p.re),
+    aten.abs.default: _abs, aten.sgn.default: _sgn, aten.angle.default: lambda p: aten.atan2.default(p.im, p.re),
     aten.exp.default: _exp, aten.where.self: _where,
     aten.sum.dim_IntList: _sum, aten.sum.default: _sum_all,
     aten.view.default: _shaped(aten.view.default),
@@ -325,11 +350,24 @@ REWRITES = {
     at_offset.slice_scatter_at.default: _scatter(at_offset.slice_scatter_at.default),
     at_offset.select_scatter_at.default: _scatter(at_offset.select_scatter_at.default),
     aten.zeros_like.default: _like(aten.zeros_like.default),
+    aten.zeros.default: _zeros,
+    aten.new_zeros.default: lambda x, size, dtype=None, **kw: _zeros(
+        size, dtype if dtype is not None else torch.complex64, **kw),
+    # torch.fft's primitives as DFT matrix products (``dft.py``)
+    aten._fft_c2c.default: lambda p, dim, norm, forward: _pair(*dft.c2c(
+        p.re, p.im, dim, norm, forward)),
+    aten._fft_r2c.default: lambda x, dim, norm, onesided: _pair(*dft.r2c(
+        x, dim, norm, onesided)),
+    aten._fft_c2r.default: lambda p, dim, norm, n: dft.c2r(p.re, p.im, dim, norm, n),
     aten.ones_like.default: _like(aten.ones_like.default),
 }
 
 _REAL_OF = {torch.complex64: torch.float32, torch.complex128: torch.float64,
             None: None, torch.float32: torch.float32, torch.float64: torch.float64}
+
+
+FROM_REAL = {aten._fft_r2c.default, aten.zeros.default}
+"""Rewritten ops that make a complex value from real arguments only."""
 
 
 def handles(op) -> bool:

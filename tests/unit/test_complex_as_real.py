@@ -71,6 +71,36 @@ def test_the_rewritten_graph_computes_eagers_values_in_real_arithmetic(name):
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
 
 
+def _fft_losses(x, y):
+    mixed = torch.fft.fftn(x, dim=(1, 2)).real  # FNet's token mixing
+    half = torch.fft.rfft(y, norm="ortho")
+    back = torch.fft.irfft(half * 0.5, n=y.shape[-1] + 1)
+    both = torch.fft.rfft2(x, norm="forward")
+    outs = (mixed, torch.view_as_real(half), back, torch.view_as_real(both))
+    loss = (mixed.sin().sum() + torch.view_as_real(half).pow(2).sum() + back.cos().sum()
+            + both.abs().sum() + torch.fft.ifft(torch.fft.fft(y, dim=0), dim=0).real.sum())
+    return loss, outs
+
+
+def _fft_with_grads(x, y):
+    grads, outs = torch.func.grad(_fft_losses, argnums=(0, 1), has_aux=True)(x, y)
+    return (*outs, *grads)
+
+
+def test_fft_primitives_and_their_backwards_are_dft_products():
+    """torch.fft's three primitives (``_fft_r2c``, ``_fft_c2c``, ``_fft_c2r``:
+    n-d, one-sided, every normalization) and their backwards (the one-sided
+    r2c's pads its gradient with a complex ``new_zeros``; abs's is ``sgn``)
+    as real matrix products, with eager's values."""
+    x, y = torch.randn(2, 6, 5), torch.randn(3, 8)
+    traced = make_fx(torch.func.functionalize(_fft_with_grads), tracing_mode="fake")(x, y)
+    gm = complex_as_real(traced)
+    assert not any(str(n.target).startswith("aten._fft") for n in gm.graph.nodes)
+    for g, w in zip(gm(x, y), _fft_with_grads(x, y)):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+
+
 def test_magnitudes_and_quotients_of_large_values_do_not_overflow():
     """|z| and w / z of parts near 1e30 (whose squares overflow float32) are
     eager's: the larger part is factored out first."""
