@@ -51,3 +51,32 @@ def test_a_tied_model_trains_as_in_eager():
         lm.mark_step()
     for p, q in zip(lazy.parameters(), eager.parameters()):
         torch.testing.assert_close(p.cpu(), q, rtol=1e-4, atol=1e-5)
+
+
+def test_an_optimizer_made_before_the_move_trains_the_moved_model():
+    # pygcn: optimizer = Adam(model.parameters()); then model.cuda(). On cuda
+    # the Parameters are kept (param.data =); the lazy move made new ones and
+    # the optimizer updated the old CPU weights: the loss never moved.
+    torch.manual_seed(2)
+    x, y = torch.randn(16, 64), torch.randint(0, 10, (16,))
+    eager, lazy = _tied(), _tied()
+    eopt = torch.optim.Adam(eager.parameters(), lr=0.01, weight_decay=5e-4)
+    lopt = torch.optim.Adam(lazy.parameters(), lr=0.01, weight_decay=5e-4)
+    before = list(lazy.parameters())
+    lazy.to("lazy")
+    assert all(p is q for p, q in zip(lazy.parameters(), before))
+    assert all(isinstance(p, nn.Parameter) and p.device.type == "lazy" for p in before)
+    losses = {"eager": [], "lazy": []}
+    for _ in range(3):
+        for name, model, opt, xs, ys in (("eager", eager, eopt, x, y),
+                                          ("lazy", lazy, lopt, x.to("lazy"), y.to("lazy"))):
+            opt.zero_grad()
+            loss = F.cross_entropy(model(xs), ys)
+            loss.backward()
+            opt.step()
+            lm.mark_step()
+            losses[name].append(loss.item())
+    torch.testing.assert_close(losses["lazy"], losses["eager"], rtol=1e-5, atol=1e-6)
+    assert losses["lazy"][2] < losses["lazy"][0]
+    lazy.cpu()  # and back: still the optimizer's objects
+    assert all(p is q and p.device.type == "cpu" for p, q in zip(lazy.parameters(), before))
