@@ -69,9 +69,11 @@ def value_of(t: LazyTensor) -> Value:
     if (any(s[0] is _AS_STRIDED for s in steps) and not v.spec.offset
             and not _is_contiguous(v.spec.shape, v.spec.stride)):  # (rare test first: every view read)
         v, steps = _in_memory_order(storage, v, steps)
-    k = _from_storage(steps, v.spec)
+    k, dtype = _from_storage(steps, v.spec)
     if k:
         steps = steps[k:]
+        if dtype is not v.spec.dtype:
+            v = _storage_as(v, dtype)
     for step in steps:
         v = apply_view(v, step, lift)
     t._cache = (storage.version, v)
@@ -105,22 +107,46 @@ def _in_memory_order(storage, v: Value, steps):
     return emit(aten.clone.default, (v,), {"memory_format": torch.contiguous_format})[0], steps[k:]
 
 
-def _from_storage(steps, spec: TensorSpec) -> int:
+def _from_storage(steps, spec: TensorSpec) -> tuple[int, torch.dtype | None]:
     """The index of the last ``as_strided`` step, which reads the storage
     itself (its strides and offset address the storage, not its input), or
-    0. Read from the storage's value, it sees the elements eager's does; read
-    from its input's value, a fresh tensor in the graph, it saw that tensor's
-    elements only (an as_strided of an empty narrow read past its 0 elements
-    and the graph failed). Only over a contiguous storage of one dtype."""
-    k = 0
+    0; and the dtype it addresses the storage in (that of a ``view(dtype)``
+    before it: seed 800193, an as_strided of a view(int32) of an empty
+    narrow of a float32 storage). Read from the storage's value, it sees the
+    elements eager's does; read from its input's value, a fresh tensor in
+    the graph, it saw that tensor's elements only (an as_strided of an empty
+    narrow read past its 0 elements and the graph failed). Only over a
+    contiguous storage, and not past a complex view (``view_as_real``)."""
+    k, dtype, dtype_at_k = 0, spec.dtype, spec.dtype
     for i, step in enumerate(steps):
         if step[0] is _AS_STRIDED:
-            k = i
+            k, dtype_at_k = i, dtype
         elif step[0] is _VIEW_DTYPE:
-            return 0
-    if k and (spec.offset or not _is_contiguous(spec.shape, spec.stride)):
-        return 0
-    return k
+            dtype = step[1][0] if step[1] else step[2]["dtype"]
+        elif step[0] in _COMPLEX_VIEWS:
+            return 0, None
+    if k and (spec.offset or not _is_contiguous(spec.shape, spec.stride)
+              or (dtype_at_k is not spec.dtype and (dtype_at_k.is_complex or spec.dtype.is_complex))):
+        return 0, None
+    return k, dtype_at_k
+
+
+_COMPLEX_VIEWS = (aten.view_as_real.default, aten.view_as_complex.default)
+
+
+def _storage_as(v: Value, dtype: torch.dtype) -> Value:
+    """The contiguous storage value ``v`` as a flat tensor of ``dtype``, as
+    an ``as_strided`` of a ``view(dtype)`` addresses it (its bytes past the
+    last whole element of ``dtype`` dropped, as eager's bounds do)."""
+    flat = emit(aten.view.default, (v, [-1]), {})[0]
+    size, wide = v.spec.dtype.itemsize, dtype.itemsize
+    whole = flat.spec.shape[0] - flat.spec.shape[0] % (wide // size) if wide > size else None
+    if whole is not None and whole != flat.spec.shape[0]:
+        flat = emit(aten.slice.Tensor, (flat, 0, 0, whole), {})[0]
+    flat = emit(_VIEW_DTYPE, (flat, dtype), {})[0]
+    # (a clone: torch-mlir's as_strided rewrite indexes the tensor that made
+    # the storage, through view(dtype)s, and yielded its dtype's elements)
+    return emit(aten.clone.default, (flat,), {})[0]
 
 
 def apply_view(v: Value, step, lift: bool = True) -> Value:

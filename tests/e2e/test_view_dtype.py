@@ -41,3 +41,25 @@ def test_width_changing_view_compiles(counters):
     assert torch.equal(u8.view(torch.int16).view(torch.float32).cpu(),
                        (x.view(torch.uint8) + 1).view(torch.float32))
     _no_fallback(counters)
+
+
+def test_as_strided_of_a_dtype_view_reads_the_storage(counters):
+    """An ``as_strided`` addresses the storage in the dtype of its input: of
+    a ``view(int32)`` of an empty narrow of a float32 tensor it read past the
+    narrow's 0 elements (the graph failed, and its eager fallback raised;
+    fuzzer seed 800193); of one over a wider dtype it is the storage's bytes
+    as that dtype, up to the last whole element (eager's bounds)."""
+    import lazy_mlir as lm
+
+    def program(x, h):
+        return [x.reshape(4, 1, 1).narrow(1, 0, 0).view(torch.int32).as_strided((3,), (1,), 1),
+                x.view(torch.int32).as_strided((2,), (2,), 1),
+                h.narrow(0, 0, 4).view(torch.int32).as_strided((2,), (1,), 0),
+                h.narrow(0, 0, 2).view(torch.float16).as_strided((2, 2), (1, 2), 1)]
+    x, h = torch.arange(4.0), torch.arange(5, dtype=torch.int16)
+    got = program(lazy(x), lazy(h))
+    lm.mark_step()
+    for g, w in zip(got, program(x, h)):
+        assert torch.equal(g.cpu(), w), (g.cpu(), w)
+    assert counters.delta("EagerGraph") == 0
+    _no_fallback(counters)
