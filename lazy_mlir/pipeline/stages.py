@@ -281,12 +281,19 @@ def _noted(stage: Stage, step: str) -> Stage:
                                              built_by=f"{stage.provenance.built_by} + {step}"))
 
 
+QUIET_EMPTY_READS = "--iree-global-opt-enable-warn-on-uninitialized-values=false"
+"""iree-compile warns (on the user's stderr, with the whole function's
+signature) where an op reads a ``tensor.empty``: ``torch.empty``/``empty_like``
+filled in place later (MoE routing's ``empty_like`` then ``index_put_``), which
+reads uninitialized memory eagerly too. The program's choice, not ours."""
+
+
 def iree_flags(target: Target, config: PipelineConfig, stages: tuple[Stage, ...]) -> list[str]:
     """The iree-compile flags for the last of ``stages``. The target's
     ``large_matmul_flags`` are dropped from a linalg graph without a matmul
     of ``LARGE_MATMUL_MACS`` unless the configuration names them."""
     own = config.flags_for(target.name)
-    flags = [f"--iree-hal-target-backends={target.backend}", *target.flags]
+    flags = [f"--iree-hal-target-backends={target.backend}", *target.flags, QUIET_EMPTY_READS]
     flags += [f for f in own if f not in flags]
     if _small_graph(target, stages) is not None:
         drop = set(target.large_matmul_flags) - set(own)
