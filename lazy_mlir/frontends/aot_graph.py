@@ -39,6 +39,7 @@ import torch.fx as fx
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from .. import metrics
+from .aot_empty import fold_empty
 from ..compile_service.executable import COMPILING, FAILED, LOADED, EagerExecutable
 from ..compile_service.lookup import executable_for
 from ..config import PipelineConfig
@@ -520,7 +521,7 @@ def tensor_module(gm: fx.GraphModule, inputs):
     with mode:
         fakes = [torch.empty(d[1], dtype=d[2]) for d in inputs if d[0] == "t"]
         module = make_fx(run, decomposition_table=_inductor_prims())(*fakes)
-    return module, layout
+    return fold_empty(module), layout
 
 
 def _inductor_prims() -> dict:

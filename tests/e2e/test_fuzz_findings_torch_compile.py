@@ -124,3 +124,29 @@ def test_torch_compile_bytes_written_through_a_bool_tensors_byte_view():
     assert all(torch.equal(g, w) for g, w in zip(got, written(x.clone())))
     assert c.delta("DynamoEagerGraph") >= 1
     compiled_like_eager(read, lambda: [torch.tensor([1, 0, 1], dtype=torch.uint8)])
+
+
+def _unbind_of_an_empty_slice(x):
+    return list(x[:, :, -3:0].unbind(1))
+
+
+def _add_into_an_empty_unfold(x):
+    w = x.flatten()[1:2].unfold(0, 0, 2).squeeze(-2)
+    w.add_(1)
+    return [x, w]
+
+
+def _matmul_over_no_elements(x):
+    return [torch.matmul(x.transpose(1, 0), x), x.sum(0), x.sum()]
+
+
+def test_torch_compile_of_ops_on_empty_tensors_compiles():
+    """Ops on empty tensors reached torch-mlir and IREE, which fail them: an
+    ``unbind`` of a (0, 2, 0) slice (IREE's extract_slice verifier, fuzzer
+    seed 800199), an in-place add into an empty unfold of an argument (a
+    slice_scatter of nothing: tm_tensor.scatter, seed 800176), a matmul
+    over a 0-long dimension (seed 800216); each graph ran eagerly. They are
+    computed without the compiler (``frontends/aot_empty``)."""
+    compiled_like_eager(_unbind_of_an_empty_slice, lambda: [torch.zeros(0, 2, 4)])
+    compiled_like_eager(_add_into_an_empty_unfold, lambda: [torch.tensor(7)])
+    compiled_like_eager(_matmul_over_no_elements, lambda: [torch.zeros(0, 3)])
