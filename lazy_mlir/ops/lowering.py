@@ -25,7 +25,8 @@ does not lower to linalg (they failed to compile and fell back).
 - ``constant_pad_nd`` with negative padding (a crop): a slice first.
 - ``as_strided`` to a 0-d result (``empty_permuted(())``): one element of
   the flat input (torch-mlir's rank-0 lowering crashes the process); of a
-  0-d input: its one element expanded (the same crash, a double free).
+  0-d input, or of a view of one: its one element expanded (the same
+  crash, a double free).
 - ``unfold`` whose windows leave a tail of the dimension unread: of the
   part read (torch-mlir's linalg for it fails verification: "inferred input
   operand has dimension 5, but found 4"; lm.jit and torch.compile graphs);
@@ -392,12 +393,25 @@ def as_strided(x, size, stride, storage_offset=None):
     """A 0-d ``as_strided`` is one element of the flat input: torch-mlir's
     lowering of a rank-0 result crashes the process (SIGSEGV/SIGABRT); so
     does one of a rank-0 input (a double free), whose one element is then
-    every element of the result: an expand."""
+    every element of the result: an expand. So does a view of one whose
+    storage is that one element (a ``reshape((1,))`` of a 0-d argument,
+    torch-mlir's rewrite indexes the 0-d tensor that made the storage:
+    fuzzer seed 800336)."""
     if len(size) != 0:
-        if x.dim() != 0:
+        if x.dim() != 0 and not _one_element_storage(x):
             return NotImplemented
         return aten.expand.default(aten.reshape.default(x, [1] * len(size)), list(size))
     return aten.select.int(aten.reshape.default(x, [-1]), 0, storage_offset or 0)
+
+
+def _one_element_storage(x) -> bool:
+    """Whether ``x`` is the one element of its storage (a view of a 0-d
+    tensor), which an ``as_strided`` of it can only repeat."""
+    try:
+        return (x.numel() == 1 and x.storage_offset() == 0
+                and x.untyped_storage().nbytes() == x.element_size())
+    except (RuntimeError, NotImplementedError):  # (a tensor with no storage)
+        return False
 
 
 @register_decomposition(aten.constant_pad_nd.default, scope=IMPORT)

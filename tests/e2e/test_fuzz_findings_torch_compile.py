@@ -150,3 +150,12 @@ def test_torch_compile_of_ops_on_empty_tensors_compiles():
     compiled_like_eager(_unbind_of_an_empty_slice, lambda: [torch.zeros(0, 2, 4)])
     compiled_like_eager(_add_into_an_empty_unfold, lambda: [torch.tensor(7)])
     compiled_like_eager(_matmul_over_no_elements, lambda: [torch.zeros(0, 3)])
+
+
+def test_torch_compile_as_strided_of_a_view_of_a_0d_argument():
+    """An ``as_strided`` of a ``reshape((1,))`` of a 0-d argument: torch-mlir's
+    rewrite indexes the 0-d tensor that made the storage, and its lowering
+    crashed the compile worker (a double free; the graph ran eagerly, fuzzer
+    seed 800336). It is the one element expanded, as of the 0-d tensor."""
+    compiled_like_eager(lambda x: [x.reshape((1,)).as_strided((3,), (0,), 0)],
+                        lambda: [torch.tensor(1.5)])
