@@ -45,6 +45,7 @@ _SIZES = {
     "rotary_dim": HIDDEN // HEADS // 2,  # (GPT-J's, CodeGen's 64 exceed the head)
     "num_encoder_layers": LAYERS, "num_encoder_blocks": LAYERS,  # (ProphetNet; PoolFormer)
     "hidden_size_global": HIDDEN,  # (BLT's local encoder and decoder: the global transformer's)
+    "entity_vocab_size": VOCAB, "entity_emb_size": HIDDEN,  # (LUKE's 500000 entities: 129M)
 }
 # config attribute -> tiny value where the default config leaves it None
 # and the model divides or raises by it: Nemotron's key-value heads

@@ -212,12 +212,14 @@ def test_vision_stages_fit_a_tiny_image(name):
     _trains_eagerly(f"hf/image-classification/{name}")
 
 
-def test_perceivers_latents_are_tiny():
-    """Perceiver's latent array has sizes of its own (256 latents x 1280,
-    26 self-attends per block) that the shrink table does not know: the
-    masked LM had 260M parameters at the tiny size (the sweep's too-big)."""
+@pytest.mark.parametrize("name", ["perceiver", "luke"])
+def test_perceivers_latents_and_lukes_entities_are_tiny(name):
+    """Sizes of their own the shrink table did not know: Perceiver's latent
+    array (256 latents x 1280, 26 self-attends per block), 260M parameters
+    at the tiny size; LUKE's 500000 x 256 entity embeddings, 129M (the
+    sweep's too-big)."""
     from lazy_mlir.models.sweep import by_name
     from lazy_mlir.tools.sweep_run import MAX_PARAMETERS
     with torch.device("meta"):
-        model = by_name("hf/masked-lm/perceiver").make()
+        model = by_name(f"hf/masked-lm/{name}").make()
     assert sum(p.numel() for p in model.parameters()) < MAX_PARAMETERS // 10
