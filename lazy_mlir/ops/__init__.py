@@ -10,7 +10,7 @@ for one op and target).
   ``special_gamma`` (+ ``special_tables``), ``bessel``, ``bessel_jy``,
   ``linalg_lu``, ``linalg_det``, ``linalg_cholesky``, ``linalg_qr``,
   ``linalg_matrix_exp`` (not registered), ``sort_scan``, ``reductions``,
-  ``index``, ``nn``, ``rnn`` (LSTM/GRU as ``lazy_mlir::`` ops, one node each
+  ``index``, ``nn``, ``grid_sample_backward``, ``rnn`` (LSTM/GRU as ``lazy_mlir::`` ops, one node each
   way), ``embedding_bag``, ``distance``, ``random_fills``,
   ``lowering`` (torch-mlir gaps: rank 0, views, pooling variants) and
   ``compile_gaps`` (forms only torch.compile and lm.jit graphs hold).
