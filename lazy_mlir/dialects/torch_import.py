@@ -6,6 +6,7 @@ from torch_mlir import ir
 from torch_mlir.dialects import func as func_d  # noqa: F401 (for linalg_edit)
 from torch_mlir.dialects import torch as torch_d
 from torch_mlir.extras.fx_importer import FxImporter
+from .as_strided_base import fresh_dtype_bases
 from .uint8_literals import reparseable
 
 
@@ -19,6 +20,7 @@ def import_fx(gm: fx.GraphModule, func_name: str = "main") -> ir.Module:
     """The torch-dialect module of ``gm`` (value semantics; one function,
     plus one private function per graph of a ``while_loop`` in it, whose
     loops are made counted: ``counted_loops``)."""
+    fresh_dtype_bases(gm)  # (before the importer's as_strided rewrite)
     imp = FxImporter(context=new_context())
     if any(isinstance(m, fx.GraphModule) for m in gm.children()):
         imp.import_graph_module(gm, func_name=func_name)

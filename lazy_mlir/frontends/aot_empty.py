@@ -11,7 +11,8 @@ inner dimension fails to compile (seed 800216); each graph ran eagerly.
 
 ``fold_empty`` rewrites the traced graph before it is lowered, as the lazy
 device records: a node whose result is empty becomes an ``empty`` of its
-shape (nothing to compute); a scatter of no elements into a tensor is that
+shape (nothing to compute; not a view of elements an ``as_strided`` may
+address); a scatter of no elements into a tensor is that
 tensor; a node whose tensor inputs are all empty and whose result is not
 (``mm`` of (1, 0) by (0, 1), ``sum`` of nothing) is computed by ATen on empty
 host tensors at compile time and becomes a ``full`` of its one value (left as
@@ -109,6 +110,8 @@ def _folded(node: fx.Node):
 def fold_empty(gm: fx.GraphModule) -> fx.GraphModule:
     """``gm`` with no computation on empty tensors (the module's docstring)."""
     changed = False
+    # (an as_strided addresses the storage: an empty view on its way keeps it)
+    strided = any(n.target is aten.as_strided.default for n in gm.graph.nodes)
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or not node.users:
             continue
@@ -121,7 +124,8 @@ def fold_empty(gm: fx.GraphModule) -> fx.GraphModule:
         if is_op and node.target._schema.is_mutable:
             continue  # (a write into an argument keeps its node)
         if val.numel() == 0:
-            if node.target is not aten.empty.memory_format:
+            if node.target is not aten.empty.memory_format and not (
+                    strided and val.untyped_storage().nbytes()):
                 _empty(gm, node, val)
                 changed = True
             continue

@@ -63,3 +63,31 @@ def test_as_strided_of_a_dtype_view_reads_the_storage(counters):
         assert torch.equal(g.cpu(), w), (g.cpu(), w)
     assert counters.delta("EagerGraph") == 0
     _no_fallback(counters)
+
+
+def _as_strided_of_an_int_view(x):
+    return [x.narrow(1, 0, 0).view(torch.int32).as_strided((3,), (1,), 1)]
+
+
+def _as_strided_after_a_write_through_an_int_view(x):
+    x.view(torch.int64).chunk(3)[2].add_(5)
+    return [x.permute((0,)).as_strided((2,), (1,), 1), x]
+
+
+def test_as_strided_across_a_dtype_view_compiles():
+    """torch-mlir's importer indexes the tensor that made an as_strided's
+    storage, across view(dtype)s: it read float32 elements for an as_strided
+    of a view(int32) (torch.compile ran the graph eagerly, fuzzer seed
+    800193) and int64 ones for an as_strided of a float64 storage written
+    through its view(int64) (lm.jit raised, seed 801059)."""
+    import lazy_mlir as lm
+    from e2e_helpers import Counters, compiled_like_eager
+    compiled_like_eager(_as_strided_of_an_int_view, lambda: [torch.arange(4.0).reshape(4, 1, 1)])
+    compiled_like_eager(_as_strided_after_a_write_through_an_int_view,
+                        lambda: [torch.tensor([1.5, -2.0, 3.25], dtype=torch.float64)])
+    c = Counters()
+    x = torch.tensor([1.5, -2.0, 3.25], dtype=torch.float64)
+    got = lm.jit(_as_strided_after_a_write_through_an_int_view).lower(x.clone()).compile()(x.clone())
+    want = _as_strided_after_a_write_through_an_int_view(x.clone())
+    assert all(torch.equal(g, w) for g, w in zip(got, want)), (got, want)
+    assert not c.fell_back()
