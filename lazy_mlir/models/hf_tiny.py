@@ -332,13 +332,25 @@ def entries() -> list[Entry]:
     return out
 
 
+def _config_for(cls, cfg):
+    """The sub-config ``cls`` takes: a multimodal model type whose causal-LM
+    class is its text model (Llama 4, Qwen 3.5) is given the composite
+    config's text part, as ``AutoModelForCausalLM`` of a checkpoint is."""
+    want = getattr(cls, "config_class", None)
+    if want is None or isinstance(cfg, want) or not hasattr(cfg, "get_text_config"):
+        return cfg
+    text = cfg.get_text_config()
+    return text if isinstance(text, want) else cfg
+
+
 def _entry(family: str, model_type: str, class_name: str) -> Entry:
     def build():
         import transformers
         cfg = tiny_config(model_type)
         if family == "masked-lm" and getattr(cfg, "is_decoder", False):
             cfg.is_decoder = False  # (bidirectional: Reformer's causal-LM override refused)
-        return getattr(transformers, class_name)(cfg)
+        cls = getattr(transformers, class_name)
+        return cls(_config_for(cls, cfg))
 
     def batch(step: int) -> dict:
         if family == "image-classification" and _takes_tokens(class_name):

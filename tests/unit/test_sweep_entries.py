@@ -223,3 +223,12 @@ def test_perceivers_latents_and_lukes_entities_are_tiny(name):
     with torch.device("meta"):
         model = by_name(f"hf/masked-lm/{name}").make()
     assert sum(p.numel() for p in model.parameters()) < MAX_PARAMETERS // 10
+
+
+@pytest.mark.parametrize("name", ["llama4", "qwen3_5"])
+def test_a_multimodal_type_s_causal_lm_is_built_from_its_text_config(name):
+    """Llama 4's and Qwen 3.5's causal-LM classes are their text models: given
+    the composite (vision + text) config they failed eagerly (no
+    ``pad_token_id`` / ``vocab_size`` on it), so the sweep recorded eager-fails."""
+    model = _trains_eagerly(f"hf/causal-lm/{name}")
+    assert type(model.config).__name__.endswith("TextConfig")
