@@ -159,3 +159,14 @@ def test_torch_compile_as_strided_of_a_view_of_a_0d_argument():
     seed 800336). It is the one element expanded, as of the 0-d tensor."""
     compiled_like_eager(lambda x: [x.reshape((1,)).as_strided((3,), (0,), 0)],
                         lambda: [torch.tensor(1.5)])
+
+
+def test_torch_compile_as_strided_of_a_chunk_reads_the_whole_storage():
+    """An ``as_strided`` of a ``chunk``'s output addresses the chunked
+    tensor's storage; torch-mlir's importer stopped at the chunk's output and
+    found its elements past it "outside the base tensor" (the graph ran
+    eagerly; fuzzer seeds 801220, 801099)."""
+    compiled_like_eager(lambda x: [x.chunk(3, -1)[0].as_strided((3, 1), (0, 2), 2)],
+                        lambda: [torch.arange(6).reshape(2, 3)])
+    compiled_like_eager(lambda x: [x.chunk(2, -2)[1].as_strided((3, 1), (3, 1), 2)],
+                        lambda: [torch.arange(12, dtype=torch.int16).reshape(2, 2, 3)])
