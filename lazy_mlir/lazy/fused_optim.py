@@ -242,7 +242,29 @@ def _fused_sgd(func, args, kwargs):
     return None
 
 
-SPECIAL = {**{f: _fused_adam for f in (*ADAM, *ADAMW)}, **{f: _fused_sgd for f in SGD}}
+def _skipping_empty(handler):
+    """``handler`` called without the parameters that have no elements (a
+    zero-sized layer: MobileBERT's tiny config has one), whose update is
+    nothing (torch.optim's Python has already advanced their step counts).
+    Capture refuses an op that reads an empty tensor and makes a non-empty
+    result, so one empty parameter sent the whole update to run eagerly on
+    host copies, reading back every parameter each step."""
+    def call(func, args, kwargs):
+        b = _bind(func, args, kwargs)
+        params = b["self"]
+        if all(map(_numel, params)):
+            return handler(func, args, kwargs)
+        keep = [i for i, p in enumerate(params) if p.numel()]
+        n = len(params)
+        kept = {k: [v[i] for i in keep] if isinstance(v, (list, tuple)) and len(v) == n else v
+                for k, v in b.items()}
+        return handler(func, (), kept) if keep else None
+    return call
+
+
+_numel = operator.methodcaller("numel")
+SPECIAL = {**{f: _skipping_empty(_fused_adam) for f in (*ADAM, *ADAMW)},
+           **{f: _skipping_empty(_fused_sgd) for f in SGD}}
 
 
 def prefer_fused() -> bool:
