@@ -56,6 +56,8 @@ def infer(func, flat: list, treedef) -> list:
     args, kwargs = unflatten(metas, treedef)
     out = func(*args, **kwargs)
     probe(func, metas, _is_meta, lambda flat: unflatten(flat, treedef), out)  # eager's checks
+    if func is _LAYER_NORM:
+        out = _layer_norm_as_cpu(args[0], out)
     if isinstance(out, torch.Tensor):
         leaves, out_tree = [out], None  # the common case: no pytree needed
     else:
@@ -72,6 +74,20 @@ def infer(func, flat: list, treedef) -> list:
 
 
 _MEMO_MAX = 1 << 16
+
+_LAYER_NORM = torch.ops.aten.native_layer_norm.default
+
+
+def _layer_norm_as_cpu(x, out):
+    """``native_layer_norm``'s mean and rstd in a float16 or bfloat16 input's
+    dtype, as eager's CPU kernel and the compiled module (torch's
+    decomposition casts them back on a cpu device) give them; the meta kernel
+    keeps them in float32. A graph that returned them (a split step's early
+    part under bf16 autocast: saved for the backward) handed a bfloat16
+    buffer to a module declared to take float32, and the step crashed."""
+    if x.dtype not in (torch.float16, torch.bfloat16):
+        return out
+    return out[0], out[1].to(x.dtype), out[2].to(x.dtype)
 
 
 # Constants keyed by type and value: these types' equality is exact.

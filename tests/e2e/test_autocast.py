@@ -435,3 +435,22 @@ def test_pytorchs_autocast_still_scripts_and_compiles_for_other_devices():
     x = torch.randn(3, 3)
     assert scripted(x).dtype == torch.bfloat16
     assert torch.compile(region, backend="eager", fullgraph=True)(x).dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_layer_norm_statistics_of_a_half_input_are_eagers_dtype_across_graphs(dtype):
+    # Layer norm under bf16 autocast: its mean and rstd, saved for the
+    # backward, are outputs of a step's first part when the step is split.
+    # The meta kernel said float32, eager's CPU kernel and the compiled
+    # module give the input's dtype: the next graph, declared to take
+    # float32, was handed a bfloat16 buffer ('element type mismatch').
+    g = torch.Generator().manual_seed(0)
+    x, w, b = (torch.randn(*s, generator=g).to(dtype) for s in ((4, 8), (8,), (8,)))
+    want = torch.ops.aten.native_layer_norm(x, [8], w, b, 1e-5)
+    got = torch.ops.aten.native_layer_norm(x.to("lazy"), [8], w.to("lazy"), b.to("lazy"), 1e-5)
+    assert [t.dtype for t in got] == [t.dtype for t in want]
+    lm.mark_step()  # the statistics are this graph's outputs ...
+    later = [t * 2 for t in got]
+    lm.mark_step()  # ... and the next one's inputs
+    for t, e in zip(later, want):
+        torch.testing.assert_close(t.cpu(), e * 2)
