@@ -117,7 +117,25 @@ def _rewrites(name, args, kwargs) -> bool:
         return _liftable(kwargs.get("value"))
     if name == "clamp.default":
         return any(_liftable(a) for a in (*args[1:], *kwargs.values()))
+    if name in _FILLS:
+        at = _FILLS[name]
+        return len(args) > at and _liftable(args[at]) \
+            and _fits(args[at], kwargs.get("dtype") or args[0].dtype)
+    if name == "rsub.Scalar":
+        return _liftable(args[1]) and _fits(args[1], _scalar_dtype(
+            args[0].dtype, args[0].dim() == 0, type(args[1])))
     return False
+
+
+def _fits(x, dtype) -> bool:
+    """Whether a 0-d tensor of ``dtype`` holds ``x`` (``300 - uint8_x``
+    wraps in eager's kernel; a uint8 input of 300 cannot be made)."""
+    if dtype.is_floating_point or dtype.is_complex:
+        return True
+    if dtype == torch.bool:
+        return False
+    info = torch.iinfo(dtype)
+    return info.min <= x <= info.max
 
 
 def _promoted(args, record) -> tuple:
@@ -166,15 +184,27 @@ def _lift_rewritten(func, args, kwargs, tensor_cls, make_scalar, record):
             return aten.addcmul.default, (args[0], inner, lift(kwargs["value"])), {}
         return aten.add.Tensor, (args[0], record(aten.mul.Tensor,
                                                  (inner, lift(kwargs["value"])), {})), {}
+    if name in _FILLS:
+        # x.new_full(size, t), full_like(x, t): a sampling loop's timestep
+        # (torch.full is fill_ of an empty tensor already: lifted as fill_)
+        empty = record(aten.new_empty.default if name == "new_full.default"
+                       else aten.empty_like.default, args[:_FILLS[name]], kwargs)
+        return aten.fill.Tensor, (empty, make_scalar(args[_FILLS[name]], empty.dtype)), {}
+    if name == "rsub.Scalar":  # (rsub.Tensor takes alpha by keyword only)
+        alpha = {"alpha": args[2]} if len(args) > 2 else kwargs
+        return aten.rsub.Tensor, (args[0], lift(args[1])), alpha
     # clamp: clamp.Tensor takes no numbers, so a 0 or 1 bound is lifted too.
     bounds = [lift(a) if type(a) in _NUMBER_TYPES else a for a in args[1:]]
     kwargs = {k: lift(a) if type(a) in _NUMBER_TYPES else a for k, a in kwargs.items()}
     return aten.clamp.Tensor, (args[0], *bounds), kwargs
 
 
+# Fills of a new tensor whose value ``lift_scalars`` lifts: op -> its position.
+_FILLS = {"new_full.default": 2, "full_like.default": 1}
+
 # Ops whose numbers ``lift_scalars`` rewrites by name (an alpha, a value, a bound).
 _REWRITTEN = frozenset({"add.Tensor", "sub.Tensor", "addcmul.default", "addcdiv.default",
-                        "clamp.default"})
+                        "clamp.default", "rsub.Scalar", *_FILLS})
 
 
 def _lift_rule(func):

@@ -82,7 +82,21 @@ def test_the_general_rule_lifts_only_where_a_tensor_can_stand_for_the_number():
 
 def test_rsub_with_alpha_is_recorded():
     """``rsub.Scalar`` takes ``alpha`` positionally, its ``.Tensor`` sibling
-    as a keyword: it keeps its overload (capture raised "rsub() takes 2
-    positional arguments but 3 were given"; values: tests/e2e/test_scalar_overloads.py)."""
+    as a keyword: the lifted call passes it by keyword (capture raised
+    "rsub() takes 2 positional arguments but 3 were given"; values:
+    tests/e2e/test_scalar_overloads.py)."""
     x = torch.ones(3).to("lazy")
-    assert _ops(torch.rsub(x, 2.5, alpha=2))[-1] == "rsub.Scalar"
+    assert _ops(torch.rsub(x, 2.5, alpha=2))[-1] == "rsub.Tensor"
+    assert _inputs(torch.rsub(x, 2.5, alpha=2)) == ["float32[3]", "float32[]"]
+
+
+def test_fill_values_of_new_tensors_and_rsubs_number_are_lifted():
+    # a sampling loop's x.new_full((B,), t) / full_like(x, t) / t - x: each
+    # step's t was a constant of the graph, a new compile per step
+    x = torch.ones(3).to("lazy")
+    # (x stays an input, as new_full's was: new_empty/empty_like read no data)
+    assert _inputs(x.new_full((2,), 7.5)) == ["float32[3]", "float32[]"]
+    assert _inputs(x.new_full((2,), 7, dtype=torch.int64)) == ["float32[3]", "int64[]"]
+    assert _inputs(torch.full_like(x, 0.25)) == ["float32[3]", "float32[]"]
+    assert _inputs(0.25 - x) == ["float32[3]", "float32[]"]
+    assert _inputs(x.new_full((2,), 1.0)) == ["float32[3]"]  # 0 and 1 stay constants

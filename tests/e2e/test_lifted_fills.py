@@ -1,0 +1,31 @@
+"""A number that changes every step in ``x.new_full``, ``torch.full_like``
+or ``t - x`` is a graph input (``lazy/scalars.py``): a DDPM sampling loop's
+``x.new_full((b,), t, dtype=torch.long)`` compiled a graph per timestep."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import lazy_mlir as lm
+from e2e_helpers import Counters, lazy
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x, t: x.new_full((4,), t) * x,
+    lambda x, t: x + x.new_full((4,), int(t * 10), dtype=torch.long),
+    lambda x, t: torch.full_like(x, t) - x,
+    lambda x, t: t - x,
+    lambda x, t: int(t * 10) - x,
+], ids=["new_full", "new_full_long", "full_like", "rsub", "rsub_int"])
+def test_a_new_number_each_step_compiles_once(fn):
+    x = torch.randn(4)
+    xl = lazy(x)
+    lm.mark_step()
+    for step in range(4):
+        if step == 1:
+            c = Counters()
+        t = 0.35 + 0.1 * step
+        got = fn(xl, t)
+        lm.mark_step()
+        torch.testing.assert_close(got.cpu(), fn(x, t))
+    assert c.delta("UncachedCompile") + c.delta("PersistentCacheHit") == 0
