@@ -84,6 +84,10 @@ _OVERRIDES = {
     # (layer kinds are None by default, a checkpoint lists them; a dense first layer, then MoE)
     "lfm2_moe": {"layer_types": ["conv", "full_attention"], "num_dense_layers": 1},
     "diffllama": {"num_key_value_heads": HEADS},  # (its two attention calls split the KV heads)
+    # (multi-head latent attention expands its latents to every head before the attention,
+    # which repeats them num_heads / num_key_value_heads times more; an indexer of 64 x 128)
+    **dict.fromkeys(("deepseek_v32", "glm_moe_dsa"), {
+        "num_key_value_heads": HEADS, "index_n_heads": HEADS, "index_head_dim": HIDDEN // HEADS}),
     "xlstm": {"embedding_dim": HIDDEN},  # (its width; the default 4096 beside hidden 64)
     # (15 of 35 layers share the KV cache, and per-layer fields are per 35 layers)
     "gemma3n_text": {"num_kv_shared_layers": 0, "intermediate_size": [FFN] * LAYERS,

@@ -232,3 +232,13 @@ def test_a_multimodal_type_s_causal_lm_is_built_from_its_text_config(name):
     ``pad_token_id`` / ``vocab_size`` on it), so the sweep recorded eager-fails."""
     model = _trains_eagerly(f"hf/causal-lm/{name}")
     assert type(model.config).__name__.endswith("TextConfig")
+
+
+@pytest.mark.parametrize("name", ["deepseek_v32", "glm_moe_dsa"])
+def test_indexed_latent_attention_trains_eagerly(name):
+    """DeepSeek V3.2's and GLM-MoE-DSA's latent attention expands keys and
+    values to every head, and the attention repeats them num_heads /
+    num_key_value_heads times more: the table's one key-value head made 4
+    key heads beside 2 query heads (The size of tensor a (2) must match the
+    size of tensor b (4), the sweep's eager-fails)."""
+    _trains_eagerly(f"hf/causal-lm/{name}")
