@@ -175,6 +175,13 @@ class LazyTensor(torch.Tensor):
         hooked.add(self)
         return super().register_post_accumulate_grad_hook(hook)
 
+    # ``retain_grad`` is a hook too (C++'s, that sets ``.grad``): through the
+    # traced one-node backward it kept the trace's fake gradient.
+    def retain_grad(self):
+        if self.requires_grad and self.grad_fn is not None:
+            hooked.add(self)
+        return super().retain_grad()
+
     # Pickled as its value, a CPU tensor (``torch.save``): the graph behind
     # it holds locks and compiled modules, which no file can.
     def __reduce_ex__(self, proto):

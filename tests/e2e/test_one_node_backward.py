@@ -78,6 +78,23 @@ def test_a_tensor_hook_keeps_autograds_own_engine():
     assert "backward::ops" not in counts and "backward::one_node" not in counts
 
 
+def test_a_retained_gradient_of_an_intermediate_is_its_value():
+    """``h.retain_grad()`` (a tutorial's look at an activation's gradient) is
+    a hook autograd runs: through the traced one-node backward it kept the
+    trace's fake gradient (``h.grad.cpu()`` was a FakeTensor)."""
+    got = {}
+    for device in ("lazy", "cpu"):
+        model = _model().to(device)
+        x, y = (t.to(device) for t in _data(0))
+        h = model[0](x)
+        h.retain_grad()
+        nn.functional.cross_entropy(model[1:](h), y).backward()
+        got[device] = (h.grad.cpu(), model[0].weight.grad.cpu())
+    assert type(got["lazy"][0]) is torch.Tensor
+    for a, b in zip(got["lazy"], got["cpu"]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
 def test_a_module_backward_hook_runs_the_backward_op_by_op():
     """A module's full backward hook is an autograd Function of PyTorch's in
     the graph: compiled autograd runs it, op by op."""
