@@ -46,6 +46,7 @@ _SIZES = {
     "num_encoder_layers": LAYERS, "num_encoder_blocks": LAYERS,  # (ProphetNet; PoolFormer)
     "hidden_size_global": HIDDEN,  # (BLT's local encoder and decoder: the global transformer's)
     "entity_vocab_size": VOCAB, "entity_emb_size": HIDDEN,  # (LUKE's 500000 entities: 129M)
+    "vocab_size_per_layer_input": VOCAB,  # (Gemma 3n's and 4's per-layer embeddings: 134M)
 }
 # config attribute -> tiny value where the default config leaves it None
 # and the model divides or raises by it: Nemotron's key-value heads
@@ -167,6 +168,25 @@ def _no_dropout(cfg, depth: int = 0) -> None:
 
 
 def _shrink(cfg, depth: int = 0):
+    spec = vars(cfg).get("_heterogeneity_spec")
+    if spec is None:
+        return _shrink_global(cfg, depth)
+    # (a per-layer config, Gemma 4's: the global reads of its per-layer sizes
+    # raise unless allowed, and its layers' own sizes are set small as well)
+    allowed = vars(cfg).get("allow_global_per_layer_attribute_access", False)
+    cfg.allow_global_per_layer_attribute_access = True
+    try:
+        _shrink_global(cfg, depth)
+    finally:
+        cfg.allow_global_per_layer_attribute_access = allowed
+    for overrides in spec.per_layer_overrides.values():
+        for key in overrides:
+            if key in _SIZES and isinstance(overrides[key], int):
+                overrides[key] = _SIZES[key]
+    return cfg
+
+
+def _shrink_global(cfg, depth: int):
     from transformers import PretrainedConfig
     if depth < 3:
         for key in list(vars(cfg)):

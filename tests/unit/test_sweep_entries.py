@@ -242,3 +242,14 @@ def test_indexed_latent_attention_trains_eagerly(name):
     key heads beside 2 query heads (The size of tensor a (2) must match the
     size of tensor b (4), the sweep's eager-fails)."""
     _trains_eagerly(f"hf/causal-lm/{name}")
+
+
+def test_gemma4s_per_layer_config_is_made_tiny():
+    """Gemma 4's text config is per-layer (its global layers' head_dim is
+    512): the shrink table's read of head_dim raised
+    (AmbiguousGlobalPerLayerAttributeError, the sweep's eager-fails) and
+    the layers' own head_dim was left large; its per-layer embeddings are
+    262144 x 512 (134M parameters)."""
+    from lazy_mlir.tools.sweep_run import MAX_PARAMETERS
+    model = _trains_eagerly("hf/causal-lm/gemma4")
+    assert sum(p.numel() for p in model.parameters()) < MAX_PARAMETERS // 10
