@@ -14,7 +14,7 @@ __all__ = ["ops_named", "shape", "element_type", "element_bytes", "int_list", "z
            "call_instead", "in_loop", "mark", "FUSION_BARRIER", "barrier_into", "barrier_before",
            "producer", "i64_array", "zero_fill", "printed_with", "function_bodies",
            "elements", "barrier_uses_after", "copy_before", "barrier_value_for", "users",
-           "elementwise"]
+           "elementwise", "float_constant_of", "replace_by_f32_constant"]
 
 
 def ops_named(module: ir.Module, name: str) -> list:
@@ -332,3 +332,25 @@ def elementwise(op, body: str, source: str, result: str) -> bool:
         return False
     names = [o.operation.name for o in op.regions[0].blocks[0].operations]
     return names == [body, "linalg.yield"]
+
+
+def float_constant_of(value) -> float | None:
+    """The number of a scalar float ``arith.constant`` ``value`` is, else None."""
+    op = producer(value)
+    if op is None or op.name != "arith.constant":
+        return None
+    try:
+        return ir.FloatAttr(op.attributes["value"]).value
+    except ValueError:  # an integer or a dense (tensor) constant
+        return None
+
+
+def replace_by_f32_constant(op, number: float) -> None:
+    """Replace ``op`` (one f32 result) by an ``arith.constant`` of ``number``
+    (already an f32 value: exactly representable)."""
+    f32 = ir.F32Type.get(op.context)
+    with ir.InsertionPoint(op), op.location:
+        const = ir.Operation.create("arith.constant", results=[f32],
+                                    attributes={"value": ir.FloatAttr.get(f32, number)})
+    op.results[0].replace_all_uses_with(const.result)
+    op.erase()

@@ -248,6 +248,9 @@ def _linalg_edits(config: PipelineConfig, target: str | None) -> list[tuple]:
                       "transposes unfused"))
         from ..passes.column_sums import CALL_PREFIX as SUMS, column_sums_in_two_stages
         edits.append(("column_sums", SUMS, column_sums_in_two_stages, "column sums"))
+    from ..passes.f64_constants import count_in as f64_truncs, fold_truncated_f64_constants
+    edits.append(("f64_constants", f64_truncs, fold_truncated_f64_constants,
+                  "f64 constants made f32"))
     from ..passes.self_inserts import copy_self_inserts, count_in as self_inserts
     edits.append(("self_inserts", self_inserts, copy_self_inserts, "self-overlapping slices copied"))
     from ..passes.returned_views import copy_returned_views, count_in as returned_views
