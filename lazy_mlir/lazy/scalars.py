@@ -36,7 +36,7 @@ def _scalar_dtype(dtype: torch.dtype, zero_dim: bool, scalar_type: type) -> torc
 _SIBLING_OPS = {"add", "sub", "mul", "div", "rsub", "eq", "ne", "lt", "le", "gt", "ge", "fill",
                 "fill_", "masked_fill", "lerp", "where", "remainder", "fmod", "floor_divide",
                 "true_divide", "maximum", "minimum", "bitwise_and", "bitwise_or", "bitwise_xor",
-                "copysign", "atan2", "hypot", "xlogy"}
+                "copysign", "atan2", "hypot", "xlogy", "index_fill", "index_fill_"}
 
 
 @functools.lru_cache(maxsize=None)
@@ -121,6 +121,9 @@ def _rewrites(name, args, kwargs) -> bool:
         at = _FILLS[name]
         return len(args) > at and _liftable(args[at]) \
             and _fits(args[at], kwargs.get("dtype") or args[0].dtype)
+    if name in _ELEMENTWISE:
+        return args[0].dtype.is_floating_point and \
+            any(_liftable(a) for a in (*args[1:], *kwargs.values()))
     if name == "rsub.Scalar":
         return _liftable(args[1]) and _fits(args[1], _scalar_dtype(
             args[0].dtype, args[0].dim() == 0, type(args[1])))
@@ -193,6 +196,8 @@ def _lift_rewritten(func, args, kwargs, tensor_cls, make_scalar, record):
     if name == "rsub.Scalar":  # (rsub.Tensor takes alpha by keyword only)
         alpha = {"alpha": args[2]} if len(args) > 2 else kwargs
         return aten.rsub.Tensor, (args[0], lift(args[1])), alpha
+    if name in _ELEMENTWISE:
+        return _ELEMENTWISE[name](args, kwargs, lift, record, make_scalar)
     # clamp: clamp.Tensor takes no numbers, so a 0 or 1 bound is lifted too.
     bounds = [lift(a) if type(a) in _NUMBER_TYPES else a for a in args[1:]]
     kwargs = {k: lift(a) if type(a) in _NUMBER_TYPES else a for k, a in kwargs.items()}
@@ -202,9 +207,65 @@ def _lift_rewritten(func, args, kwargs, tensor_cls, make_scalar, record):
 # Fills of a new tensor whose value ``lift_scalars`` lifts: op -> its position.
 _FILLS = {"new_full.default": 2, "full_like.default": 1}
 
+
+
+# Float activations and fills whose numbers (a slope, bounds, a threshold, a
+# fill) are lifted by recording them as the ops eager's kernels compute, in
+# the same order (bit for bit): ``x > 0 ? x : x * slope`` for leaky_relu,
+# clamp for hardtanh (ATen's hardtanh is clamp), ``x <= t ? v : x`` for
+# threshold. A number each step (a schedule's slope) was a compile each step.
+def _leaky_relu(args, kwargs, lift, record, make_scalar):
+    """In float16 and bfloat16 eager multiplies in float32 (its opmath) and
+    rounds once: the slope is not rounded to ``x``'s dtype first."""
+    x = args[0]
+    slope = args[1] if len(args) > 1 else kwargs.get("negative_slope", 0.01)
+    if x.dtype in (torch.float16, torch.bfloat16):
+        wide = record(aten._to_copy.default, (x,), {"dtype": torch.float32})
+        scaled = record(aten.mul.Tensor, (wide, make_scalar(slope, torch.float32)), {})
+        scaled = record(aten._to_copy.default, (scaled,), {"dtype": x.dtype})
+    else:
+        scaled = record(aten.mul.Tensor, (x, lift(slope)), {})
+    return aten.where.self, (record(aten.gt.Scalar, (x, 0), {}), x, scaled), {}
+
+
+def _hardtanh(args, kwargs, lift, record, _make_scalar):
+    low = args[1] if len(args) > 1 else kwargs.get("min_val", -1.0)
+    high = args[2] if len(args) > 2 else kwargs.get("max_val", 1.0)
+    return aten.clamp.Tensor, (args[0], lift(low), lift(high)), {}
+
+
+def _threshold(args, kwargs, lift, record, _make_scalar):
+    below = record(aten.le.Tensor, (args[0], lift(args[1])), {})
+    return aten.where.self, (below, lift(args[2]), args[0]), {}
+
+
+def _nan_to_num(args, kwargs, lift, record, _make_scalar):
+    """``isnan ? nan : x == inf ? posinf : x == -inf ? neginf : x``, a None
+    fill the dtype's largest (smallest) finite value, as eager."""
+    x = args[0]
+    given = dict(zip(("nan", "posinf", "neginf"), args[1:]), **kwargs)
+    info = torch.finfo(x.dtype)
+    nan, posinf, neginf = (lift(d if given.get(k) is None else given[k])
+                           for k, d in (("nan", 0.0), ("posinf", info.max), ("neginf", info.min)))
+    out = record(aten.where.self, (record(aten.eq.Scalar, (x, float("-inf")), {}), neginf, x), {})
+    out = record(aten.where.self, (record(aten.eq.Scalar, (x, float("inf")), {}), posinf, out), {})
+    return aten.where.self, (record(aten.isnan.default, (x,), {}), nan, out), {}
+
+
+def _scatter_value(args, kwargs, lift, record, _make_scalar):
+    """scatter of a number: of that number broadcast to ``index``'s shape."""
+    x, dim, index, value = args[:4]
+    src = record(aten.expand.default, (lift(value), list(index.shape)), {})
+    return aten.scatter.src, (x, dim, index, src), kwargs
+
+
+_ELEMENTWISE = {"leaky_relu.default": _leaky_relu, "hardtanh.default": _hardtanh,
+                "threshold.default": _threshold, "nan_to_num.default": _nan_to_num,
+                "scatter.value": _scatter_value}
+
 # Ops whose numbers ``lift_scalars`` rewrites by name (an alpha, a value, a bound).
 _REWRITTEN = frozenset({"add.Tensor", "sub.Tensor", "addcmul.default", "addcdiv.default",
-                        "clamp.default", "rsub.Scalar", *_FILLS})
+                        "clamp.default", "rsub.Scalar", *_FILLS, *_ELEMENTWISE})
 
 
 def _lift_rule(func):

@@ -1,0 +1,54 @@
+"""A number that changes every step in a float activation's or fill's
+arguments (leaky_relu's slope, hardtanh's bounds, threshold's threshold and
+value, nan_to_num's fills, index_fill's and scatter's value) is a graph
+input (``lazy/scalars.py``), with eager's values bit for bit: each new
+number compiled a new graph."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import lazy_mlir as lm
+from e2e_helpers import Counters, lazy
+
+_IDX = [1, 3]
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x, t: F.leaky_relu(x, t),
+    lambda x, t: F.hardtanh(x, -t, t),
+    lambda x, t: torch.threshold(x, t - 0.5, t),
+    lambda x, t: torch.nan_to_num(x / 0, posinf=t),
+    lambda x, t: torch.nan_to_num(x.log(), nan=t, neginf=-t),
+    lambda x, t: x.index_fill(0, torch.tensor(_IDX, device=x.device), t),
+    lambda x, t: x.scatter(0, torch.tensor(_IDX, device=x.device), t),
+], ids=["leaky_relu", "hardtanh", "threshold", "nan_to_num_inf", "nan_to_num_nan",
+        "index_fill", "scatter"])
+def test_a_new_number_each_step_compiles_once(fn):
+    x = torch.randn(6)
+    x[0] = 0.0
+    xl = lazy(x)
+    lm.mark_step()
+    for step in range(4):
+        if step == 1:
+            c = Counters()
+        t = 0.35 + 0.1 * step
+        got = fn(xl, t)
+        lm.mark_step()
+        torch.testing.assert_close(got.cpu(), fn(x, t), rtol=0, atol=0, equal_nan=True)
+    assert c.delta("UncachedCompile") + c.delta("PersistentCacheHit") == 0
+
+
+def test_default_fills_of_nan_to_num_are_the_dtypes_extremes():
+    x = torch.tensor([float("nan"), float("inf"), -float("inf"), 2.0], dtype=torch.bfloat16)
+    got = torch.nan_to_num(lazy(x), nan=0.5).cpu()
+    torch.testing.assert_close(got, torch.nan_to_num(x, nan=0.5), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_leaky_relu_of_half_floats_scales_in_float32_as_eager(dtype):
+    # eager multiplies by the unrounded slope in float32 and rounds once
+    x = torch.randn(257).to(dtype)
+    got = F.leaky_relu(lazy(x), 0.3337).cpu()
+    torch.testing.assert_close(got, F.leaky_relu(x, 0.3337), rtol=0, atol=0)
