@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
 import torch
 
 aten = torch.ops.aten
@@ -259,7 +260,48 @@ def _scatter_value(args, kwargs, lift, record, _make_scalar):
     return aten.scatter.src, (x, dim, index, src), kwargs
 
 
-_ELEMENTWISE = {"leaky_relu.default": _leaky_relu, "hardtanh.default": _hardtanh,
+def _opmath(x, make_scalar, record):
+    """``x`` and a number as eager's kernels compute with them: float16 and
+    bfloat16 in float32 (rounded once at the end, by ``_narrowed``)."""
+    if x.dtype in (torch.float16, torch.bfloat16):
+        return record(aten._to_copy.default, (x,), {"dtype": torch.float32}), \
+            lambda n: make_scalar(n, torch.float32)
+    return x, lambda n: make_scalar(n, x.dtype)
+
+
+def _narrowed(result, x, record):
+    if result.dtype == x.dtype:
+        return aten.alias.default, (result,), {}
+    return aten._to_copy.default, (result,), {"dtype": x.dtype}
+
+
+def _softplus(args, kwargs, lift, record, make_scalar):
+    """``x * beta > threshold ? x : log1p(exp(x * beta)) / beta``."""
+    beta = args[1] if len(args) > 1 else kwargs.get("beta", 1.0)
+    threshold = args[2] if len(args) > 2 else kwargs.get("threshold", 20.0)
+    x, number = _opmath(args[0], make_scalar, record)
+    scaled = record(aten.mul.Tensor, (x, number(beta)), {})
+    soft = record(aten.div.Tensor, (record(aten.log1p.default, (
+        record(aten.exp.default, (scaled,), {}),), {}), number(beta)), {})
+    above = record(aten.gt.Tensor, (scaled, number(threshold)), {})
+    return _narrowed(record(aten.where.self, (above, x, soft), {}), args[0], record)
+
+
+def _elu(args, kwargs, lift, record, make_scalar):
+    """``x > 0 ? x * scale : expm1(x * input_scale) * (alpha * scale)``, the
+    coefficient a float32 product as eager's."""
+    alpha, scale, input_scale = (*args[1:], 1.0, 1.0, 1.0)[:3]
+    x, number = _opmath(args[0], make_scalar, record)
+    coef = alpha * scale if x.dtype == torch.float64 else float(np.float32(alpha) * np.float32(scale))
+    neg = record(aten.mul.Tensor, (record(aten.expm1.default, (
+        record(aten.mul.Tensor, (x, number(input_scale)), {}),), {}), number(coef)), {})
+    pos = record(aten.mul.Tensor, (x, number(scale)), {})
+    out = record(aten.where.self, (record(aten.gt.Scalar, (x, 0), {}), pos, neg), {})
+    return _narrowed(out, args[0], record)
+
+
+_ELEMENTWISE = {"softplus.default": _softplus, "elu.default": _elu,
+                "leaky_relu.default": _leaky_relu, "hardtanh.default": _hardtanh,
                 "threshold.default": _threshold, "nan_to_num.default": _nan_to_num,
                 "scatter.value": _scatter_value}
 

@@ -52,3 +52,32 @@ def test_leaky_relu_of_half_floats_scales_in_float32_as_eager(dtype):
     x = torch.randn(257).to(dtype)
     got = F.leaky_relu(lazy(x), 0.3337).cpu()
     torch.testing.assert_close(got, F.leaky_relu(x, 0.3337), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x, t: F.elu(x, alpha=t),
+    lambda x, t: torch.ops.aten.elu(x, t, 1.0507, 1.3),
+    lambda x, t: F.softplus(x, beta=t),
+    lambda x, t: F.softplus(x, beta=2.0, threshold=t * 10),
+], ids=["elu", "elu_scaled", "softplus_beta", "softplus_threshold"])
+def test_elu_and_softplus_numbers_compile_once(fn):
+    # (float32 is within an ulp of eager, as before: exp/log1p are not libm's)
+    x = torch.randn(64) * 3
+    xl = lazy(x)
+    lm.mark_step()
+    for step in range(4):
+        if step == 1:
+            c = Counters()
+        t = 0.35 + 0.1 * step
+        got = fn(xl, t)
+        lm.mark_step()
+        torch.testing.assert_close(got.cpu(), fn(x, t))
+    assert c.delta("UncachedCompile") + c.delta("PersistentCacheHit") == 0
+
+
+def test_elu_of_bfloat16_computes_in_float32_as_eager():
+    # eager's bfloat16 elu rounds once, from float32: the op's own lowering
+    # rounded each step to bfloat16 (off by up to 1/16 at 0.3337)
+    x = (torch.randn(1000) * 3).bfloat16()
+    got = torch.ops.aten.elu(lazy(x), 0.3337, 1.0507, 1.3).cpu()
+    torch.testing.assert_close(got, torch.ops.aten.elu(x, 0.3337, 1.0507, 1.3), rtol=0, atol=0)
