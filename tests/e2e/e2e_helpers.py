@@ -166,3 +166,20 @@ def captured_backward_graph(monkeypatch):
     lm.mark_step()
     monkeypatch.undo()
     return max(captured, key=lambda g: len(g.nodes))
+
+
+def compiles_once_over_numbers(fn, x: torch.Tensor, exact: bool = False, steps: int = 4) -> None:
+    """``fn(x, t)`` for a new Python number ``t`` each step gives eager's
+    values (``exact``: bit for bit, NaN where eager's) and compiles nothing
+    after the first step: ``t`` is a graph input, not a constant."""
+    xl = lazy(x)
+    lm.mark_step()
+    for step in range(steps):
+        if step == 1:
+            c = Counters()
+        t = 0.35 + 0.1 * step
+        got = fn(xl, t)
+        lm.mark_step()
+        tol = dict(rtol=0, atol=0, equal_nan=True) if exact else {}
+        torch.testing.assert_close(got.cpu(), fn(x, t), **tol)
+    assert c.delta("UncachedCompile") + c.delta("PersistentCacheHit") == 0

@@ -9,8 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import lazy_mlir as lm
-from e2e_helpers import Counters, lazy
+from e2e_helpers import compiles_once_over_numbers, lazy
 
 _IDX = [1, 3]
 
@@ -28,16 +27,7 @@ _IDX = [1, 3]
 def test_a_new_number_each_step_compiles_once(fn):
     x = torch.randn(6)
     x[0] = 0.0
-    xl = lazy(x)
-    lm.mark_step()
-    for step in range(4):
-        if step == 1:
-            c = Counters()
-        t = 0.35 + 0.1 * step
-        got = fn(xl, t)
-        lm.mark_step()
-        torch.testing.assert_close(got.cpu(), fn(x, t), rtol=0, atol=0, equal_nan=True)
-    assert c.delta("UncachedCompile") + c.delta("PersistentCacheHit") == 0
+    compiles_once_over_numbers(fn, x, exact=True)
 
 
 def test_default_fills_of_nan_to_num_are_the_dtypes_extremes():
@@ -62,17 +52,7 @@ def test_leaky_relu_of_half_floats_scales_in_float32_as_eager(dtype):
 ], ids=["elu", "elu_scaled", "softplus_beta", "softplus_threshold"])
 def test_elu_and_softplus_numbers_compile_once(fn):
     # (float32 is within an ulp of eager, as before: exp/log1p are not libm's)
-    x = torch.randn(64) * 3
-    xl = lazy(x)
-    lm.mark_step()
-    for step in range(4):
-        if step == 1:
-            c = Counters()
-        t = 0.35 + 0.1 * step
-        got = fn(xl, t)
-        lm.mark_step()
-        torch.testing.assert_close(got.cpu(), fn(x, t))
-    assert c.delta("UncachedCompile") + c.delta("PersistentCacheHit") == 0
+    compiles_once_over_numbers(fn, torch.randn(64) * 3)
 
 
 def test_elu_of_bfloat16_computes_in_float32_as_eager():

@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import lazy_mlir as lm
-from e2e_helpers import Counters, lazy
+from e2e_helpers import compiles_once_over_numbers
 
 
 @pytest.mark.parametrize("fn", [
@@ -18,14 +17,4 @@ from e2e_helpers import Counters, lazy
     lambda x, t: int(t * 10) - x,
 ], ids=["new_full", "new_full_long", "full_like", "rsub", "rsub_int"])
 def test_a_new_number_each_step_compiles_once(fn):
-    x = torch.randn(4)
-    xl = lazy(x)
-    lm.mark_step()
-    for step in range(4):
-        if step == 1:
-            c = Counters()
-        t = 0.35 + 0.1 * step
-        got = fn(xl, t)
-        lm.mark_step()
-        torch.testing.assert_close(got.cpu(), fn(x, t))
-    assert c.delta("UncachedCompile") + c.delta("PersistentCacheHit") == 0
+    compiles_once_over_numbers(fn, torch.randn(4))
