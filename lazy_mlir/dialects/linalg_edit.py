@@ -200,28 +200,29 @@ def copy_before(op, index: int) -> None:
     copy (generalized, then ``EraseIdentityLinalgOp``), so ``op`` was back
     on the original; the element is chosen by a ``select`` on a true
     behind a ``util.optimization_barrier`` (``OWN_COPY``), which no folder
-    sees through. Element types with no zero constant here (complex) get a
-    ``linalg.copy``."""
+    sees through. Its other value (a zero) comes from a false behind the
+    same barrier: a constant zero folded the select where the copied tensor
+    is zeros (``select(c, 0, 0)``), the copy became a constant, and IREE
+    3.13 evaluated the scatter into it at load time, in place in a constant
+    buffer it packed with another and read back swapped (fuzzer seeds
+    801400 and 801402 under ``torch.compile`` in one graph: a scatter-add
+    into zeros and an argmax came back each other's values, silently).
+    Converted in the copy's body: the barrier's scalars stay ``i1`` (IREE's
+    host code has no float16 constants). Element types other than integers
+    and floats (complex) get a ``linalg.copy``."""
     from torch_mlir.dialects import arith, linalg, tensor
     value = op.operands[index]
     t = ir.RankedTensorType(value.type)
     et = t.element_type
     value.context.allow_unregistered_dialects = True
     with ir.InsertionPoint(op), op.location:
-        if isinstance(et, ir.IntegerType):
-            zero_attr = ir.IntegerAttr.get(et, 0)
-        elif isinstance(et, ir.FloatType):
-            zero_attr = ir.FloatAttr.get(et, 0.0)
-        else:
-            zero_attr = None
         empty = tensor.EmptyOp(list(t.shape), et).result
-        if zero_attr is None:
+        if not isinstance(et, (ir.IntegerType, ir.FloatType)):
             op.operands[index] = linalg.copy(value, outs=[empty])
             return
         i1 = ir.IntegerType.get_signless(1)
-        keep = ir.Operation.create("util.optimization_barrier", results=[i1], operands=[
-            arith.ConstantOp(i1, ir.IntegerAttr.get(i1, 1)).result]).result
-        zero = arith.ConstantOp(et, zero_attr).result
+        keep, off = ir.Operation.create("util.optimization_barrier", results=[i1, i1], operands=[
+            arith.ConstantOp(i1, ir.IntegerAttr.get(i1, v)).result for v in (1, 0)]).results
         identity = ir.AffineMapAttr.get(ir.AffineMap.get_identity(t.rank))
         parallel = ir.Attribute.parse("#linalg.iterator_type<parallel>")
         copy = linalg.GenericOp([t], [value], [empty], ir.ArrayAttr.get([identity, identity]),
@@ -229,6 +230,12 @@ def copy_before(op, index: int) -> None:
         copy.operation.attributes[OWN_COPY] = ir.UnitAttr.get()
         block = copy.regions[0].blocks.append(et, et)
         with ir.InsertionPoint(block):
+            if isinstance(et, ir.FloatType):
+                zero = arith.UIToFPOp(et, off).result
+            elif ir.IntegerType(et).width > 1:
+                zero = arith.ExtUIOp(et, off).result
+            else:
+                zero = off
             linalg.YieldOp([arith.SelectOp(keep, block.arguments[0], zero).result])
     op.operands[index] = copy.results[0]
 
