@@ -67,6 +67,7 @@ def lower(gm: fx.GraphModule, config: PipelineConfig,
           target: str | None = None) -> tuple[Stage, ...]:
     """fx -> (decomposed, mixed-precision) fx -> torch [-> torch-backend -> linalg].
     ``target`` (a target name, if known) selects target-dependent rewrites."""
+    from ..passes.bool_compare import bool_compare_as_promoted
     from ..passes.float_eq import float_eq_as_not_ne
     from ..passes.normalize_dims import normalize_dims
     from ..ops.offsets import expand_runtime_offsets
@@ -126,7 +127,7 @@ def lower(gm: fx.GraphModule, config: PipelineConfig,
             from ..passes.channels_last_pointwise import channels_last_pointwise
             gm = channels_last_pointwise(gm)
             made_by.append("conv_matmul + pool_elementwise + channels_last_pointwise")
-    gm = float_eq_as_not_ne(normalize_dims(expand_runtime_offsets(gm)))
+    gm = bool_compare_as_promoted(float_eq_as_not_ne(normalize_dims(expand_runtime_offsets(gm))))
     if config.mixed_precision == "bf16":
         from ..passes.mixed_precision import bf16_mixed_precision
         gm = bf16_mixed_precision(gm)
