@@ -160,7 +160,7 @@ def _rewritable(op, rank: int, min_macs: int) -> bool:
         return False
     if E.element_type(op.operands[2]) != "f32":
         return False
-    if E.printed_with(op, "indexing_maps") or "cast" in op.attributes:  # not plain a @ b
+    if not E.plain_matmul_maps(op) or "cast" in op.attributes:  # not plain a @ b
         return False
     a, b = shapes[0], shapes[1]
     if math.prod(a) * b[-1] < min_macs:
