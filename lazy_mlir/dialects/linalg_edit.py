@@ -11,7 +11,8 @@ from __future__ import annotations
 from .torch_import import func_d, ir
 
 __all__ = ["ops_named", "shape", "element_type", "element_bytes", "int_list", "zero_pad", "add_functions",
-           "call_instead", "in_loop", "mark", "FUSION_BARRIER", "barrier_into", "barrier_before",
+           "call_instead", "calls_instead", "in_loop", "mark", "FUSION_BARRIER", "barrier_into",
+           "barrier_before",
            "producer", "i64_array", "zero_fill", "plain_matmul_maps", "function_bodies",
            "elements", "barrier_uses_after", "copy_before", "barrier_value_for", "users",
            "elementwise", "float_constant_of", "replace_by_f32_constant"]
@@ -142,10 +143,24 @@ def add_functions(module: ir.Module, text: str) -> None:
 
 def call_instead(op, callee: str, operands: list) -> None:
     """Replace the one-result ``op`` by ``func.call @callee(operands)``."""
-    with ir.InsertionPoint(op), op.location:
-        call = func_d.CallOp([op.results[0].type], ir.FlatSymbolRefAttr.get(callee), operands)
-    op.results[0].replace_all_uses_with(call.results[0])
-    op.erase()
+    calls_instead([(op, callee, operands)])
+
+
+def calls_instead(sites: list) -> None:
+    """Replace each one-result ``op`` of ``sites`` ((op, callee, operands))
+    by ``func.call @callee(operands)``: every call made before any op is
+    erased, so operands gathered beforehand may be results of other sites'
+    ops (a matmul of a matmul): replacing an op's uses then reaches the calls
+    too. Erased one by one, a later call would use the erased op's result (a
+    dangling operand: 'operand is unlinked', or a heap corruption)."""
+    calls = []
+    for op, callee, operands in sites:
+        with ir.InsertionPoint(op), op.location:
+            calls.append(func_d.CallOp([op.results[0].type], ir.FlatSymbolRefAttr.get(callee),
+                                       operands))
+    for (op, _, _), call in zip(sites, calls):
+        op.results[0].replace_all_uses_with(call.results[0])
+        op.erase()
 
 
 def in_loop(op) -> bool:

@@ -135,6 +135,35 @@ def test_many_matmuls_are_read_in_linear_time():
     assert time.perf_counter() - t0 < 3.0
 
 
+def test_a_matmul_of_called_matmuls_calls_their_calls():
+    """Matmuls reading another called matmul's result, as it lies or through
+    a transpose (Kimi Linear's step): their operands are gathered before any
+    matmul is replaced, so replaced one by one the later calls read an erased
+    matmul's result ('operand is unlinked'; in a compile, a heap corruption:
+    'malloc(): invalid size', the hang of the sweep's kimi_linear)."""
+    T = t([256, 256])
+    m = parse(f"""func.func @main(%a: {T}, %b: {T}, %c: {T}) -> ({T}, {T}) {{
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : {T}
+  %f = linalg.fill ins(%z : f32) outs(%e : {T}) -> {T}
+  %m1 = linalg.matmul ins(%a, %b : {T}, {T}) outs(%f : {T}) -> {T}
+  %m2 = linalg.matmul ins(%m1, %c : {T}, {T}) outs(%f : {T}) -> {T}
+  %et = tensor.empty() : {T}
+  %t = linalg.transpose ins(%m1 : {T}) outs(%et : {T}) permutation = [1, 0]
+  %m3 = linalg.matmul ins(%c, %t : {T}, {T}) outs(%f : {T}) -> {T}
+  return %m2, %m3 : {T}, {T}
+}}
+""")
+    assert hb.matmuls_as_calls(m) == 3
+    m.operation.verify()
+    g = torch.Generator().manual_seed(0)
+    a, b, c = (torch.randn(256, 256, generator=g) / 16 for _ in range(3))
+    m2, m3 = (torch.from_numpy(np.asarray(r.to_host())) for r in loaded(m)(a.numpy(), b.numpy(),
+                                                                           c.numpy()))
+    torch.testing.assert_close(m2, a @ b @ c, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(m3, c @ (a @ b).t(), atol=1e-4, rtol=1e-4)
+
+
 def test_the_runtime_registers_the_module_the_pass_calls():
     assert runtime_blas.MODULE == hb.MODULE
 

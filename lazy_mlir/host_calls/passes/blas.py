@@ -199,6 +199,5 @@ def matmuls_as_calls(module, min_macs: int = MIN_MACS) -> int:
             sites.append((op, name, [a, b]))
     if sites:  # one parse: the wrappers call the declarations
         E.add_functions(module, "\n".join(functions.values()))
-    for op, name, operands in sites:
-        E.call_instead(op, name, operands)
+    E.calls_instead(sites)  # (operands may be other sites' results: all at once)
     return len(sites)
