@@ -69,6 +69,7 @@ def lower(gm: fx.GraphModule, config: PipelineConfig,
     ``target`` (a target name, if known) selects target-dependent rewrites."""
     from ..passes.bool_compare import bool_compare_as_promoted
     from ..passes.float_eq import float_eq_as_not_ne
+    from ..passes.float_scalars import int_scalars_as_float
     from ..passes.normalize_dims import normalize_dims
     from ..ops.offsets import expand_runtime_offsets
     from .fx_graph import decompose
@@ -127,7 +128,8 @@ def lower(gm: fx.GraphModule, config: PipelineConfig,
             from ..passes.channels_last_pointwise import channels_last_pointwise
             gm = channels_last_pointwise(gm)
             made_by.append("conv_matmul + pool_elementwise + channels_last_pointwise")
-    gm = bool_compare_as_promoted(float_eq_as_not_ne(normalize_dims(expand_runtime_offsets(gm))))
+    gm = float_eq_as_not_ne(normalize_dims(expand_runtime_offsets(gm)))
+    gm = int_scalars_as_float(bool_compare_as_promoted(gm))
     if config.mixed_precision == "bf16":
         from ..passes.mixed_precision import bf16_mixed_precision
         gm = bf16_mixed_precision(gm)
