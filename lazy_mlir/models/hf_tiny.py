@@ -89,7 +89,9 @@ _OVERRIDES = {
     # which repeats them num_heads / num_key_value_heads times more; an indexer of 64 x 128)
     **dict.fromkeys(("deepseek_v32", "glm_moe_dsa"), {
         "num_key_value_heads": HEADS, "index_n_heads": HEADS, "index_head_dim": HIDDEN // HEADS}),
-    "xlstm": {"embedding_dim": HIDDEN},  # (its width; the default 4096 beside hidden 64)
+    # (its width, the default 4096 beside hidden 64; its blocks, the layers it builds:
+    # num_blocks is num_hidden_layers' default 32, copied when the config was made)
+    "xlstm": {"embedding_dim": HIDDEN, "num_blocks": LAYERS},
     # (15 of 35 layers share the KV cache, and per-layer fields are per 35 layers)
     "gemma3n_text": {"num_kv_shared_layers": 0, "intermediate_size": [FFN] * LAYERS,
                      "activation_sparsity_pattern": [0.0] * LAYERS,

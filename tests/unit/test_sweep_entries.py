@@ -71,7 +71,8 @@ def test_tiny_configs_keep_the_sizes_their_models_check():
     assert mamba2.num_heads % mamba2.n_groups == 0
     bamba = tiny_config("bamba")
     assert bamba.mamba_n_heads * bamba.mamba_d_head == bamba.mamba_expand * bamba.hidden_size
-    assert tiny_config("xlstm").embedding_dim == HIDDEN
+    xlstm = tiny_config("xlstm")  # (its 32 blocks x 16 tokens, each a step: a 900 s 'hang')
+    assert xlstm.embedding_dim == HIDDEN and xlstm.num_blocks == LAYERS
     gemma3n = tiny_config("gemma3n_text")
     assert gemma3n.num_kv_shared_layers < LAYERS and len(gemma3n.intermediate_size) == LAYERS
     reformer = tiny_config("reformer")
