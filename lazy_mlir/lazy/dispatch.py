@@ -417,6 +417,8 @@ def _mutating(func, args, kwargs):
     # out= variants: compute functionally, then copy into the outputs.
     outs = [kwargs[n] for n in written if n in kwargs]
     rest = {k: v for k, v in kwargs.items() if k not in written}
+    if func.__name__.split(".")[0] in _REDUCED_IN_OUT_DTYPE and rest.get("dtype") is None:
+        rest["dtype"] = outs[0].dtype
     # (the out= kernel's own checks first: a result its out= tensor cannot
     # hold, float into int, raises as in eager rather than being truncated)
     flat, tree = argtree.flatten(args, kwargs)
@@ -431,6 +433,13 @@ def _mutating(func, args, kwargs):
                 f"{tuple(r.shape)}; call the op without out= on lazy tensors")
         o.copy_(r)
     return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+# Reductions whose out= kernel, given no ``dtype``, computes in its out=
+# tensor's (ATen's ``get_dtype_from_result``): ``sum(f32, 0, out=i64)``
+# sums the truncated elements (fuzzer seed 802102: summed the floats, then
+# truncated: 0 for -1, silently).
+_REDUCED_IN_OUT_DTYPE = frozenset({"sum", "nansum", "prod", "mean", "cumsum", "cumprod"})
 
 
 def _int64_state(v: Value) -> Value:
