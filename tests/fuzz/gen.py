@@ -90,8 +90,20 @@ def generate(seed: int, n_ops: int | None = None, functional: bool = False) -> P
 
 
 def _bad_grads(env: dict) -> bool:
-    return _bad_floats({k: t.grad for k, t in env.items()
-                        if isinstance(t, torch.Tensor) and t.is_leaf and t.grad is not None})
+    """Non-finite gradients, or a variable the last record made unreadable
+    (an ``unbind`` output after an in-place write through another view of
+    its base: even ``is_leaf`` raises; seed 802018 crashed the generator)."""
+    grads = {}
+    for k, t in env.items():
+        if not isinstance(t, torch.Tensor):
+            continue
+        try:
+            leaf = t.is_leaf
+        except RuntimeError:
+            return True
+        if leaf and t.grad is not None:
+            grads[k] = t.grad
+    return _bad_floats(grads)
 
 
 def _try(prog: Program, ns: dict, op: Op):

@@ -113,3 +113,11 @@ def test_fresh_seeds():
     findings += check([generate(s, functional=True) for s in range(start, start + 200)],
                       modes=("jit", "dynamo"), batch=BATCH)
     assert not findings, _report(findings)
+
+
+def test_generation_survives_a_record_that_makes_a_view_unreadable():
+    """Seed 802018: an ``unbind`` output whose base was then written in
+    place raises at ``is_leaf``; the generator's gradient check raised and
+    the fuzzer's child process died (a "crash" finding of no program)."""
+    for functional in (False, True):
+        generate(802018, functional=functional)
