@@ -27,6 +27,12 @@ _PROMOTING = [
     aten.lerp.Tensor, aten.clamp.Tensor, aten.fmax.default, aten.fmin.default,
     aten.floor_divide.default, aten.pow.Tensor_Tensor,
     aten.eq.Scalar, aten.ne.Scalar, aten.lt.Scalar, aten.le.Scalar, aten.gt.Scalar, aten.ge.Scalar,
+    # An 8-bit tensor and a bool one (``torch.bitwise_and(uint8, bool)``):
+    # the bool's conversion failed and the lowering built ``arith.andi`` on
+    # a null value, SIGSEGV inside torch-mlir's pipeline, which ``lm.jit``
+    # runs in the user's process (fuzzer seed 801424).
+    aten.bitwise_and.Tensor, aten.bitwise_or.Tensor, aten.bitwise_xor.Tensor,
+    aten.bitwise_left_shift.Tensor, aten.bitwise_right_shift.Tensor,
 ]
 
 

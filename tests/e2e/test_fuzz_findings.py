@@ -448,6 +448,42 @@ assert lm.metrics.counter_value("DynamoEagerGraph") == 0
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
+
+def test_bitwise_op_of_an_8_bit_and_a_bool_tensor_does_not_kill_the_process():
+    """``torch.bitwise_and(uint8, bool)`` (fuzzer seed 801424: ``v2 & v1``
+    of a uint8 and a 0-d bool under ``lm.jit``): torch-mlir's lowering
+    failed to convert the bool to the 8-bit type and built ``arith.andi`` on
+    a null value, SIGSEGV inside the pipeline ``lm.jit`` runs in the
+    user's process. So did ``|``, ``^`` and the shifts, int8 too, the bool
+    on either side. The bool is converted to eager's result type first
+    (``uint8_promotion``). In a child process: the failure is its death."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    code = """
+import torch, lazy_mlir as lm
+from lazy_mlir.frontends import dynamo
+dynamo.register()
+def fn(u, i, b, b0):
+    return [torch.bitwise_and(u, b0), u | b, i ^ b, b & i, torch.bitwise_left_shift(u, b),
+            torch.bitwise_right_shift(i, b), torch.bitwise_xor(b, u)]
+args = lambda: (torch.tensor([3, 7, 200], dtype=torch.uint8),
+                torch.tensor([-3, 5, 127], dtype=torch.int8),
+                torch.tensor([True, False, True]), torch.tensor(True))
+want = fn(*args())
+c = lm.metrics.counter_value
+on_device = fn(*[a.to("lazy") for a in args()])
+lm.mark_step()
+for got in (lm.jit(fn).lower(*args()).compile()(*args()),
+            torch.compile(fn, backend="lazy_mlir")(*args()), [t.cpu() for t in on_device]):
+    assert all(g.dtype == w.dtype and torch.equal(g, w) for g, w in zip(got, want)), (got, want)
+assert c("DynamoEagerGraph") == 0 and c("EagerGraph") == 0
+"""
+    env = {**__import__("os").environ, "LAZY_MLIR_COMPILE": "wait"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+
 def test_all_and_any_of_uint8_compile():
     """torch-mlir has no lowering of ``all.dim`` of uint8 and builds an
     invalid ``arith.ori`` for ``any.dim``: lm.jit raised (fuzzer seed 78),

@@ -18,7 +18,7 @@ from lazy_mlir.ops.explain import (CAPTURE_DECOMPOSED, COMPILED, FALLS_BACK, IMP
 aten = torch.ops.aten
 SNAPSHOT = pathlib.Path(__file__).parent / "data" / "ops_tables_4d6ceda.json"
 # An op no module registers, so throwaway registrations cannot collide.
-SPARE = aten.bitwise_left_shift.Tensor
+SPARE = aten.logaddexp2.default
 
 
 @pytest.fixture
