@@ -34,9 +34,23 @@ An ``insert_slice`` (a write through a view) is updated in place the same
 way; when its destination is also read through a slice of it elsewhere,
 IREE 3.13 could run the insert before that read: fuzzer seed 800230 (a
 strided view written, ``tanh`` of it, the view zeroed: ``tanh`` came back 0,
-silently, on the lazy device). Such a destination gets its copy too; one
-read directly (IREE orders that) or a function argument (ordered by IREE
-against the argument's write) does not.
+silently, on the lazy device). Read directly, it is not ordered either:
+fuzzer seed 801224 (a bool ``index_put_`` through one view, ``v0 + False``
+read, then ``v0[-1].zero_()``: the sum came back with the zero written,
+silently) came to ``%d = generic(...); %i = insert_slice %c into %d[..]``
+with ``%d`` also returned; IREE 3.13 flattens the generic's dispatch (a
+reshape of its result, as an elementwise dispatch of rank 2 or of a unit
+dimension gets), runs the insert in place in ``%d``'s buffer, and schedules
+the copy-on-write clone of ``%d`` (for the return) after the insert, in the
+same command buffer, whenever another dispatch that touches neither runs
+beside it (``y = x * 2; z = y.clone(); z[1].zero_(); w + w``: ``y`` came
+back zeroed, float32 too). A reduction reading ``%d`` (a dispatch of its
+own) ran after the insert the same way, 1-d too; an elementwise reader
+fused into ``%d``'s dispatch did not. Neither the element type, nor a
+dynamic offset, nor a constant source matters. So every such destination
+read elsewhere, directly or through a view, gets its copy; a function
+argument (ordered by IREE against the argument's write) does not, nor a
+``tensor.empty`` or a destination read by nothing else.
 """
 from __future__ import annotations
 
@@ -80,9 +94,24 @@ def _read_through_a_view(dest, op) -> bool:
     return _read_by_another(dest, op, counting_start=False)
 
 
+def _insert_read_elsewhere(dest, op) -> bool:
+    """Whether the destination ``dest`` of the ``insert_slice`` ``op`` needs
+    a copy of its own: read elsewhere, directly or through a view; a view of
+    a function argument only when a view of it is read (IREE orders a direct
+    read of the argument); never a ``tensor.empty`` (no values to keep:
+    torch-mlir shares one empty among the ``outs`` of many ops, and
+    ``torch.cat`` inserts into one)."""
+    root = E.producer(E.viewed(dest))
+    if root is None:
+        return _read_through_a_view(dest, op)
+    if root.name == "tensor.empty":
+        return False
+    return _read_elsewhere(dest, op)
+
+
 def _barrier_made_updates(op) -> None:
-    """Keep a scatter's updates out of its dispatch when a ``linalg.generic``
-    of no inputs makes them (torch-mlir's lowering of ``scatter_`` of
+    """Keep a scatter's updates (or an insert's source) out of its dispatch
+    when a ``linalg.generic`` of no inputs makes them (torch-mlir's lowering of ``scatter_`` of
     ``ones``: indices and updates from one generic, the updates a constant
     it yields): IREE 3.13 scattered the generic's initial zeros instead
     (fuzzer seed 800256 under ``lm.jit`` and ``torch.compile``, silently:
@@ -97,12 +126,14 @@ def _barrier_made_updates(op) -> None:
 def own_destinations(module) -> int:
     """Copy the destination of each in-place op of ``IN_PLACE`` that is read
     elsewhere too, and of each ``insert_slice`` whose destination is read
-    elsewhere through a slice or reshape of it; returns how many."""
+    elsewhere, directly or through a slice or reshape of it
+    (``_insert_read_elsewhere``); returns how many."""
     count = 0
     for op in E.ops_named(module, "tensor.insert_slice"):
         dest = op.operands[1]
         if E.producer(dest) is not None and E.shape(dest) is not None \
-                and _read_through_a_view(dest, op):
+                and _insert_read_elsewhere(dest, op):
+            _barrier_made_updates(op)  # (seed 802320: a made source beside the copy)
             E.copy_before(op, 1)
             E.barrier_before(op, 1)
             E.mark(op, MARK)

@@ -87,3 +87,67 @@ def test_a_scatter_of_ones_scatters_ones():
     for x in (torch.tensor([5, 9, 4]), torch.tensor([5.0, 9.0, 4.0])):
         got = lm.jit(fn).lower(x.clone()).compile()(x.clone())
         assert all(torch.equal(g, w) for g, w in zip(got, fn(x.clone()))), got
+
+
+def _lazy_like_eager(program) -> None:
+    """``program(dev)`` on the lazy device (one graph) gives eager's results,
+    bit for bit, with no graph run eagerly."""
+    import e2e_helpers
+    counters = e2e_helpers.Counters()
+    want, got = program("cpu"), program("lazy")
+    lm.mark_step()
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert torch.equal(g.cpu(), w), (k, g.cpu(), w)
+    assert counters.delta("EagerGraph") == 0
+
+
+def test_a_bool_written_through_a_lifted_select_leaves_an_earlier_read_alone():
+    """Fuzzer seed 801224, shrunk: ``index_put_`` through one view of a bool
+    ``v0``, ``v8 = v0 + False`` read, then ``v0[-1].zero_()`` (a
+    ``select_scatter`` at a lifted offset: an ``insert_slice`` of a constant
+    into the written ``v0``, which ``v8`` also reads). IREE 3.13 ran the
+    insert in place and copied ``v0`` for ``v8`` after it, in the same
+    command buffer as the unrelated strided read of ``v2``: ``v8`` came back
+    ``[False]`` for ``[True]``, silently. The insert's destination now gets
+    a copy of its own."""
+    def program(dev):
+        v0 = torch.tensor([False]).to(dev)
+        v2 = torch.arange(8, dtype=torch.float32).reshape(4, 2).to(dev)[::2]
+        v5 = v0.flatten()
+        v6 = v0[-1]
+        v5.index_put_((torch.tensor([-1], device=dev),), torch.ones((1,), dtype=torch.bool,
+                                                                   device=dev))
+        v8 = torch.add(v0, False)
+        v6.zero_()
+        return v0, v2.clone(), v5, v6, v8
+    _lazy_like_eager(program)
+
+
+def test_a_result_read_before_a_slice_of_its_clone_is_zeroed():
+    """Not a bool matter, nor one of the lifted offset: ``z = y.clone()``
+    folds away, so ``z[1].zero_()`` is an ``insert_slice`` into ``y`` itself,
+    and IREE 3.13 ran it before copying ``y`` for its return (its elementwise
+    dispatch flattened: a reshape between) whenever another dispatch ran
+    beside it (``w + w``): ``y`` came back with row 1 zeroed, every dtype,
+    with offsets lifted or not."""
+    for dtype in (torch.float32, torch.int32, torch.bool):
+        def program(dev, dtype=dtype):
+            x = torch.ones(4, 2, dtype=dtype).to(dev)
+            w = torch.ones(4, 2).to(dev)
+            y = x * 2 if dtype != torch.bool else ~x
+            z = y.clone()
+            z[1].zero_() if dtype != torch.bool else z[1].fill_(True)
+            return y, z, w + w
+        _lazy_like_eager(program)
+
+
+def test_a_sum_read_before_a_slice_of_its_clone_is_written():
+    """The read a reduction (a dispatch of its own; 1-d): IREE 3.13 ran the
+    insert into ``y`` before the sum of ``y`` (``12.`` for ``16.``)."""
+    def program(dev):
+        y = torch.ones(8).to(dev) * 2
+        s = y.sum()
+        z = y.clone()
+        z[2:4].zero_()
+        return s, z, torch.ones(8).to(dev) + 1
+    _lazy_like_eager(program)
