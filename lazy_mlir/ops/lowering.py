@@ -8,7 +8,8 @@ does not lower to linalg (they failed to compile and fell back).
   fails the same way: it converts first.
 - ``scatter`` with ``reduce=`` as ``scatter_reduce``; ``diagonal_scatter``
   and ``as_strided_scatter`` as a ``scatter`` at positions computed by
-  viewing an ``arange`` the same way.
+  viewing an ``arange`` the same way (through a view whose elements
+  overlap: at each position the element eager's kernel writes last).
 - ``max_pool{2,3}d_with_indices`` with ``ceil_mode`` or integers: PyTorch's
   decomposition; unbatched max pooling batched; ``avg_pool3d`` input past
   the last window cut off.
@@ -46,6 +47,7 @@ does not lower to linalg (they failed to compile and fell back).
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -157,13 +159,73 @@ def _overlaps(size, stride) -> bool:
 @register_decomposition(aten.as_strided_scatter.default, scope=IMPORT)
 def as_strided_scatter(x, src, size, stride, storage_offset=None):
     """On a contiguous ``x`` storage positions are flat positions, so the view
-    is the same ``as_strided`` of an ``arange``; overlapping views (whose
-    eager result depends on write order) keep the op."""
-    if not x.is_contiguous() or x.storage_offset() != 0 or _overlaps(size, stride):
+    is the same ``as_strided`` of an ``arange``. A view whose elements
+    overlap (``_overlapping_as_strided_scatter``) writes, at each position,
+    the element eager's kernel writes last."""
+    if not x.is_contiguous() or x.storage_offset() != 0:
         return NotImplemented
+    if _overlaps(size, stride):
+        return _overlapping_as_strided_scatter(x, src, list(size), list(stride),
+                                               storage_offset or 0)
     where = aten.as_strided.default(aten.reshape.default(_positions(x), [-1]), size, stride,
                                     storage_offset or 0)
     return _scatter_at(x, where, aten.expand.default(src, list(where.shape)))
+
+
+_MAX_OVERLAPPING_WRITES = 1 << 16  # elements of ``src``: two int64 constants of that length
+
+
+def _overlapping_as_strided_scatter(x, src, size, stride, offset):
+    """``as_strided_scatter`` through a view that sees some elements more than
+    once (``v = x.as_strided((2, 2), (3, 3)); v.add_(0.5)`` under
+    torch.compile: functionalized to ``add`` and this op). Eager's kernel
+    (``clone``, then ``copy_`` into the view) leaves at each such position the
+    element its iteration writes last. Kept as it was, no lowering took the
+    op (torch-mlir: "failed to legalize torch.constant.int"; fuzzer seed
+    801346 under torch.compile, whose graph ran eagerly). Which element of
+    ``src`` lands where is eager's own answer on host stand-ins
+    (``_eager_overlapping_writes``), and the graph scatters just those, each
+    position once: no order left to the scatter."""
+    known = [*x.shape, *size, *stride, offset]
+    if not all(type(n) is int for n in known):  # (dynamic sizes: symbols)
+        return NotImplemented
+    found = _eager_overlapping_writes(tuple(x.shape), tuple(size), tuple(stride), offset)
+    if found is None:
+        return NotImplemented
+    positions, chosen = (_int64_constant(v) for v in found)
+    flat = aten.reshape.default(aten.expand.default(src, size), [-1])
+    return _scatter_at(x, positions, aten.index_select.default(flat, 0, chosen))
+
+
+def _int64_constant(values: list[int]):
+    """``values`` as a 1-d int64 constant of the graph: a new tensor each
+    trace, from numpy, through a ``clone`` (``torch.tensor`` inside the
+    trace records a ``detach_`` torch-mlir refuses; see ``special._table``)."""
+    import numpy
+    return aten.clone.default(torch.from_numpy(numpy.array(values, dtype=numpy.int64)))
+
+
+@functools.lru_cache(maxsize=256)
+def _eager_overlapping_writes(shape, size, stride, offset):
+    """(flat positions of a contiguous tensor of ``shape`` that
+    ``as_strided_scatter(.., size, stride, offset)`` writes, the flat index
+    into ``src`` of the element each ends up holding), from the op itself
+    run eagerly on int64 stand-ins (``src`` numbering its elements), outside
+    the capture's tracing modes; None past ``_MAX_OVERLAPPING_WRITES``, or
+    where eager refuses (a stride of 0: its error comes from the op run
+    eagerly when the graph does)."""
+    if math.prod(size) > _MAX_OVERLAPPING_WRITES:
+        return None
+    from torch.utils._python_dispatch import _disable_current_modes
+    with _disable_current_modes():
+        base = torch.full(shape, -1, dtype=torch.int64)
+        numbers = torch.arange(math.prod(size), dtype=torch.int64).reshape(size)
+        try:
+            out = torch.as_strided_scatter(base, numbers, size, stride, offset).reshape(-1)
+        except RuntimeError:
+            return None
+        positions = (out >= 0).nonzero().reshape(-1)
+        return positions.tolist(), out[positions].tolist()
 
 
 def _squeeze0(out):

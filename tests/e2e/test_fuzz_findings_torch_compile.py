@@ -170,3 +170,68 @@ def test_torch_compile_as_strided_of_a_chunk_reads_the_whole_storage():
                         lambda: [torch.arange(6).reshape(2, 3)])
     compiled_like_eager(lambda x: [x.chunk(2, -2)[1].as_strided((3, 1), (3, 1), 2)],
                         lambda: [torch.arange(12, dtype=torch.int16).reshape(2, 2, 3)])
+
+
+def test_torch_compile_a_write_through_an_overlapping_as_strided_view_compiles():
+    """Fuzzer seed 801346: ``v1.as_strided((2, 2), (3, 3), 0).add_(0.5)``
+    (the view sees storage element 3 twice) is functionalized by
+    torch.compile into ``add`` and ``as_strided_scatter``, which was kept
+    for an overlapping view and failed to lower ("failed to legalize
+    torch.constant.int"): the graph ran eagerly. It now writes at each
+    position the element eager's kernel writes last, so it gives
+    torch.compile's own value (aot_eager's: element 3 added once, where
+    eager's in-place add over the overlap adds twice), compiled."""
+    from lazy_mlir.frontends import dynamo
+    dynamo.register()
+
+    def fn(v1):
+        v2 = v1.as_strided((2, 2), (3, 3), 0)
+        v2.add_(0.5)
+        return [v1, v2]
+    for dtype in (torch.bfloat16, torch.float32):
+        make = lambda: (torch.arange(-4, 4) / 8).to(dtype).reshape(2, 2, 2)
+        torch._dynamo.reset()
+        want = torch.compile(fn, backend="aot_eager")(make())
+        torch._dynamo.reset()
+        c = Counters()
+        got = torch.compile(fn, backend="lazy_mlir")(make())
+        assert all(torch.equal(g, w) for g, w in zip(got, want)), (got, want)
+        assert c.delta("DynamoEagerGraph") == 0
+
+
+def test_torch_compile_as_strided_scatter_through_an_overlapping_view():
+    """Different values written at one storage position: eager keeps the
+    one its copy writes last, and so does the graph (its constants name the
+    winner of each position: no order left to IREE's scatter)."""
+    views = [((4,), (2, 3), (1, 1), 0), ((3, 3), (3, 3), (1, 2), 0),
+             ((2, 3, 4), (4, 3), (1, 4), 2), ((6,), (2, 2, 2), (1, 1, 1), 0)]
+    for shape, size, stride, offset in views:
+        def fn(x, s, size=size, stride=stride, offset=offset):
+            return [torch.as_strided_scatter(x, s, size, stride, offset)]
+        for dtype in (torch.float32, torch.int64, torch.bool):
+            def make(shape=shape, size=size, dtype=dtype):
+                n, m = torch.Size(shape).numel(), torch.Size(size).numel()
+                if dtype == torch.bool:
+                    return torch.zeros(shape, dtype=dtype), torch.arange(m).reshape(size) % 2 == 1
+                return -torch.arange(n).reshape(shape).to(dtype), \
+                    (torch.arange(m).reshape(size) + 100).to(dtype)
+            compiled_like_eager(fn, make)
+
+
+def test_torch_compile_scatter_of_ones_into_an_argmin_read_elsewhere():
+    """The scatter's indices come to an ``insert_slice`` whose destination
+    gets a copy of its own (read elsewhere, 801224's rule) and whose source
+    a ``linalg.generic`` of no inputs makes: IREE 3.13 inserted that
+    generic's initial values, and ``v7`` lost the written one (silent;
+    fuzzer seed 802320). The source now goes behind a barrier, as a
+    scatter's made updates do (seed 800256)."""
+    def fn(v0):
+        v2 = torch.where(v0 > 0, v0, v0)
+        v5, v6 = torch.min(v2, -2)
+        v7 = torch.add(v6, v6)
+        v7.scatter_(0, torch.tensor([1], device=v0.device).reshape((1, 1)).expand((1, 2)),
+                    torch.ones((1, 2), dtype=torch.int64, device=v0.device))
+        return [v2, v5, v6, v7]
+    g = torch.Generator().manual_seed(5616240)
+    x = (torch.randint(-32, 33, (12,), generator=g) / 8).reshape(2, 3, 2)
+    compiled_like_eager(fn, lambda: [x.clone()])

@@ -77,11 +77,24 @@ def test_as_strided_scatter(shape, size, stride, off):
                                torch.as_strided_scatter(x, src, size, stride, off))
 
 
-def test_as_strided_scatter_declines_overlap_and_non_contiguous():
+def test_as_strided_scatter_declines_non_contiguous_and_what_eager_refuses():
     from lazy_mlir.ops.lowering import as_strided_scatter
     x = torch.randn(4, 4)
-    assert as_strided_scatter(x, torch.randn(2, 2), (2, 2), (1, 1), 0) is NotImplemented
     assert as_strided_scatter(x.t(), torch.randn(2), (2,), (1,), 0) is NotImplemented
+    assert as_strided_scatter(x, torch.randn(2, 2), (2, 2), (0, 1), 0) is NotImplemented
+
+
+@pytest.mark.parametrize("shape,size,stride,off", [((4, 4), (2, 2), (1, 1), 0),
+                                                   ((4,), (2, 3), (1, 1), 0),
+                                                   ((2, 3, 4), (4, 3), (1, 4), 2)])
+def test_as_strided_scatter_through_an_overlapping_view(shape, size, stride, off):
+    """Each position holds the element eager's copy writes there last."""
+    from lazy_mlir.ops.lowering import as_strided_scatter
+    x = torch.randn(shape)
+    src = torch.arange(torch.Size(size).numel(), dtype=torch.float32).reshape(size)
+    torch.testing.assert_close(as_strided_scatter(x, src, size, stride, off),
+                               torch.as_strided_scatter(x, src, size, stride, off),
+                               rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("dtype,ceil_mode", [(torch.float32, True), (torch.int64, False)])
