@@ -47,12 +47,12 @@ does not lower to linalg (they failed to compile and fell back).
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
 from torch._decomp import get_decompositions
 
+from .overlapping_writes import eager_overlapping_writes, int64_constant
 from .registry import IMPORT, register_decomposition
 
 aten = torch.ops.aten
@@ -172,9 +172,6 @@ def as_strided_scatter(x, src, size, stride, storage_offset=None):
     return _scatter_at(x, where, aten.expand.default(src, list(where.shape)))
 
 
-_MAX_OVERLAPPING_WRITES = 1 << 16  # elements of ``src``: two int64 constants of that length
-
-
 def _overlapping_as_strided_scatter(x, src, size, stride, offset):
     """``as_strided_scatter`` through a view that sees some elements more than
     once (``v = x.as_strided((2, 2), (3, 3)); v.add_(0.5)`` under
@@ -184,48 +181,17 @@ def _overlapping_as_strided_scatter(x, src, size, stride, offset):
     op (torch-mlir: "failed to legalize torch.constant.int"; fuzzer seed
     801346 under torch.compile, whose graph ran eagerly). Which element of
     ``src`` lands where is eager's own answer on host stand-ins
-    (``_eager_overlapping_writes``), and the graph scatters just those, each
+    (``overlapping_writes.eager_overlapping_writes``), and the graph scatters just those, each
     position once: no order left to the scatter."""
     known = [*x.shape, *size, *stride, offset]
     if not all(type(n) is int for n in known):  # (dynamic sizes: symbols)
         return NotImplemented
-    found = _eager_overlapping_writes(tuple(x.shape), tuple(size), tuple(stride), offset)
+    found = eager_overlapping_writes(tuple(x.shape), tuple(size), tuple(stride), offset)
     if found is None:
         return NotImplemented
-    positions, chosen = (_int64_constant(v) for v in found)
+    positions, chosen = (int64_constant(v) for v in found)
     flat = aten.reshape.default(aten.expand.default(src, size), [-1])
     return _scatter_at(x, positions, aten.index_select.default(flat, 0, chosen))
-
-
-def _int64_constant(values: list[int]):
-    """``values`` as a 1-d int64 constant of the graph: a new tensor each
-    trace, from numpy, through a ``clone`` (``torch.tensor`` inside the
-    trace records a ``detach_`` torch-mlir refuses; see ``special._table``)."""
-    import numpy
-    return aten.clone.default(torch.from_numpy(numpy.array(values, dtype=numpy.int64)))
-
-
-@functools.lru_cache(maxsize=256)
-def _eager_overlapping_writes(shape, size, stride, offset):
-    """(flat positions of a contiguous tensor of ``shape`` that
-    ``as_strided_scatter(.., size, stride, offset)`` writes, the flat index
-    into ``src`` of the element each ends up holding), from the op itself
-    run eagerly on int64 stand-ins (``src`` numbering its elements), outside
-    the capture's tracing modes; None past ``_MAX_OVERLAPPING_WRITES``, or
-    where eager refuses (a stride of 0: its error comes from the op run
-    eagerly when the graph does)."""
-    if math.prod(size) > _MAX_OVERLAPPING_WRITES:
-        return None
-    from torch.utils._python_dispatch import _disable_current_modes
-    with _disable_current_modes():
-        base = torch.full(shape, -1, dtype=torch.int64)
-        numbers = torch.arange(math.prod(size), dtype=torch.int64).reshape(size)
-        try:
-            out = torch.as_strided_scatter(base, numbers, size, stride, offset).reshape(-1)
-        except RuntimeError:
-            return None
-        positions = (out >= 0).nonzero().reshape(-1)
-        return positions.tolist(), out[positions].tolist()
 
 
 def _squeeze0(out):
