@@ -34,6 +34,7 @@ from .capture import (LAZY_TYPE, _EXACT_CONSTS, _PLANS_MAX, _guarded, _make_scal
                       _placeholders, _plan_key, _run_plan, _store_plan, _to_value, assign,
                       data_value, emit, op_info, schema_facts, unflatten_outputs, value_of,
                       ViewPlan)
+from .functional_variants import functional_variant
 from .kinds import RANDOM as _RANDOM, SPECIAL_OPS, functional_of as _functional_of
 from .kinds import written_args as _written_args
 from .resize import SPECIAL as RESIZE
@@ -448,30 +449,6 @@ def _int64_state(v: Value) -> Value:
     return bounds.int64_in_band(v, emit) if narrows_int64(current_target().name) else v
 
 
-def _functional_variant(func):
-    """``native_batch_norm`` -> ``_native_batch_norm_legit_functional``: the op
-    functionalization uses, returning the mutated arguments' new values last
-    (kept on the op: batch norm calls this every step)."""
-    try:
-        return func._lazy_mlir_functional_variant
-    except AttributeError:
-        variant = _find_functional_variant(func)
-    try:
-        func._lazy_mlir_functional_variant = variant
-    except (AttributeError, TypeError):
-        pass
-    return variant
-
-
-def _find_functional_variant(func):
-    if func is aten.native_batch_norm.default:
-        return aten._native_batch_norm_legit_functional.default
-    packet = getattr(aten, func.__name__.split(".")[0] + "_functional", None)
-    if packet is not None and "default" in packet.overloads():
-        return packet.default
-    return None
-
-
 def _mutating_args(func, written, args, kwargs):
     """Ops that write arguments other than ``self`` (batch norm's running
     statistics): record the functional variant, then write the new values."""
@@ -480,7 +457,7 @@ def _mutating_args(func, written, args, kwargs):
     targets = [bound.get(name) for name in written]
     if all(t is None for t in targets):  # nothing to write: a plain functional call
         return record(func, args, kwargs)
-    variant = _functional_variant(func)
+    variant = functional_variant(func)
     if variant is None or not all(isinstance(t, LazyTensor) for t in targets):
         return fallback.run_eagerly(func, args, kwargs)
     outs = record(variant, args, kwargs, bare=True)
