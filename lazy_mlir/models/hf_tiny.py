@@ -33,8 +33,6 @@ _SIZES = {
     "intermediate_size": FFN, "ffn_dim": FFN, "encoder_ffn_dim": FFN, "decoder_ffn_dim": FFN,
     "d_ff": FFN, "d_inner": FFN, "n_inner": FFN, "hidden_dim": FFN, "moe_intermediate_size": FFN,
     "shared_expert_intermediate_size": FFN,
-    # (Kimi Linear's, Bailing hybrid's delta-rule attention: 32 heads of 128 beside hidden 64)
-    "linear_num_heads": HEADS, "linear_head_dim": HIDDEN // HEADS,
     "head_dim": HIDDEN // HEADS, "d_head": HIDDEN // HEADS, "d_kv": HIDDEN // HEADS, "kv_channels": HIDDEN // HEADS,
     "num_local_experts": 4, "num_experts": 4, "n_routed_experts": 4,
     "max_position_embeddings": 128, "n_positions": 128, "max_seq_len": 128,

@@ -73,9 +73,6 @@ def test_tiny_configs_keep_the_sizes_their_models_check():
     assert bamba.mamba_n_heads * bamba.mamba_d_head == bamba.mamba_expand * bamba.hidden_size
     xlstm = tiny_config("xlstm")  # (its 32 blocks x 16 tokens, each a step: a 900 s 'hang')
     assert xlstm.embedding_dim == HIDDEN and xlstm.num_blocks == LAYERS
-    for model_type in ("kimi_linear", "bailing_hybrid"):  # (32 x 128 delta-rule heads: 5 s a step)
-        cfg = tiny_config(model_type)
-        assert cfg.linear_num_heads * cfg.linear_head_dim == HIDDEN, model_type
     gemma3n = tiny_config("gemma3n_text")
     assert gemma3n.num_kv_shared_layers < LAYERS and len(gemma3n.intermediate_size) == LAYERS
     reformer = tiny_config("reformer")
