@@ -397,34 +397,3 @@ def conj_physical(x):
 # Random ops, written as the host-drawn fills eager itself makes (``normal_``,
 # ``random_`` on an empty tensor, then arithmetic): the same generator
 # stream as eager CPU, so ``torch.manual_seed`` gives the same numbers.
-
-
-def _exact_floor_division(op, below):
-    """Floor division of int64: torch-mlir divides in float64, so quotients
-    past 2**53 came back rounded (``x // 3`` of 2**62 + 1 was off by 85,
-    silently; fuzzer seed 801059, a ``floor_divide_`` of a float64's bits).
-    Here the truncating division, which is exact, less one where the
-    remainder is not 0 and its sign is not the divisor's."""
-    floor_by_name = op in (aten.floor_divide.default, aten.floor_divide.Scalar)
-
-    def decomposition(x, other, **kwargs):
-        mode = "floor" if floor_by_name else kwargs.get("rounding_mode")
-        if mode != "floor" or torch.result_type(x, other) != torch.int64:
-            return below(x, other, **kwargs) if below else NotImplemented
-        if isinstance(other, torch.Tensor):
-            q = aten.div.Tensor_mode(x, other, rounding_mode="trunc")
-            r = aten.sub.Tensor(x, aten.mul.Tensor(q, other))
-            off_sign = aten.ne.Tensor(aten.lt.Scalar(r, 0), aten.lt.Scalar(other, 0))
-        else:
-            q = aten.div.Scalar_mode(x, other, rounding_mode="trunc")
-            r = aten.sub.Tensor(x, aten.mul.Scalar(q, other))
-            off_sign = aten.gt.Scalar(r, 0) if other < 0 else aten.lt.Scalar(r, 0)
-        fix = aten.logical_and.default(aten.ne.Scalar(r, 0), off_sign)
-        return aten.sub.Tensor(q, aten._to_copy.default(fix, dtype=torch.int64))
-    return decomposition
-
-
-for _op in (aten.div.Tensor_mode, aten.div.Scalar_mode, aten.floor_divide.default,
-            aten.floor_divide.Scalar):
-    register_decomposition(_op, scope=IMPORT, priority=13, overrides=True, chained=True)(
-        _exact_floor_division)

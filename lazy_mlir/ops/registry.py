@@ -49,7 +49,7 @@ DOMAINS = (
     "grid_sample_backward", "grouped_mm", "index",
     "linalg_cholesky", "linalg_det", "linalg_lu", "linalg_qr", "linear", "lowering", "nn",
     "optim", "precise", "random_fills", "reductions", "restride", "rnn", "sort_scan", "special", "special_gamma",
-    "subgraph",
+    "integer_division", "subgraph",
     "uint8_promotion",  # (last: it wraps the decompositions above it)
 )
 

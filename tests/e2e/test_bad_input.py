@@ -314,6 +314,17 @@ INT_OVERFLOW = {  # two's complement wraparound, as eager
     "uint8_add": (lambda a, b: a.to(torch.uint8) + b.to(torch.uint8), _i64(250), _i64(10)),
     "floor_divide_min_by_minus_one": (lambda a, b: torch.floor_divide(a, b), _i64(-2 ** 63, 7),
                                       _i64(-1, 2)),
+    # -1 divisors: the smallest integer's quotient overflows, and x86's idiv
+    # traps (SIGFPE killed the process); eager wraps, its remainder is 0.
+    "remainder_min_by_minus_one": (lambda a, b: torch.remainder(a, b), _i64(-2 ** 63, 7),
+                                   _i64(-1, 2)),
+    "fmod_min_by_minus_one": (lambda a, b: torch.fmod(a, b), _i64(-2 ** 63, 7), _i64(-1, 2)),
+    "int32_floor_divide_min_by_minus_one": (lambda a, b: a.int() // b.int(),
+                                            _i64(-2 ** 31, 7), _i64(-1, 2)),
+    "floor_divide_by_number_minus_one": (lambda a, b: a // -1 + a % -1, _i64(-2 ** 63, 7),
+                                         _i64(0, 0)),
+    "int32_min_by_int64_minus_one": (lambda a, b: a.int() // b, _i64(-2 ** 31, 7),
+                                     _i64(-1, 2)),
     "floor_divide_signs": (lambda a, b: torch.floor_divide(a, b), _i64(-7, 7, -7), _i64(2, -2, -2)),
     "remainder_signs": (lambda a, b: torch.remainder(a, b), _i64(-7, 7, -7), _i64(2, -2, -2)),
     "fmod_signs": (lambda a, b: torch.fmod(a, b), _i64(-7, 7, -7), _i64(2, -2, -2)),

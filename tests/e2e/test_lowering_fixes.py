@@ -199,3 +199,23 @@ def test_int64_floor_division_is_exact_past_2_to_the_53():
     for f, g in zip(ops, got):
         assert torch.equal(g.cpu(), f(x, d)), (g.cpu(), f(x, d))
     assert not c.fell_back()
+
+
+def test_trunc_division_of_the_smallest_integer_by_minus_one_wraps():
+    """x86's idiv traps on -2**63 / -1 (SIGFPE: lm.jit and the lazy device
+    died; eager's trunc kernel dies too, its floor_divide wraps). Compiled,
+    a -1 divisor is a negation: the quotient wraps as floor_divide's does."""
+    import lazy_mlir as lm
+    from e2e_helpers import Counters, lazy
+    c = Counters()
+    for dtype in (torch.int64, torch.int32):
+        low = torch.iinfo(dtype).min
+        for n in (2, 16):  # (whether the kernel traps depends on its vector shape)
+            x = torch.tensor([low, 7, -7, 0] * 4, dtype=dtype)[:n]
+            d = torch.tensor([-1, -1, 2, -1] * 4, dtype=dtype)[:n]
+            got = torch.div(lazy(x), lazy(d), rounding_mode="trunc")
+            by_number = torch.div(lazy(x), -1, rounding_mode="trunc")
+            lm.mark_step()
+            assert got.cpu().tolist() == ([low, -7, -3, 0] * 4)[:n]
+            assert by_number.cpu().tolist() == ([low, -7, 7, 0] * 4)[:n]
+    assert not c.fell_back()
