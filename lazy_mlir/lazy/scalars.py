@@ -103,7 +103,10 @@ def lift_scalars(func, args, kwargs, tensor_cls, make_scalar, record=None):
                     return func, args, kwargs
                 dtype, zero_dim = ref.dtype, ref.dim() == 0
                 new_args = list(args)
-            new_args[i] = make_scalar(a, _scalar_dtype(dtype, zero_dim, t))
+            lifted = _scalar_dtype(dtype, zero_dim, t)
+            if lifted in _BYTES and t is int and not _fits(a, lifted):
+                continue  # (eager wraps it, ``uint8_x > 300``; so does the import: a number)
+            new_args[i] = make_scalar(a, lifted)
             to_sibling = to_sibling or is_number
     if new_args is None:
         return func, args, kwargs
@@ -129,6 +132,9 @@ def _rewrites(name, args, kwargs) -> bool:
         return _liftable(args[1]) and _fits(args[1], _scalar_dtype(
             args[0].dtype, args[0].dim() == 0, type(args[1])))
     return False
+
+
+_BYTES = (torch.uint8, torch.int8)
 
 
 def _fits(x, dtype) -> bool:

@@ -95,12 +95,20 @@ _SCALAR_SIBLINGS = {
 _BYTES = (torch.int8, torch.uint8)
 
 
+def _wrapped(number: int, dtype) -> int:
+    """``number`` converted to an 8-bit ``dtype`` as eager converts it."""
+    low = -128 if dtype == torch.int8 else 0
+    return (number - low) % 256 + low
+
+
 def _number_as_tensor(op, below):
     sibling = _SCALAR_SIBLINGS.get(op, op)
 
     def decomposition(x, other, *rest, **kwargs):
         if x.dtype in _BYTES and type(other) in (int, float):
             dtype = torch.result_type(x, other)
+            if dtype in _BYTES and type(other) is int:  # (eager wraps it: ``x > 300`` is ``x > 44``)
+                other = _wrapped(other, dtype)
             number = aten.scalar_tensor.default(other, dtype=dtype, device=x.device)
             if rest:  # (``alpha``: positional in add/sub/rsub.Scalar, keyword-only in .Tensor)
                 kwargs, rest = {**kwargs, "alpha": rest[0]}, ()
@@ -125,8 +133,9 @@ def _wide_division(op, below):
         dtype = torch.result_type(x, other)
         if rounding_mode is None or dtype not in _BYTES:
             return below(x, other, rounding_mode=rounding_mode) if below else NotImplemented
-        wide = [aten._to_copy.default(a, dtype=torch.int32) if isinstance(a, torch.Tensor) else a
-                for a in (x, other)]
+        # (a number as eager converts it first: ``uint8_x // -3`` divides by 253)
+        wide = [aten._to_copy.default(a, dtype=torch.int32) if isinstance(a, torch.Tensor)
+                else _wrapped(a, dtype) if type(a) is int else a for a in (x, other)]
         return aten._to_copy.default(op(*wide, rounding_mode=rounding_mode), dtype=dtype)
     return decomposition
 
@@ -164,3 +173,64 @@ for _op in (aten.all.dim, aten.any.dim, aten.all.default, aten.any.default, aten
             aten.any.dims):
     register_decomposition(_op, scope=IMPORT, priority=12, overrides=True, chained=True)(
         _bool_reduction)
+
+
+# Ops whose torch-mlir lowering takes a ui8 value as signed (ui8 is lowered as
+# signless i8): they order or compare values (``max()`` of uint8 crashed the
+# process; ``topk``, ``clamp`` picked 128-255 as negatives) or convert to a
+# wider type inside the lowering (``x / 3``, ``reciprocal``, ``sum`` to int64
+# took 200 as -56). In int32 (``_to_copy`` converts uint8 exactly), outputs
+# eager gives as uint8 narrowed back. Every path imports through this table:
+# the lazy device's graphs too (there a crash killed the compile worker and
+# the graph ran eagerly). Issue 54.
+_SIGNED_IN_LOWERING = [
+    aten.max.default, aten.min.default, aten.max.dim, aten.min.dim, aten.amax.default,
+    aten.amin.default, aten.aminmax.default, aten.topk.default, aten.sort.default,
+    aten.kthvalue.default,  # (median, mode, cummax, ...: CAPTURE-decomposed into these)
+    aten.scatter_reduce.two,
+    aten.clamp.default, aten.clamp.Tensor, aten.clamp_min.default, aten.clamp_min.Tensor,
+    aten.clamp_max.default, aten.clamp_max.Tensor,
+    aten.div.Tensor, aten.reciprocal.default,
+    aten.sum.default, aten.sum.dim_IntList, aten.mean.default, aten.mean.dim,
+    aten.prod.default, aten.prod.dim_int, aten.cumsum.default, aten.cumprod.default,
+]
+# Ops whose int numbers eager converts to the tensor's uint8 (``clamp(-3, 150)``
+# clamps to [253, 150]): wrapped mod 256 before they meet int32 values.
+_NUMBERS_AS_UINT8 = {aten.clamp.default, aten.clamp_min.default, aten.clamp_max.default}
+
+
+def _eager_dtypes(op, args, kwargs) -> list:
+    """The dtypes of ``op``'s tensor outputs on the original operands (a
+    fake-tensor run, not traced into the graph)."""
+    from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
+    with disable_proxy_modes_tracing():
+        out = op(*args, **kwargs)
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    return [o.dtype if isinstance(o, torch.Tensor) else None for o in outs]
+
+
+def _uint8_widened(op, below):
+    def decomposition(*args, **kwargs):
+        operands = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+        if not any(t.dtype == torch.uint8 for t in operands):
+            return below(*args, **kwargs) if below is not None else NotImplemented
+        wrap = op in _NUMBERS_AS_UINT8
+
+        def wide(a):
+            if isinstance(a, torch.Tensor) and a.dtype == torch.uint8:
+                return aten._to_copy.default(a, dtype=torch.int32)
+            if wrap and type(a) is int:
+                return a % 256
+            return torch.int32 if a is torch.uint8 else a  # (``sum(dtype=uint8)``: narrowed after)
+        dtypes = _eager_dtypes(op, args, kwargs)
+        out = op(*[wide(a) for a in args], **{k: wide(v) for k, v in kwargs.items()})
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        outs = [aten._to_copy.default(o, dtype=d) if isinstance(o, torch.Tensor)
+                and d is not None and o.dtype != d else o for o, d in zip(outs, dtypes)]
+        return type(out)(outs) if isinstance(out, (tuple, list)) else outs[0]
+    return decomposition
+
+
+for _op in _SIGNED_IN_LOWERING:
+    register_decomposition(_op, scope=IMPORT, priority=18, overrides=True, chained=True)(
+        _uint8_widened)
