@@ -208,7 +208,7 @@ class _Specialized:
                 # argument's mutations into it after the call (x.clone() then
                 # x.masked_fill_(...): the clone changed too, silently; seed 400186)
                 j = returned[k]
-                results.append(hosts[j] if j in self._direct else hosts[j].clone())
+                results.append(_as_returned(hosts[j], j in self._direct, value.dtype))
                 continue
             out = session.to_host(array, value)
             if (k in viewing) if ranges is None else _inside(ranges, out):
@@ -327,7 +327,7 @@ def _read_plan(spec: "_Specialized", outs) -> list | None:
     """How each result of ``spec``'s module is read, made after its first
     call (``outs``: that call's arrays), or None where the results must be
     checked at every call (their views of the arguments unknown). Per
-    result: (_CONST, value), (_RETURNED, argument, as it is), (_VIEW, k,
+    result: (_CONST, value), (_RETURNED, argument, as it is, dtype), (_VIEW, k,
     spec) (copied out of an argument's memory), (_READ, k, spec) (general
     ``to_host``) or (_MINE, k, nbytes): read in place through DLPack, as
     ``Session.to_host`` would on the cpu target, without its checks (the
@@ -346,7 +346,7 @@ def _read_plan(spec: "_Specialized", outs) -> list | None:
         k += 1
         if k in spec._returned:
             j = spec._returned[k]
-            plan.append((_RETURNED, j, j in spec._direct))
+            plan.append((_RETURNED, j, j in spec._direct, value.dtype))
         elif k in viewing:
             plan.append((_VIEW, k, value))
         elif session.zero_copy and _reads_in_place(session, outs[k], value):
@@ -369,6 +369,17 @@ def _reads_in_place(session, array, spec) -> bool:
     return raw.dtype == spec.dtype and tuple(raw.shape) == spec.shape
 
 
+def _as_returned(host: torch.Tensor, direct: bool, dtype: torch.dtype) -> torch.Tensor:
+    """A result the module answers with argument ``host``: itself where
+    ``direct``, else a copy; of the result's ``dtype`` where it differs
+    (``uint8_x.to(torch.int8)``: ui8 and si8 are one i8 in the module, the
+    conversion folds away and ``main`` returns its argument, which came back
+    as the uint8 input, silently; issue 54)."""
+    if host.dtype != dtype:
+        return host.view(dtype).clone()
+    return host if direct else host.clone()
+
+
 def _read_by_plan(plan, session, hosts, outs) -> list:
     """The results of a call, read as ``_read_plan`` says."""
     capsule = session.device.create_dlpack_capsule
@@ -387,8 +398,7 @@ def _read_by_plan(plan, session, hosts, outs) -> list:
             results.append(step[1])
             continue
         elif kind == _RETURNED:
-            host = hosts[step[1]]
-            out = host if step[2] else host.clone()
+            out = _as_returned(hosts[step[1]], step[2], step[3])
         elif kind == _VIEW:
             out = session.to_host(outs[step[1]], step[2]).clone()
         else:

@@ -43,6 +43,7 @@ OPS = {
     "floor_divide_negative": lambda a, b: a // -3,  # (-3 is 253 in eager)
     "floor_divide_inplace": lambda a, b: a.clone().floor_divide_(-3),  # (fuzzer seed 802263)
     "remainder_negative": lambda a, b: a % -3,
+    "to_int8": lambda a, b: a.to(torch.int8),
     "gt_wrapped": lambda a, b: a > 300,  # (raised)
     "eq_negative": lambda a, b: a == -56,
 }
@@ -73,3 +74,16 @@ def test_torch_compile_matches_eager():
     got = torch.compile(program, backend="lazy_mlir", fullgraph=True)(X, Y)
     for name, out, want in zip(OPS, got, program(X, Y)):
         assert out.dtype == want.dtype and torch.equal(out, want), name
+
+
+@pytest.mark.parametrize("source,dtype", [(torch.uint8, torch.int8), (torch.int8, torch.uint8)])
+def test_torch_compile_conversion_between_bytes_is_a_new_tensor(source, dtype):
+    """ui8 and si8 are one i8 in the module: the conversion folds away and
+    ``main`` returns its argument, which came back as the input itself (its
+    dtype, its memory), at the first call and by the read plan after."""
+    x = X.to(source)
+    compiled = torch.compile(lambda a: a.to(dtype), backend="lazy_mlir", fullgraph=True)
+    for _ in range(2):
+        got = compiled(x)
+        assert got.dtype == dtype and torch.equal(got, x.to(dtype))
+        assert got.data_ptr() != x.data_ptr()
