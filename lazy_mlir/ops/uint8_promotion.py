@@ -188,6 +188,7 @@ _SIGNED_IN_LOWERING = [
     aten.amin.default, aten.aminmax.default, aten.topk.default, aten.sort.default,
     aten.kthvalue.default,  # (median, mode, cummax, ...: CAPTURE-decomposed into these)
     aten.scatter_reduce.two,
+    aten.constant_pad_nd.default,  # (its float fill converted by fptosi to i8: IREE refused it)
     aten.clamp.default, aten.clamp.Tensor, aten.clamp_min.default, aten.clamp_min.Tensor,
     aten.clamp_max.default, aten.clamp_max.Tensor,
     aten.div.Tensor, aten.reciprocal.default,

@@ -43,6 +43,7 @@ OPS = {
     "floor_divide_negative": lambda a, b: a // -3,  # (-3 is 253 in eager)
     "floor_divide_inplace": lambda a, b: a.clone().floor_divide_(-3),  # (fuzzer seed 802263)
     "remainder_negative": lambda a, b: a % -3,
+    "pad": lambda a, b: torch.nn.functional.pad(a, (1, 1), value=200),  # (lm.jit raised)
     "to_int8": lambda a, b: a.to(torch.int8),
     "gt_wrapped": lambda a, b: a > 300,  # (raised)
     "eq_negative": lambda a, b: a == -56,
