@@ -1,5 +1,7 @@
 """Decompositions of ops the compiler lowers, but not accurately enough
-(denied in ``support.DENIED``), applied at capture (``lazy/decompose.py``).
+(denied in ``support.DENIED``), applied at capture (``lazy/decompose.py``) and
+again before import (``pipeline/fx_graph.decompose``), where graphs that were
+never captured (``torch.compile``'s, ``lm.export``'s) reach them.
 
 ``tan``: IREE expands it as sin/cos, up to 5e-4 relative off near the poles.
 Here it is Cephes' ``tanf``: an exact three-part reduction by pi/4 and a
@@ -19,7 +21,7 @@ import math
 
 import torch
 
-from .registry import CAPTURE, register_decomposition
+from .registry import CAPTURE, IMPORT, register_decomposition
 
 aten = torch.ops.aten
 
@@ -34,7 +36,6 @@ def _scalar(value, like):
     return torch.full((), value, dtype=like.dtype, device=like.device)
 
 
-@register_decomposition(aten.tan.default, scope=CAPTURE)
 def tan(x):
     """Cephes ``tanf`` in float32; other floating dtypes are not covered
     (float64 needs the double-precision polynomial and reduction)."""
@@ -71,7 +72,6 @@ def tan(x):
 _SCAN_LIMIT = 2048  # elements along the scanned dim
 
 
-@register_decomposition(aten.logcumsumexp.default, scope=CAPTURE)
 def logcumsumexp(x, dim):
     """ATen's running log-add-exp, NaN propagating from where it appears,
     -inf for an all -inf prefix, +inf once a +inf is seen."""
@@ -107,3 +107,6 @@ def logcumsumexp(x, dim):
     return aten.movedim.int(out, -1, dim)
 
 
+for _scope in (CAPTURE, IMPORT):
+    register_decomposition(aten.tan.default, scope=_scope)(tan)
+    register_decomposition(aten.logcumsumexp.default, scope=_scope)(logcumsumexp)

@@ -1,6 +1,7 @@
 """tan and logcumsumexp, which IREE and torch-mlir lower inaccurately, are
 captured as our decompositions and match eager where the lowering did not:
-near tan's poles and for logcumsumexp of large values."""
+near tan's poles and for logcumsumexp of large values; ``torch.compile``'s
+graphs, never captured, get the same decompositions before import."""
 from __future__ import annotations
 
 import math
@@ -52,3 +53,21 @@ def test_logcumsumexp_large_and_special_values(dim, counters):
 def test_logcumsumexp_degenerate_shapes(shape):
     x = torch.randn(shape)
     torch.testing.assert_close(torch.logcumsumexp(lazy(x), 0).cpu(), torch.logcumsumexp(x, 0))
+
+
+@pytest.mark.parametrize("op", ["logcumsumexp", "tan"])
+def test_torch_compile_graphs_get_the_precise_decompositions(op, counters):
+    """Graphs that were never captured (Dynamo's) reach torch-mlir with the
+    op itself: logcumsumexp of 100 gave inf there (log(cumsum(exp(x))))."""
+    from lazy_mlir.frontends import dynamo
+    dynamo.register()
+    torch._dynamo.reset()
+    fn = {"logcumsumexp": lambda x: torch.logcumsumexp(x, 1) * 2,
+          "tan": lambda x: torch.tan(x) * 2}[op]
+    x = {"logcumsumexp": torch.tensor([[100.0, 1.0, 90.0, -3.0], [0.5, 200.0, -INF, 4.0]]),
+         "tan": torch.tensor([1.5707, -1.5707963, 4.712388, 0.3, -0.0])}[op]
+    compiled = torch.compile(fn, backend="lazy_mlir")
+    for _ in range(2):  # (the first call may run eagerly while compiling)
+        got = compiled(x)
+    torch.testing.assert_close(got, fn(x), rtol=1.3e-6, atol=1e-6)
+    assert counters.delta("DynamoEagerGraph") == 0
