@@ -1,7 +1,8 @@
 """Forms torch.compile and lm.jit graphs hand over that torch-mlir 20261001
 does not lower (each graph failed to compile and ran eagerly). The lazy
-device's capture avoids them (it lifts numbers into tensors and folds ops
-on empty tensors), so they reach the importer from the aot graphs only.
+device's capture avoids most of them (it lifts numbers into tensors and
+folds ops on empty tensors), so they reach the importer from the aot graphs
+only; ``roll`` reached it from every way in.
 
 - ``bitwise_and``/``or``/``xor`` with a number (``.Scalar``): the dialect
   has the ``.Tensor`` overloads only ("failed to legalize operation
@@ -18,6 +19,12 @@ on empty tensors), so they reach the importer from the aot graphs only.
   eager keeps the byte (a write of a byte other than 0 or 1 through it
   raises at the call: ``views._check_bool_bytes``; fuzzer seeds 400241,
   500133: the graph failed to compile and ran eagerly).
+- ``roll`` with no ``dims`` (``x.roll(2)``: the flattened tensor rolled):
+  torch-mlir's pattern takes dims only ("failed to legalize operation
+  'torch.constant.int'"); the flat view rolled along its one dim, viewed
+  back. A shift of a dim's size or more, either way: torch-mlir's slices
+  clamp, so the tensor came back unrolled or wrongly rolled, silently
+  (``roll(7, 1)`` of 5 columns); the shift taken modulo the size.
 """
 from __future__ import annotations
 
@@ -67,3 +74,18 @@ def bool_bytes(x, dtype):
         return NotImplemented
     return aten._to_copy.default(x, dtype=dtype)
 
+
+
+@register_decomposition(aten.roll.default, scope=IMPORT)
+def roll_normalized(x, shifts, dims=()):
+    if len(dims) != len(shifts) and (len(dims) or len(shifts) != 1):
+        return NotImplemented  # (eager raises)
+    if x.numel() == 0:
+        return aten.clone.default(x)
+    if not len(dims):
+        flat = aten.reshape.default(x, [-1])
+        return aten.reshape.default(aten.roll.default(flat, shifts, [0]), list(x.shape))
+    sizes = [x.shape[d] for d in dims]
+    if all(-n < s < n for s, n in zip(shifts, sizes)):
+        return NotImplemented  # (lowered right as it is)
+    return aten.roll.default(x, [s % n for s, n in zip(shifts, sizes)], list(dims))

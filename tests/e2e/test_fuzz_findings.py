@@ -738,3 +738,18 @@ def test_as_strided_of_a_permuted_view_read_after_a_write():
     got = fn(lazy(make()))
     lm.mark_step()
     assert all(torch.equal(g.cpu(), w) for g, w in zip(got, want))
+
+
+@pytest.mark.parametrize("shifts,dims", [(2, ()), (-7, ()), (13, ()), (7, 1), (-6, 1),
+                                         (12, -1), ((3, -9), (0, 1)), ((1, 5), (0, 1))])
+def test_roll_compiles_and_wraps_any_shift(shifts, dims):
+    """``x.roll(k)`` rolls the flattened tensor: torch-mlir's pattern takes
+    dims only ("failed to legalize operation 'torch.constant.int'"), so the
+    graph ran eagerly on the lazy device and lm.jit raised. A shift of a
+    dim's size or more gave wrong values, silently (the slices clamp)."""
+    x = torch.arange(10.0).reshape(2, 5)
+    c = Counters()
+    assert torch.equal(lazy(x).roll(shifts, dims).cpu(), x.roll(shifts, dims))
+    assert c.delta("EagerGraph") == 0 and c.delta("aten::roll") == 0
+    fn = lm.jit(lambda a: a.roll(shifts, dims)).lower(x).compile()
+    assert torch.equal(torch.as_tensor(fn(x)), x.roll(shifts, dims))
