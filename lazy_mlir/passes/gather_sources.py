@@ -14,7 +14,10 @@ graph eagerly (fuzzer seed 400113). Here such a source passes through
 first (one copy of the slice, no value changes). The same where the
 slice reaches the gather through reshapes: a column, ``x[:, 0][idx]``, is a
 ``[n, 1]`` slice collapsed to ``[n]`` (sweep hf/causal-lm/hunyuan_v1_moe's
-router: its step graph ran eagerly).
+router: its step graph ran eagerly); and through elementwise ops: the
+barrier goes on the gather's source, so IREE fuses the slice and the
+conversion between them into a dispatch of their own (``x[::2].float()[idx]``,
+fuzzer seed 94 of the corpus).
 """
 from __future__ import annotations
 
@@ -44,15 +47,37 @@ def barrier_gather_sources(module) -> int:
 
 
 _RESHAPES = ("tensor.collapse_shape", "tensor.expand_shape")
+_DEPTH = 16  # producers walked back from a gather's source
 
 
 def _sliced(source):
-    """The ``tensor.extract_slice`` that makes ``source``, through reshapes
-    (``x[:, 0]``: a ``[n, 1]`` slice collapsed to ``[n]``), or None."""
-    made = E.producer(source)
-    while made is not None and made.name in _RESHAPES:
-        made = E.producer(made.operands[0])
-    return made if made is not None and made.name == "tensor.extract_slice" else None
+    """The ``tensor.extract_slice`` that ``source`` is made from, through
+    reshapes (``x[:, 0]``: a ``[n, 1]`` slice collapsed to ``[n]``) and
+    elementwise ops (``x[::2].float()[idx]``: IREE fuses the conversion
+    and the slice into the gather just the same), or None."""
+    todo, seen = [source], 0
+    while todo and seen < _DEPTH:
+        made = E.producer(todo.pop())
+        seen += 1
+        if made is None:
+            continue
+        if made.name == "tensor.extract_slice":
+            return made
+        if made.name in _RESHAPES:
+            todo.append(made.operands[0])
+        elif made.name == "linalg.generic" and _elementwise(made):
+            todo.extend(made.operands[:len(made.operands) - len(made.results)])
+    return None
+
+
+def _elementwise(op) -> bool:
+    """All loops parallel, no gather of its own (IREE fuses such a producer
+    into its consumer's dispatch)."""
+    kinds = str(op.attributes["iterator_types"])
+    if "reduction" in kinds:
+        return False
+    body = op.regions[0].blocks[0]
+    return not any(inner.operation.name == "tensor.extract" for inner in body.operations)
 
 
 def count_in(linalg_text: str) -> int:
