@@ -22,8 +22,13 @@ def clobbered_args(text: str) -> tuple[int, ...]:
     are numbered on after ``main``'s: ``%arg`` numbers past its arity are not
     its arguments.)"""
     found = set(_inserted_into_args(text))
+    main = text.find("func.func @main(")
+    source = dict(_views(text[main:])) if main >= 0 else {}
     for m in re.finditer(r"tm_tensor\.\w+[^\n]*?outs\(([^)]*)\)", text):
-        found.update(int(a) for a in re.findall(r"%arg(\d+)\b", m.group(1)))
+        for value in re.findall(r"%[\w#]+", m.group(1)):  # (or a view of one: x.unsqueeze(2)[i] += 1)
+            arg = _viewed_arg(value, source)
+            if arg is not None:
+                found.add(arg)
     for m in re.finditer(r"torch\.aten\.(?:sort|topk|argsort|kthvalue|median)\w*[^\n]*", text):
         found.update(int(a) for a in re.findall(r"%arg(\d+)\b", m.group(0)))
     arity = main_arity(text)
@@ -213,13 +218,20 @@ def _inserted_into_args(text: str) -> set[int]:
     source = dict(_views(body))
     found = set()
     for value in set(re.findall(r"tensor\.insert(?:_slice)? %[\w#]+ into (%[\w#]+)\[", body)):
-        for _ in range(len(source) + 1):  # up the views to what they view
-            if value not in source:
-                break
-            value = source[value]
-        if re.fullmatch(r"%arg\d+", value):
-            found.add(int(value[4:]))
+        arg = _viewed_arg(value, source)
+        if arg is not None:
+            found.add(arg)
     return found
+
+
+def _viewed_arg(value: str, source: dict[str, str]) -> int | None:
+    """The number of the argument ``value`` is (or a view of, up ``source``:
+    view -> what it views), or None."""
+    for _ in range(len(source) + 1):
+        if value not in source:
+            break
+        value = source[value]
+    return int(value[4:]) if re.fullmatch(r"%arg\d+", value) else None
 
 
 
