@@ -265,7 +265,7 @@ def compute(rng, env, nid):
         return None
     d, n = t.dtype, t.dim()
     kind = rng.choice(("binary", "binary", "unary", "to", "reduce", "cumsum", "matmul", "cat",
-                       "where", "compare", "flip", "index_select", "gather", "factory",
+                       "where", "compare", "flip", "roll", "index_select", "gather", "factory",
                        "minmax", "sort", "scalar_feedback", "out"))
     one = lambda tmpl, args=(i,), outs=(nid,): Op(f"compute.{kind}", tmpl, args, outs)
     if kind == "binary":
@@ -314,6 +314,8 @@ def compute(rng, env, nid):
     if kind == "flip" and n:
         return one(rng.choice(("{o0} = torch.flip({a0}, (%d,))" % _dim(rng, t),
                                "{o0} = torch.roll({a0}, 1, %d)" % _dim(rng, t))))
+    if kind == "roll" and n:
+        return one(_roll(rng, t))
     if kind in ("index_select", "gather") and n and t.shape[0]:
         idx = [rng.randrange(t.shape[0]) for _ in range(rng.randint(1, 3))]
         if kind == "index_select":
@@ -335,6 +337,17 @@ def compute(rng, env, nid):
     if kind == "out":
         return _out(rng, env, i, t, nid)
     return None
+
+
+def _roll(rng, t) -> str:
+    """Shifts past the size either way and none (the flat tensor rolled):
+    torch-mlir's slices clamp such shifts (a silent wrong answer, fixed)."""
+    d = _dim(rng, t)
+    size = t.shape[d]
+    shift = rng.choice((1, -1, 0, size, size + 2, -size - 1, 2 * size + 1))
+    if rng.random() < 0.25:
+        return "{o0} = torch.roll({a0}, %d)" % shift
+    return "{o0} = torch.roll({a0}, %d, %d)" % (shift, d)
 
 
 def _out(rng, env, i, t, nid):
