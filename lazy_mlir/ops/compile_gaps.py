@@ -89,3 +89,18 @@ def roll_normalized(x, shifts, dims=()):
     if all(-n < s < n for s, n in zip(shifts, sizes)):
         return NotImplemented  # (lowered right as it is)
     return aten.roll.default(x, [s % n for s, n in zip(shifts, sizes)], list(dims))
+
+
+def _number_first(tensor_op):
+    """``op.Scalar_Tensor(number, tensor)``: not in the dialect ("failed to
+    legalize operation 'torch.operator'"); the number as a 0-d tensor."""
+    def decomposition(number, other):
+        dtype = torch.result_type(other, number)
+        return tensor_op(aten.scalar_tensor.default(number, dtype=dtype, device=other.device), other)
+    return decomposition
+
+
+for _name in ("remainder", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift",
+              "bitwise_right_shift"):
+    register_decomposition(getattr(aten, _name).Scalar_Tensor, scope=IMPORT)(
+        _number_first(getattr(aten, _name).Tensor))

@@ -11,6 +11,8 @@
   remainder is 0; here the kernel divides by 1 where the divisor is -1 and
   selects ``-x`` (wrapping) or 0 there. (A divisor of 0 is checked at
   capture: ``lazy.bounds.DIVISIONS``.)
+- ``remainder``/``fmod`` by a number (any dtype): as by a 0-d tensor, so
+  that torch-mlir's folder of the ``.Scalar`` op never sees a constant.
 """
 from __future__ import annotations
 
@@ -83,3 +85,28 @@ for _op in (*_MODES, *_FLOOR_DIVIDE):
 for _op in (*_MODES, *_FLOOR_DIVIDE, *_REMAINDERS):
     register_decomposition(_op, scope=IMPORT, priority=14, overrides=True, chained=True)(
         _divisor_minus_one)
+
+
+# ``remainder``/``fmod`` of a tensor by a number: torch-mlir folds the
+# ``.Scalar`` op of a constant tensor with C's fmod (``torch.full((3,), -3.5)
+# % 2`` gave -1.5 for eager's 0.5, silently; ``fmod`` left a literal that did
+# not legalize). The number as a 0-d tensor of the result type: ``.Tensor``
+# has no such folder. Under the 8-bit and -1 divisor rules above it
+# (``uint8_promotion`` and ``_divisor_minus_one`` wrap it).
+_MOD_SIBLINGS = {aten.remainder.Scalar: aten.remainder.Tensor, aten.fmod.Scalar: aten.fmod.Tensor}
+
+
+def _mod_by_0d(op, below):
+    def decomposition(x, other):
+        if type(other) in (int, float) and x.dtype not in (torch.uint8, torch.int8, torch.bool) \
+                and not x.is_complex():
+            number = aten.scalar_tensor.default(other, dtype=torch.result_type(x, other),
+                                                device=x.device)
+            return _MOD_SIBLINGS[op](x, number)
+        return below(x, other) if below is not None else NotImplemented
+    return decomposition
+
+
+for _op in _MOD_SIBLINGS:
+    register_decomposition(_op, scope=IMPORT, priority=12, overrides=True, chained=True)(_mod_by_0d)
+

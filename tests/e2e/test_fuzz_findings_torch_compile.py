@@ -3,6 +3,7 @@
 finding, compared with eager PyTorch and checked compiled."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from e2e_helpers import Counters, compiled_like_eager
@@ -235,3 +236,36 @@ def test_torch_compile_scatter_of_ones_into_an_argmin_read_elsewhere():
     g = torch.Generator().manual_seed(5616240)
     x = (torch.randint(-32, 33, (12,), generator=g) / 8).reshape(2, 3, 2)
     compiled_like_eager(fn, lambda: [x.clone()])
+
+
+def _constant(value, dtype):
+    return torch.full((3,), value, dtype=dtype)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.remainder(_constant(-3.5, torch.float32), 2) + x,
+    lambda x: torch.remainder(_constant(-7, torch.int64), 2) + x,
+    lambda x: torch.remainder(_constant(7, torch.int64), -2) + x,
+    lambda x: torch.fmod(_constant(-3.5, torch.float32), 2) + x,
+    lambda x: torch.fmod(_constant(-7, torch.int32), 2) + x,
+], ids=["remainder_float", "remainder_int", "remainder_by_negative", "fmod_float", "fmod_int"])
+def test_torch_compile_remainder_of_a_constant_by_a_number(fn):
+    """torch-mlir folds ``remainder.Scalar`` of a constant tensor with C's
+    fmod: ``torch.full((3,), -3.5) % 2`` gave -1.5 for eager's 0.5,
+    silently; ``fmod.Scalar``'s fold left a literal that did not legalize
+    (the graph ran eagerly)."""
+    compiled_like_eager(fn, lambda: (torch.tensor([1.0, -2.0, 3.0]),))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.remainder(5.5, x),
+    lambda x: torch.bitwise_and(6, x.long()),
+    lambda x: torch.bitwise_or(True, x > 0),
+    lambda x: torch.bitwise_xor(9, x.int()),
+    lambda x: torch.bitwise_left_shift(3, x.long().abs()),
+    lambda x: torch.bitwise_right_shift(-64, x.long().abs()),
+], ids=["remainder", "and", "or_bool", "xor_int32", "left_shift", "right_shift"])
+def test_torch_compile_number_op_tensor_compiles(fn):
+    """``op.Scalar_Tensor`` (a number first) is not in the torch dialect:
+    each graph failed to compile and ran eagerly."""
+    compiled_like_eager(fn, lambda: (torch.tensor([1.0, -2.0, 3.0]),))
