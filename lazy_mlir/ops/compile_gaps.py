@@ -19,12 +19,14 @@ only; ``roll`` reached it from every way in.
   eager keeps the byte (a write of a byte other than 0 or 1 through it
   raises at the call: ``views._check_bool_bytes``; fuzzer seeds 400241,
   500133: the graph failed to compile and ran eagerly).
-- ``roll`` with no ``dims`` (``x.roll(2)``: the flattened tensor rolled):
-  torch-mlir's pattern takes dims only ("failed to legalize operation
-  'torch.constant.int'"); the flat view rolled along its one dim, viewed
-  back. A shift of a dim's size or more, either way: torch-mlir's slices
-  clamp, so the tensor came back unrolled or wrongly rolled, silently
-  (``roll(7, 1)`` of 5 columns); the shift taken modulo the size.
+- ``roll``, as two slices and a ``cat`` per dim, the shift taken modulo
+  the size: torch-mlir's pattern clamps a shift of the size or more (the
+  tensor came back unrolled or wrongly rolled, silently: ``roll(7, 1)`` of
+  5 columns), takes no roll without ``dims`` (``x.roll(2)``, the flattened
+  tensor rolled: "failed to legalize operation 'torch.constant.int'"), and
+  casts its slices to dynamic sizes, which IREE's ``concat`` of a roll of a
+  roll did not compile ("expected dimension 0 of collapsed type to be
+  static"; fuzzer seed 900129).
 """
 from __future__ import annotations
 
@@ -77,18 +79,23 @@ def bool_bytes(x, dtype):
 
 
 @register_decomposition(aten.roll.default, scope=IMPORT)
-def roll_normalized(x, shifts, dims=()):
+def roll_as_slices(x, shifts, dims=()):
     if len(dims) != len(shifts) and (len(dims) or len(shifts) != 1):
         return NotImplemented  # (eager raises)
     if x.numel() == 0:
         return aten.clone.default(x)
     if not len(dims):
-        flat = aten.reshape.default(x, [-1])
-        return aten.reshape.default(aten.roll.default(flat, shifts, [0]), list(x.shape))
-    sizes = [x.shape[d] for d in dims]
-    if all(-n < s < n for s, n in zip(shifts, sizes)):
-        return NotImplemented  # (lowered right as it is)
-    return aten.roll.default(x, [s % n for s, n in zip(shifts, sizes)], list(dims))
+        flat = roll_as_slices(aten.reshape.default(x, [-1]), shifts, [0])
+        return aten.reshape.default(flat, list(x.shape))
+    out = x
+    for shift, d in zip(shifts, dims):
+        n = x.shape[d]
+        shift %= n
+        if shift:
+            out = aten.cat.default([aten.slice.Tensor(out, d, n - shift, n),
+                                    aten.slice.Tensor(out, d, 0, n - shift)], d)
+    return aten.clone.default(x) if out is x else out
+
 
 
 def _number_first(tensor_op):
