@@ -199,6 +199,8 @@ def assign(t: LazyTensor, new: Value) -> None:
     if _dry_run[0] is not None:
         _dry_run[0].before_write(storage)
     if t._view:
+        if 0 in new.spec.shape:  # (a view of no elements: the write changes nothing,
+            return               # and its scatter of none made lm.jit's module a hazard)
         chain = [storage.value]
         lift = offsets.liftable(t._view)
         for step in t._view[:-1]:

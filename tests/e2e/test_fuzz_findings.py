@@ -766,3 +766,25 @@ def test_roll_of_a_roll_of_a_strided_view_compiles():
     lm.mark_step()
     assert torch.equal(got[1].cpu(), x0[::2].roll(-1, 0).roll(5, 0))
     assert c.delta("EagerGraph") == 0 and not c.fell_back()
+
+
+@pytest.mark.parametrize("write", [lambda v: v.neg_(), lambda v: v.fill_(3.0),
+                                   lambda v: v.copy_(torch.ones_like(v))])
+def test_a_write_through_a_view_of_no_elements_changes_nothing(write):
+    """An in-place op on an empty view (``diagonal`` past the matrix) was
+    recorded as a scatter of nothing written back into the base: lm.jit
+    refused the module (InPlaceHazard: the argument updated in place while
+    a result still reads it; fuzzer seed 900094)."""
+    def fn(a):
+        first, second = a.chunk(2, -1)
+        empty = first.diagonal(2, 1, 0)
+        write(empty)
+        return a, first, second, empty
+    x = torch.tensor([[1.5, 2.5]])
+    want = fn(x.clone())
+    got = lm.jit(fn).lower(x).compile()(x.clone())
+    assert all(torch.equal(torch.as_tensor(g), w) for g, w in zip(got, want))
+    c = Counters()
+    got = fn(lazy(x))
+    assert all(torch.equal(g.cpu(), w) for g, w in zip(got, want))
+    assert c.delta("EagerGraph") == 0
