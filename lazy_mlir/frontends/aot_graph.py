@@ -102,10 +102,14 @@ def _computed_bytes_as_bool(gm: fx.GraphModule) -> bool:
     written, then its bool view read): a graph's bools are ``i1``, so a byte
     other than 0 or 1 would come back 1 (fuzzer seed 800152, silently; the
     lazy device raises at the write). Such a graph runs eagerly, eager's
-    bytes kept."""
+    bytes kept. Views of an input's bytes (``x.narrow(0, 0, 3).view(torch.bool)``)
+    are read as the input itself is: compiled (fuzzer seeds 900027, 900291)."""
     for n in gm.graph.nodes:
         if n.target is torch.ops.aten.view.dtype and n.args[1] is torch.bool:
             src = n.args[0]
+            while isinstance(src, fx.Node) and src.op == "call_function" \
+                    and getattr(src.target, "is_view", False) and src.args:
+                src = src.args[0]  # (up the views to the tensor they view)
             val = src.meta.get("val") if isinstance(src, fx.Node) else None
             if src.op != "placeholder" and getattr(val, "dtype", torch.bool) is not torch.bool:
                 log.warning("lazy-mlir (torch.compile backend): a graph views computed bytes "

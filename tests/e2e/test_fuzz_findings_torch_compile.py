@@ -269,3 +269,15 @@ def test_torch_compile_number_op_tensor_compiles(fn):
     """``op.Scalar_Tensor`` (a number first) is not in the torch dialect:
     each graph failed to compile and ran eagerly."""
     compiled_like_eager(fn, lambda: (torch.tensor([1.0, -2.0, 3.0]),))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda v: v.narrow(-1, 0, 3).view(torch.bool),
+    lambda v: v[0].view((1,)).view(torch.bool),
+    lambda v: v.view(2, 2).t().view(torch.bool),
+], ids=["narrow", "select_then_view", "transposed"])
+def test_torch_compile_bool_view_of_a_view_of_an_input_compiles(fn):
+    """A bool view of a view of a uint8 input reads the input's bytes, as a
+    bool view of the input itself does: it ran eagerly as if the bytes were
+    computed (fuzzer seeds 900027, 900291)."""
+    compiled_like_eager(fn, lambda: (torch.tensor([3, 0, 1, 0], dtype=torch.uint8),))
