@@ -1,10 +1,12 @@
 """Integer division as eager computes it (import time).
 
-- ``floor_divide`` / ``div(rounding_mode='floor')`` of int64: torch-mlir
-  divides in float64, so quotients past 2**53 came back rounded (``x // 3``
-  of 2**62 + 1 was off by 85, silently; fuzzer seed 801059). Here the
-  truncating division, which torch-mlir keeps in integers, less one where the
-  remainder is not 0 and its sign is not the divisor's.
+- ``floor_divide`` / ``div(rounding_mode='floor')`` of signed integers:
+  torch-mlir divides int64 in float64, so quotients past 2**53 came back
+  rounded (``x // 3`` of 2**62 + 1 was off by 85, silently; fuzzer seed
+  801059), and its folder of a constant truncates (``full_like(x, 2) // -3``
+  of int8 gave 0 for -1 under torch.compile, silently; seed 900251). Here
+  the truncating division, which torch-mlir keeps in integers, less one
+  where the remainder is not 0 and its sign is not the divisor's.
 - A divisor of -1: the smallest integer divided by -1 overflows, and the
   x86 ``idiv`` the kernel compiles to traps (SIGFPE: the process died).
   Eager's floor division wraps (``-2**63 // -1`` is ``-2**63``) and its
@@ -43,9 +45,9 @@ def _integer_mode(op, x, other, kwargs):
 
 def _exact_floor_division(op, below):
     def decomposition(x, other, **kwargs):
-        if _integer_mode(op, x, other, kwargs) != "floor" or \
-                torch.result_type(x, other) != torch.int64:
+        if _integer_mode(op, x, other, kwargs) != "floor":
             return below(x, other, **kwargs) if below else NotImplemented
+        dtype = torch.result_type(x, other)
         if isinstance(other, torch.Tensor):
             q = aten.div.Tensor_mode(x, other, rounding_mode="trunc")
             r = aten.sub.Tensor(x, aten.mul.Tensor(q, other))
@@ -55,7 +57,7 @@ def _exact_floor_division(op, below):
             r = aten.sub.Tensor(x, aten.mul.Scalar(q, other))
             off_sign = aten.gt.Scalar(r, 0) if other < 0 else aten.lt.Scalar(r, 0)
         fix = aten.logical_and.default(aten.ne.Scalar(r, 0), off_sign)
-        return aten.sub.Tensor(q, aten._to_copy.default(fix, dtype=torch.int64))
+        return aten.sub.Tensor(q, aten._to_copy.default(fix, dtype=dtype))
     return decomposition
 
 

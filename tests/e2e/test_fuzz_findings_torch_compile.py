@@ -248,12 +248,18 @@ def _constant(value, dtype):
     lambda x: torch.remainder(_constant(7, torch.int64), -2) + x,
     lambda x: torch.fmod(_constant(-3.5, torch.float32), 2) + x,
     lambda x: torch.fmod(_constant(-7, torch.int32), 2) + x,
-], ids=["remainder_float", "remainder_int", "remainder_by_negative", "fmod_float", "fmod_int"])
+    lambda x: (_constant(2, torch.int8) // -3) + x,
+    lambda x: torch.div(_constant(-7, torch.int32), 2, rounding_mode="floor") + x,
+    lambda x: (_constant(-7, torch.int16) // 2) + x,
+], ids=["remainder_float", "remainder_int", "remainder_by_negative", "fmod_float", "fmod_int",
+        "floor_int8", "floor_int32", "floor_int16"])
 def test_torch_compile_remainder_of_a_constant_by_a_number(fn):
     """torch-mlir folds ``remainder.Scalar`` of a constant tensor with C's
     fmod: ``torch.full((3,), -3.5) % 2`` gave -1.5 for eager's 0.5,
     silently; ``fmod.Scalar``'s fold left a literal that did not legalize
-    (the graph ran eagerly)."""
+    (the graph ran eagerly); its fold of a floor division of integers
+    narrower than int64 truncates (``full_like(x, 2) // -3`` of int8 gave
+    0 for -1, silently: fuzzer seed 900251)."""
     compiled_like_eager(fn, lambda: (torch.tensor([1.0, -2.0, 3.0]),))
 
 
