@@ -362,6 +362,10 @@ def _out(rng, env, i, t, nid):
     except Exception:  # noqa: BLE001
         return None
     same = [k for k, u in env.items() if u.shape == want.shape]
+    if "sum(" in form or "cumsum(" in form:  # (an out= sharing the input's memory: a listed
+        # difference, README "Deliberate differences"; PyTorch leaves it undefined)
+        ptr = t.untyped_storage().data_ptr()
+        same = [k for k in same if env[k].untyped_storage().data_ptr() != ptr]
     if not same:
         return None
     return Op("out", form, (i, rng.choice(same)))
