@@ -40,6 +40,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from .. import metrics
 from .aot_empty import fold_empty
+from ..dialects.as_strided_base import fresh_dtype_bases
 from ..compile_service.executable import COMPILING, FAILED, LOADED, EagerExecutable
 from ..compile_service.lookup import executable_for
 from ..config import PipelineConfig
@@ -535,6 +536,10 @@ def tensor_module(gm: fx.GraphModule, inputs):
     with mode:
         fakes = [torch.empty(d[1], dtype=d[2]) for d in inputs if d[0] == "t"]
         module = make_fx(run, decomposition_table=_inductor_prims())(*fakes)
+    # Here, where views still share their fake storage (a compile worker gets
+    # specs only): an as_strided of a split/unbind output reads the tensor split
+    # (an unbind's 0-d output read as itself: seed 900375, silently).
+    fresh_dtype_bases(module)
     return fold_empty(module), layout
 
 
