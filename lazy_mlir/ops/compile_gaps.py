@@ -39,10 +39,14 @@ from .registry import IMPORT, register_decomposition
 aten = torch.ops.aten
 
 
-def _with_tensor(tensor_op):
-    def decomposition(x, other):
-        dtype = torch.result_type(x, other)
-        return tensor_op(x, aten.scalar_tensor.default(other, dtype=dtype, device=x.device))
+def _with_tensor(tensor_op, number_first: bool = False):
+    """``op.Scalar(tensor, number)`` (or ``op.Scalar_Tensor(number, tensor)``,
+    ``number_first``) as ``op.Tensor`` with the number as a 0-d tensor of
+    eager's result type."""
+    def decomposition(a, b):
+        x, number = (b, a) if number_first else (a, b)
+        n = aten.scalar_tensor.default(number, dtype=torch.result_type(x, number), device=x.device)
+        return tensor_op(n, x) if number_first else tensor_op(x, n)
     return decomposition
 
 
@@ -77,7 +81,6 @@ def bool_bytes(x, dtype):
     return aten._to_copy.default(x, dtype=dtype)
 
 
-
 @register_decomposition(aten.roll.default, scope=IMPORT)
 def roll_as_slices(x, shifts, dims=()):
     if len(dims) != len(shifts) and (len(dims) or len(shifts) != 1):
@@ -97,17 +100,9 @@ def roll_as_slices(x, shifts, dims=()):
     return aten.clone.default(x) if out is x else out
 
 
-
-def _number_first(tensor_op):
-    """``op.Scalar_Tensor(number, tensor)``: not in the dialect ("failed to
-    legalize operation 'torch.operator'"); the number as a 0-d tensor."""
-    def decomposition(number, other):
-        dtype = torch.result_type(other, number)
-        return tensor_op(aten.scalar_tensor.default(number, dtype=dtype, device=other.device), other)
-    return decomposition
-
-
+# ``op.Scalar_Tensor`` (a number first: ``5.5 % x``, ``3 << x``): not in the dialect
+# ("failed to legalize operation 'torch.operator'").
 for _name in ("remainder", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift",
               "bitwise_right_shift"):
     register_decomposition(getattr(aten, _name).Scalar_Tensor, scope=IMPORT)(
-        _number_first(getattr(aten, _name).Tensor))
+        _with_tensor(getattr(aten, _name).Tensor, number_first=True))

@@ -36,6 +36,25 @@ def _scalar(value, like):
     return torch.full((), value, dtype=like.dtype, device=like.device)
 
 
+def _reduced(ax):
+    """Cephes' reduction of ``ax`` (>= 0) by pi/4: ``(j, z)``, the octant
+    rounded up to even (j = 2*ceil(floor(ax * 4/pi) / 2)) and
+    ``ax - j*pi/4`` in [-pi/4, pi/4], pi/4 subtracted in three parts."""
+    j = aten.floor.default(aten.mul.Scalar(ax, 4 / math.pi))
+    j = aten.add.Tensor(j, aten.remainder.Scalar(j, 2))
+    z = aten.sub.Tensor(ax, aten.mul.Scalar(j, _DP1))
+    z = aten.sub.Tensor(z, aten.mul.Scalar(j, _DP2))
+    return j, aten.sub.Tensor(z, aten.mul.Scalar(j, _DP3))
+
+
+def _poly(z, coefficients):
+    """Horner's rule: coefficients from the highest power."""
+    p = aten.full_like.default(z, coefficients[0])
+    for c in coefficients[1:]:
+        p = aten.add.Scalar(aten.mul.Tensor(p, z), c)
+    return p
+
+
 def tan(x):
     """Cephes ``tanf`` in float32; other floating dtypes are not covered
     (float64 needs the double-precision polynomial and reduction)."""
@@ -46,17 +65,9 @@ def tan(x):
             return NotImplemented
         x = aten._to_copy.default(x, dtype=torch.float32)
     ax = aten.abs.default(x)
-    # The octant, rounded up to even: j = 2*ceil(floor(|x| * 4/pi) / 2).
-    j = aten.floor.default(aten.mul.Scalar(ax, 4 / math.pi))
-    j = aten.add.Tensor(j, aten.remainder.Scalar(j, 2))
-    z = aten.sub.Tensor(ax, aten.mul.Scalar(j, _DP1))
-    z = aten.sub.Tensor(z, aten.mul.Scalar(j, _DP2))
-    z = aten.sub.Tensor(z, aten.mul.Scalar(j, _DP3))
+    j, z = _reduced(ax)
     zz = aten.mul.Tensor(z, z)
-    p = aten.full_like.default(z, _TAN_POLY[0])
-    for c in _TAN_POLY[1:]:
-        p = aten.add.Scalar(aten.mul.Tensor(p, zz), c)
-    y = aten.add.Tensor(aten.mul.Tensor(aten.mul.Tensor(p, zz), z), z)
+    y = aten.add.Tensor(aten.mul.Tensor(aten.mul.Tensor(_poly(zz, _TAN_POLY), zz), z), z)
     # Octants 2 and 6 (j = 2 mod 4): the cotangent, -1/y.
     odd = aten.eq.Scalar(aten.remainder.Scalar(j, 4), 2)
     y = aten.where.self(odd, aten.neg.default(aten.reciprocal.default(y)), y)
@@ -118,17 +129,10 @@ for _scope in (CAPTURE, IMPORT):
 # 0.03 at 1e6 and far outside [-1, 1] at 1e9 (fuzzer seed 900496: sin of
 # float bits viewed as int32 gave 41178.6 for -0.44). Within 2 ulp for
 # |x| < 1e7 (measured: 1.2e-7 absolute at 1e7), in [-1, 1] beyond. Before
-# import only (every way in): a
-# dtype not covered keeps the compiler's lowering instead of running eagerly.
+# import only (every way in): a dtype not covered keeps the compiler's
+# lowering instead of running eagerly.
 _SIN_POLY = (-1.9515295891e-4, 8.3321608736e-3, -1.6666654611e-1)
 _COS_POLY = (2.443315711809948e-5, -1.388731625493765e-3, 4.166664568298827e-2)
-
-
-def _poly(z, coefficients):
-    p = aten.full_like.default(z, coefficients[0])
-    for c in coefficients[1:]:
-        p = aten.add.Scalar(aten.mul.Tensor(p, z), c)
-    return p
 
 
 def _sin_cos(x, cosine: bool):
@@ -142,11 +146,7 @@ def _sin_cos(x, cosine: bool):
     if narrow is not None:
         x = aten._to_copy.default(x, dtype=torch.float32)
     ax = aten.abs.default(x)
-    j = aten.floor.default(aten.mul.Scalar(ax, 4 / math.pi))
-    j = aten.add.Tensor(j, aten.remainder.Scalar(j, 2))    # the octant, rounded up to even
-    z = aten.sub.Tensor(ax, aten.mul.Scalar(j, _DP1))
-    z = aten.sub.Tensor(z, aten.mul.Scalar(j, _DP2))
-    z = aten.sub.Tensor(z, aten.mul.Scalar(j, _DP3))
+    j, z = _reduced(ax)
     z = aten.where.self(aten.lt.Scalar(ax, 2.0 ** 26), z, aten.zeros_like.default(z))  # (no inf - inf)
     zz = aten.mul.Tensor(z, z)
     sin_z = aten.add.Tensor(aten.mul.Tensor(aten.mul.Tensor(_poly(zz, _SIN_POLY), zz), z), z)
@@ -164,7 +164,8 @@ def _sin_cos(x, cosine: bool):
         negative = aten.logical_and.default(negative, aten.gt.Scalar(ax, 1e-4))
     y = aten.where.self(negative, aten.neg.default(y), y)
     # Past 2**24 the octant is not exact in float32 (the arguments are even
-    # integers there): a value in [-1, 1], not eager's (README, differences).
+    # integers there; past 2**26 z is 0 above): a value in [-1, 1], not
+    # eager's (README, differences).
     y = aten.clamp.default(y, -1.0, 1.0)
     y = aten.where.self(aten.isfinite.default(x), y, _scalar(math.nan, y))
     return aten._to_copy.default(y, dtype=narrow) if narrow is not None else y

@@ -77,12 +77,9 @@ def writes_into_args(text: str) -> tuple[int, ...]:
         dests.update(re.findall(r"%[\w#]+", m.group(1)))
     found = set()
     for value in dests:
-        for _ in range(len(source) + 1):  # up the views and copies to what they read
-            if value not in source:
-                break
-            value = source[value]
-        if re.fullmatch(r"%arg\d+", value):
-            found.add(int(value[4:]))
+        arg = _viewed_arg(value, source)  # (up the views and copies to what they read)
+        if arg is not None:
+            found.add(arg)
     arity = main_arity(text)
     return tuple(sorted(a for a in found if arity is None or a < arity))
 
@@ -225,8 +222,8 @@ def _inserted_into_args(text: str) -> set[int]:
 
 
 def _viewed_arg(value: str, source: dict[str, str]) -> int | None:
-    """The number of the argument ``value`` is (or a view of, up ``source``:
-    view -> what it views), or None."""
+    """The number of the argument ``value`` is (or a view or copy of, up
+    ``source``: view -> what it views), or None."""
     for _ in range(len(source) + 1):
         if value not in source:
             break
