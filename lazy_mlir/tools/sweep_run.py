@@ -71,7 +71,9 @@ def _eager(entry, steps: int, nudge: float = 0.0) -> dict:
 
 
 def _median_ms(times: list[float]) -> float | None:
-    tail = times[WARMUP:] or times[-1:]
+    """The median step after warm-up; None without one (a triage run of
+    ``WARMUP`` steps or fewer: its last step can hold a compile)."""
+    tail = times[WARMUP:]
     return round(statistics.median(tail) * 1e3, 3) if tail else None
 
 
@@ -194,6 +196,7 @@ def run_entry(name: str, steps: int = 7, modes=("plain", "train_step")) -> dict:
             out = {"crash": _error(e), "traceback": traceback.format_exc()[-3000:]}
         record[mode] = out
     record["status"] = "ran"
+    record["load_end"] = round(os.getloadavg()[0], 1)
     if any((record[m] or {}).get("loss_difference", 0) > TOLERANCE for m in modes):
         record["no_dropout"] = _without_dropout(entry, steps)
     return record

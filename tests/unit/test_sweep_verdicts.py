@@ -54,3 +54,25 @@ def test_a_train_step_never_replayed_is_not_replayed():
     assert verdict(rec, "train_step") == "not-replayed"
     rec["train_step"]["replayed"] = 2
     assert verdict(rec, "train_step") == "ok"
+
+
+def test_only_steps_timed_quietly_after_warmup_count_toward_the_median():
+    """A triage record (``--steps 5``) timed a step that can hold a compile,
+    and a record made under load timed noise: neither is a speed claim."""
+    from lazy_mlir.tools.sweep_report import summary
+    from lazy_mlir.tools.sweep_run import _median_ms
+
+    assert _median_ms([9.0] * WARMUP) is None  # (no step after warm-up)
+    assert _median_ms([9.0] * WARMUP + [0.001, 0.003, 0.002]) == 2.0
+
+    def rec(steps, load, lazy_ms):
+        by_step = [1, 2] + [2] * (steps - 2)
+        return {"name": "x", "status": "ran", "steps": steps, "load": load,
+                "eager": {"step_ms": 1.0},
+                "plain": {"compiles_by_step": by_step, "loss_difference": 0.0,
+                          "fallback_ops": 0, "step_ms": lazy_ms}}
+
+    records = {"triage": rec(5, 0.5, 900.0), "loaded": rec(10, 6.0, 50.0),
+               "quiet": rec(10, 1.0, 2.0)}
+    line = next(x for x in summary(records) if x.startswith("- **plain**"))
+    assert "2.00x (range 2.00-2.00x, 1 entries" in line
