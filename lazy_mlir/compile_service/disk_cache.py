@@ -90,7 +90,8 @@ def package_versions() -> dict[str, str]:
 
 
 # The packages of lazy_mlir whose code decides what a graph compiles to.
-_COMPILER_DIRS = ("dialects", "ops", "passes", "pipeline", "runtime", "host_calls")
+_COMPILER_DIRS = ("dialects", "ops", "passes", "pipeline", "runtime", "host_calls",
+                  "frontends")  # (the torch.compile and train-step graphs are rewritten there)
 
 
 @functools.lru_cache(maxsize=None)

@@ -39,6 +39,7 @@ import torch.fx as fx
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from .. import metrics
+from .aot_constants import fold_constant_divisions
 from .aot_empty import fold_empty
 from ..dialects.as_strided_base import fresh_dtype_bases
 from ..compile_service.executable import COMPILING, FAILED, LOADED, EagerExecutable
@@ -540,7 +541,9 @@ def tensor_module(gm: fx.GraphModule, inputs):
     # specs only): an as_strided of a split/unbind output reads the tensor split
     # (an unbind's 0-d output read as itself: seed 900375, silently).
     fresh_dtype_bases(module)
-    return fold_empty(module), layout
+    module = fold_empty(module)
+    fold_constant_divisions(module)  # (torch-mlir's folders get them wrong)
+    return module, layout
 
 
 def _inductor_prims() -> dict:

@@ -316,3 +316,30 @@ assert lm.metrics.counter_value("DynamoEagerGraph") == 0
     proc = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2],
                           env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int8])
+def test_torch_compile_divides_constant_integers_signed(dtype):
+    """Two fills are constants in a Dynamo graph, and torch-mlir's folder of
+    an integer ``div.Tensor_mode`` divides them unsigned and floors by
+    truncating: ``div(full(7), full(-2), rounding_mode="trunc")`` gave 0
+    for -3 and ``"floor"`` -1 for -4, silently. Now ATen computes them when
+    the graph compiles (``frontends/aot_constants``); a constant whose
+    elements differ (arange) too, and the remainder of a 0-d constant."""
+    def fn(x):
+        a = torch.full((3,), 7, dtype=dtype)
+        b = torch.full((3,), -2, dtype=dtype)
+        r = torch.arange(-6, 6, dtype=dtype)
+        return (torch.div(a, b, rounding_mode="trunc") + x, torch.div(a, b, rounding_mode="floor") + x,
+                torch.div(r, torch.full((12,), -5, dtype=dtype), rounding_mode="floor") + x[0],
+                torch.remainder(torch.full((3,), -7, dtype=dtype), torch.tensor(3, dtype=dtype)) + x)
+
+    compiled_like_eager(fn, lambda: (torch.zeros(3, dtype=dtype),))
+
+
+def test_torch_compile_remainder_of_constant_floats_takes_the_divisors_sign():
+    def fn(x):
+        return torch.remainder(torch.full((3,), -3.5), torch.tensor(2.0)) + x, \
+            torch.fmod(torch.full((3,), -3.5), torch.tensor(2.0)) + x
+
+    compiled_like_eager(fn, lambda: (torch.zeros(3),))
