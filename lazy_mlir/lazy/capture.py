@@ -65,6 +65,8 @@ def value_of(t: LazyTensor) -> Value:
         return cache[1]
     v = storage.value
     steps = t._view
+    if _layouts and any(s[0] is _VIEW for s in steps):  # (rare test first: every view read)
+        v = _in_layout(storage, v)
     lift = offsets.liftable(steps)
     if (any(s[0] is _AS_STRIDED for s in steps) and not v.spec.offset
             and not _is_contiguous(v.spec.shape, v.spec.stride)):  # (rare test first: every view read)
@@ -80,11 +82,25 @@ def value_of(t: LazyTensor) -> Value:
     return v
 
 
-_AS_STRIDED, _VIEW_DTYPE = aten.as_strided.default, aten.view.dtype
+_AS_STRIDED, _VIEW_DTYPE, _VIEW = aten.as_strided.default, aten.view.dtype, aten.view.default
 # storage -> the spec its memory is laid out as, where a write back through a
 # view left its value with other strides (``assign``): the layout of the
 # tensor that made the storage, which an ``as_strided`` addresses
 _layouts: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _in_layout(storage, v: Value) -> Value:
+    """The storage value ``v`` with the strides of the storage's memory where
+    a write back through a view left it with others and that memory is
+    contiguous: a ``view`` reads the memory's layout. After an ``index_add_``
+    through ``x.permute(1, 0)``, ``x.view(4, 3)`` read the value with the
+    permute's strides, and shape inference raised where eager reshapes its
+    contiguous memory (fuzzer seed 900475)."""
+    layout = _layouts.get(storage)
+    if (layout is None or v.spec.stride == layout.stride or v.spec.shape != layout.shape
+            or not _is_contiguous(layout.shape, layout.stride)):
+        return v
+    return emit(aten.clone.default, (v,), {"memory_format": torch.contiguous_format})[0]
 
 
 def _in_memory_order(storage, v: Value, steps):

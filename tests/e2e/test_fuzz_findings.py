@@ -788,3 +788,26 @@ def test_a_write_through_a_view_of_no_elements_changes_nothing(write):
     got = fn(lazy(x))
     assert all(torch.equal(g.cpu(), w) for g, w in zip(got, want))
     assert c.delta("EagerGraph") == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bool])
+def test_a_view_of_the_base_read_after_a_scatter_through_its_permute(dtype):
+    """A write back through ``x.permute(1, 0)`` leaves the storage's value
+    with the permute's strides; ``x.view(4, 3)`` read that value, and shape
+    inference raised "view size is not compatible" where eager reshapes its
+    contiguous memory (fuzzer seed 900475)."""
+    def program(dev):
+        v0 = (torch.arange(12).reshape(3, 4) % 3).to(dtype).to(dev)
+        v1 = v0.permute(1, 0)
+        v2 = v0.view_as(v1)
+        v1.index_add_(0, torch.tensor([2], device=dev), torch.ones((1, 3), dtype=dtype, device=dev))
+        v3 = v0.view(-1)
+        return [v0, v1, v2, v3]
+
+    want = program("cpu")
+    c = Counters()
+    got = program("lazy")
+    lm.mark_step()
+    for g, w in zip(got, want):
+        assert torch.equal(g.cpu(), w)
+    assert not c.fell_back() and c.delta("EagerGraph") == 0
