@@ -51,9 +51,13 @@ _SIZES = {
 # config attribute -> tiny value where the default config leaves it None
 # and the model divides or raises by it: Nemotron's key-value heads
 # (None: as many as the heads), HunYuan MoE's head_dim, DeepSeek V2's
-# experts per token (topk's k)
+# experts per token (topk's k), Qwen4-exp's indexer sizes
 _UNSET_SIZES = {"num_key_value_heads": HEADS, "head_dim": HIDDEN // HEADS,
-                "num_experts_per_tok": 2}
+                "num_experts_per_tok": 2,
+                # Qwen4-exp's block-sparse indexer: heads, blocks of 2 keys, 4 blocks kept
+                "indexer_n_heads": HEADS, "indexer_kv_heads": 1,
+                "indexer_head_dim": HIDDEN // HEADS, "indexer_budget": 8,
+                "indexer_compress_ratio": 2}
 # list-valued per-stage fields of vision models -> (per-stage value, stages)
 _STAGES = {"hidden_sizes": [16, 32], "depths": [1, 1], "embed_dims": [16, 32],
            "num_heads": None, "sr_ratios": [2, 1], "block_sizes": [1, 1],
@@ -376,7 +380,10 @@ def _entry(family: str, model_type: str, class_name: str) -> Entry:
         if family == "masked-lm" and getattr(cfg, "is_decoder", False):
             cfg.is_decoder = False  # (bidirectional: Reformer's causal-LM override refused)
         cls = getattr(transformers, class_name)
-        return cls(_config_for(cls, cfg))
+        model = cls(_config_for(cls, cfg))
+        if hasattr(model, "set_default_language") and getattr(cfg, "languages", None):
+            model.set_default_language(cfg.languages[0])  # (X-MOD's adapters: one per language)
+        return model
 
     def batch(step: int) -> dict:
         if family == "image-classification" and _takes_tokens(class_name):

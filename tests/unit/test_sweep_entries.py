@@ -112,14 +112,16 @@ def test_cvt_esm_and_mobilevits_train_eagerly_at_their_tiny_size(name):
     _trains_eagerly(name)
 
 
-@pytest.mark.parametrize("name", ["nemotron", "hunyuan_v1_moe", "deepseek_v2", "diffllama"])
+@pytest.mark.parametrize("name", ["nemotron", "hunyuan_v1_moe", "deepseek_v2", "diffllama",
+                                  "qwen4_exp"])
 def test_sizes_left_none_by_default_train_eagerly(name):
     """Nemotron's num_key_value_heads, HunYuan MoE's head_dim and DeepSeek
     V2's num_experts_per_tok are None by default and the shrink table set
     int sizes only: each failed eagerly (unsupported operand ... NoneType;
     topk(): argument 'k' must be int, not NoneType), the sweep's eager-fails.
     DiffLlama splits its KV heads in two: the table's one KV head failed
-    ('requires num_key_value_heads to be even')."""
+    ('requires num_key_value_heads to be even'). Qwen4-exp's indexer sizes
+    are None too ('unsupported operand type(s) for //')."""
     _trains_eagerly(f"hf/causal-lm/{name}")
 
 
@@ -254,3 +256,10 @@ def test_gemma4s_per_layer_config_is_made_tiny():
     from lazy_mlir.tools.sweep_run import MAX_PARAMETERS
     model = _trains_eagerly("hf/causal-lm/gemma4")
     assert sum(p.numel() for p in model.parameters()) < MAX_PARAMETERS // 10
+
+
+@pytest.mark.parametrize("family", ["causal-lm", "masked-lm"])
+def test_xmod_trains_eagerly_with_a_default_language(family):
+    """X-MOD routes through one adapter per language and raised 'Input
+    language unknown' until one is set: the entry sets its config's first."""
+    _trains_eagerly(f"hf/{family}/xmod")
