@@ -191,6 +191,33 @@ run on ``local-sync`` for the same reason, ``runtime/session``). With this
 barrier the module stays on ``local-task``: its step took 24 against 38 ms."""
 
 
+def _barrier(value, name: str = FUSION_BARRIER):
+    """A ``name`` op passing ``value`` through, at the current insertion
+    point, with the sizes of its dynamic dimensions attached (``tensor.dim``):
+    IREE's barrier takes them as operands, and a module with dynamic
+    dimensions failed to compile without them ("value set has 1 dynamic
+    dimensions but only 0 dimension values are attached": X-MOD's steps,
+    whose token counts per language vary, ran eagerly whole)."""
+    index = ir.IndexType.get()
+    dims = []
+    shaped = _ranked(value.type) if name == FUSION_BARRIER else None
+    if shaped is not None:
+        for d in range(shaped.rank):
+            if shaped.is_dynamic_dim(d):
+                k = ir.Operation.create("arith.constant", results=[index],
+                                        attributes={"value": ir.IntegerAttr.get(index, d)})
+                dims.append(ir.Operation.create("tensor.dim", results=[index],
+                                                operands=[value, k.result]).result)
+    return ir.Operation.create(name, results=[value.type], operands=[value, *dims])
+
+
+def _ranked(t):
+    try:
+        return ir.RankedTensorType(t)
+    except ValueError:  # (not a ranked tensor)
+        return None
+
+
 def barrier_before(op, index: int, barrier: str = FUSION_BARRIER) -> None:
     """Pass ``op``'s operand ``index`` through a ``FUSION_BARRIER`` (for
     that use only), so that iree-compile does not fuse its producer into
@@ -198,7 +225,7 @@ def barrier_before(op, index: int, barrier: str = FUSION_BARRIER) -> None:
     value = op.operands[index]
     value.context.allow_unregistered_dialects = True
     with ir.InsertionPoint(op), op.location:
-        barrier = ir.Operation.create(barrier, results=[value.type], operands=[value])
+        barrier = _barrier(value, barrier)
     op.operands[index] = barrier.result
 
 
@@ -207,7 +234,7 @@ def barrier_value_for(op, value) -> None:
     its uses inside ``op``'s regions only (a gather's ``tensor.extract``)."""
     value.context.allow_unregistered_dialects = True
     with ir.InsertionPoint(op), op.location:
-        barrier = ir.Operation.create(FUSION_BARRIER, results=[value.type], operands=[value])
+        barrier = _barrier(value)
     inside = []
     for use in value.uses:
         owner = use.owner.operation if hasattr(use.owner, "operation") else use.owner
@@ -281,8 +308,7 @@ def barrier_into(value, users: tuple[str, ...]) -> int:
         return 0
     value.context.allow_unregistered_dialects = True
     with ir.InsertionPoint(uses[0][0]), value.owner.location:
-        barrier = ir.Operation.create(FUSION_BARRIER, results=[value.type],
-                                      operands=[value]).result
+        barrier = _barrier(value).result
     for owner, index in uses:
         owner.operands[index] = barrier
     return len(uses)
@@ -338,8 +364,7 @@ def barrier_uses_after(value, op) -> bool:
     if rest:
         value.context.allow_unregistered_dialects = True
         with ir.InsertionPoint.after(op), op.location:
-            barrier = ir.Operation.create(FUSION_BARRIER, results=[value.type],
-                                          operands=[value])
+            barrier = _barrier(value)
         for owner, index in rest:
             owner.operands[index] = barrier.result
     return True
