@@ -54,6 +54,8 @@ def _ratio(rec: dict, mode: str) -> float | None:
     """Lazy step time over eager's, from steps after warm-up only (a triage
     record of ``WARMUP`` steps timed its last step, which can hold a compile)."""
     out, eager = rec.get(mode) or {}, rec.get("eager") or {}
+    if mode in rec.get("kept", ()):
+        return None  # (a mode kept from an earlier run: timed under other conditions than eager here)
     load = max(rec.get("load", 0.0), rec.get("load_end", 0.0))
     if rec.get("steps", 0) < WARMUP + TIMED_STEPS or load > QUIET_LOAD:
         return None  # (few steps, or timed under load: noise, shown in no median)

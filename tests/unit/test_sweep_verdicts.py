@@ -72,7 +72,8 @@ def test_only_steps_timed_quietly_after_warmup_count_toward_the_median():
                 "plain": {"compiles_by_step": by_step, "loss_difference": 0.0,
                           "fallback_ops": 0, "step_ms": lazy_ms}}
 
+    kept = dict(rec(10, 1.0, 300.0), kept=["plain"])  # (its eager step timed in a later run)
     records = {"triage": rec(5, 0.5, 900.0), "loaded": rec(10, 6.0, 50.0),
-               "quiet": rec(10, 1.0, 2.0)}
+               "quiet": rec(10, 1.0, 2.0), "kept": kept}
     line = next(x for x in summary(records) if x.startswith("- **plain**"))
     assert "2.00x (range 2.00-2.00x, 1 entries" in line
