@@ -26,6 +26,8 @@ import torch
 from torch import fx
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+from .aot_empty import deterministic, replace_by_full, splat_value
+
 aten = torch.ops.aten
 
 # Ops whose torch-mlir folder is wrong for some constant operands.
@@ -66,19 +68,11 @@ def _constant_nodes(gm: fx.GraphModule) -> set:
     for node in gm.graph.nodes:
         if node.op == "get_attr":
             constant.add(node)
-        elif node.op == "call_function" and _deterministic(node.target):
+        elif node.op == "call_function" and deterministic(node.target):
             inputs = node.all_input_nodes
             if all(n in constant for n in inputs):
                 constant.add(node)
     return constant
-
-
-def _deterministic(target) -> bool:
-    tags = getattr(target, "tags", ())
-    schema = getattr(target, "_schema", None)
-    if schema is None or schema.is_mutable or torch.Tag.nondeterministic_seeded in tags:
-        return False
-    return True
 
 
 def _evaluate(gm: fx.GraphModule, node: fx.Node, values: dict):
@@ -98,22 +92,19 @@ def _evaluate(gm: fx.GraphModule, node: fx.Node, values: dict):
 def _constant_node(gm: fx.GraphModule, node: fx.Node, value: torch.Tensor) -> bool:
     """Put ``value`` in ``node``'s place: a ``full`` where its elements are
     equal, else a module constant of up to ``MAX_CONSTANT_ELEMENTS``."""
-    flat = value.reshape(-1)
-    graph = gm.graph
-    with graph.inserting_before(node):
-        if flat.numel() and bool((flat == flat[0]).all()):
-            new = graph.call_function(aten.full.default, (list(value.shape), flat[0].item()),
-                                      {"dtype": value.dtype, "layout": torch.strided,
-                                       "device": value.device, "pin_memory": False})
-        elif value.numel() <= MAX_CONSTANT_ELEMENTS:
-            name = f"_lazy_mlir_constant_{len([n for n in graph.nodes if n.op == 'get_attr'])}"
-            while hasattr(gm, name):
-                name += "_"
-            gm.register_buffer(name, value.contiguous())
-            new = graph.get_attr(name)
-        else:
-            return False
-    new.meta = dict(node.meta)
-    node.replace_all_uses_with(new)
-    graph.erase_node(node)
+    one = splat_value(value)
+    if one is not None:
+        replace_by_full(gm, node, value.shape, one, value.dtype)
+    elif value.numel() <= MAX_CONSTANT_ELEMENTS:
+        name = "_lazy_mlir_constant_0"
+        while hasattr(gm, name):
+            name = f"_lazy_mlir_constant_{int(name.rsplit('_', 1)[1]) + 1}"
+        gm.register_buffer(name, value.contiguous())
+        with gm.graph.inserting_before(node):
+            new = gm.graph.get_attr(name)
+        new.meta = dict(node.meta)
+        node.replace_all_uses_with(new)
+    else:
+        return False
+    gm.graph.erase_node(node)
     return True

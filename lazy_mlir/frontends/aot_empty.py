@@ -85,7 +85,7 @@ def _folded(node: fx.Node):
     inputs, or None (inputs not all empty, random, elements that differ, an
     op ATen refuses: the compiler is then left the node)."""
     op = node.target
-    if torch.Tag.nondeterministic_seeded in op.tags or op._schema.is_mutable:
+    if not deterministic(op):
         return None
     ins = _tensor_args(node)
     if not ins or not all(_is_empty(_val(a)) for a in ins):
@@ -100,11 +100,30 @@ def _folded(node: fx.Node):
         out = op(*args, **kwargs)
     except Exception:  # noqa: BLE001 - eager's own error: the compiled graph's business
         return None
+    return splat_value(out)
+
+
+def deterministic(op) -> bool:
+    """An ATen op that ATen may compute at compile time: not random, not in place."""
+    schema = getattr(op, "_schema", None)
+    return (schema is not None and not schema.is_mutable
+            and torch.Tag.nondeterministic_seeded not in op.tags)
+
+
+def splat_value(out) -> float | int | bool | None:
+    """The one value of every element of ``out`` (NaN too), or None."""
     if not isinstance(out, torch.Tensor) or out.numel() == 0:
         return None
     first = out.reshape(-1)[0]
     same = (out == first) | (out != out) & (first != first)
     return first.item() if bool(same.all()) else None
+
+
+def replace_by_full(gm: fx.GraphModule, node: fx.Node, shape, value, dtype) -> None:
+    """``node``'s uses read a ``full`` of ``value`` instead (a host tensor's
+    device: graphs are traced on the CPU)."""
+    _replace(gm, node, aten.full.default, (list(shape), value),
+             {"dtype": dtype, "device": torch.device("cpu")})
 
 
 def fold_empty(gm: fx.GraphModule) -> fx.GraphModule:
@@ -138,8 +157,7 @@ def fold_empty(gm: fx.GraphModule) -> fx.GraphModule:
             continue
         value = _folded(node)
         if value is not None:
-            _replace(gm, node, aten.full.default, (list(val.shape), value),
-                     {"dtype": val.dtype, "device": torch.device("cpu")})
+            replace_by_full(gm, node, val.shape, value, val.dtype)
             changed = True
     if changed:
         gm.graph.eliminate_dead_code()
