@@ -22,6 +22,7 @@ from .. import metrics
 from ..graph.ir import TensorSpec, Value, arg_signature
 from ..ops import support as _support
 from ..ops import subgraph as _subgraph
+from ..ops.random_fills import bernoulli_uniform
 from . import bounds, decompose, eager_checks, empty_inputs, fallback, random, shapes
 from . import collectives as _collectives
 from . import host_eval as _host_eval
@@ -338,6 +339,16 @@ def _inplace_view(func, args, kwargs):
 _OTHER_WRITES = object()
 
 
+def _host_written_by_lazy(func, host) -> None:
+    """A CPU tensor written in place from lazy arguments (``A[i] = 1.0``
+    with lazy ``i``): eager refuses a CPU tensor written from CUDA ones."""
+    raise RuntimeError(
+        f"Expected all tensors to be on the same device, but found at least two devices, "
+        f"{host.device} and lazy:0! ({func} writes into the {host.device} tensor with lazy "
+        f"arguments: move that tensor to the lazy device with .to('lazy'), or the lazy ones "
+        f"to the CPU with .cpu())")
+
+
 def _self_update(func):
     """For an op that writes only its first positional argument (``add_``,
     ``lerp_``): its functional form (None when it has none); for any other
@@ -387,6 +398,8 @@ def _mutating(func, args, kwargs):
     fn = _self_update(func)
     if fn is not _OTHER_WRITES:
         self = args[0]
+        if not isinstance(self, LazyTensor):
+            _host_written_by_lazy(func, self)
         if fn is None:
             return fallback.run_eagerly(func, args, kwargs)
         if self._view:  # (eager's refusals of overlapping views: views.check_write)
@@ -543,16 +556,29 @@ def _random(func, args, kwargs):
     t = args[0]
     if t._view:
         check_write(t, func, args, kwargs)
+    if (func is aten.bernoulli_.Tensor and isinstance(args[1], LazyTensor)
+            and args[1].dtype.is_floating_point and kwargs.get("generator") is None):
+        # (drawn as eager draws it, ``p`` kept in the graph: not read to the host)
+        return aten.copy_.default(t, bernoulli_uniform(t, args[1]))
     flat, tree = tree_flatten((args[1:], kwargs))
     host_flat = [to_host(a) if isinstance(a, LazyTensor) else a for a in flat]
     hargs, hkwargs = tree_unflatten(host_flat, tree)
 
+    # (in eager's memory order: a fill draws element after element of storage)
+    stride = t.stride() if not t.is_contiguous() and _dense(t) else None
+
     def draw():
-        host = torch.empty(t.shape, dtype=t.dtype)
+        host = (torch.empty_strided(t.shape, stride, dtype=t.dtype) if stride else
+                torch.empty(t.shape, dtype=t.dtype))
         func(host, *hargs, **hkwargs)
         return host
     assign(t, random.host_draw(draw))  # (compile_train_step draws it again per replay)
     return t
+
+
+def _dense(t) -> bool:
+    """``t``'s elements fill a storage of its size without overlap, in some order."""
+    return torch._prims_common.is_non_overlapping_and_dense_or_false(t)
 
 
 def _native_dropout(func, args, kwargs):

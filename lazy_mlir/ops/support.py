@@ -55,7 +55,15 @@ def mlir_name(func) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _static_support(func) -> bool:
-    """In the torch dialect, or decomposed into it before import."""
+    """In the torch dialect, or decomposed into it before import, and not a
+    random op: torch-mlir lowers those (``randn_like``, ``bernoulli``,
+    ``multinomial``, ...) with a generator of its own, which
+    ``torch.manual_seed`` does not reach (the same numbers every step). The
+    lazy device draws from PyTorch's CPU generator instead: its fills are
+    special ops (``lazy/kinds.RANDOM``), ``ops/random_fills.py`` writes more
+    as fills, and the others run eagerly."""
+    if torch.Tag.nondeterministic_seeded in func.tags:
+        return False
     return mlir_name(func) in dialect_ops() or func in decomposition_table()
 
 

@@ -21,9 +21,10 @@ blamed on its own sample (``run_op(batch=False)`` does only the latter).
 
 Comparison: ``torch.testing.assert_close(equal_nan=True)``; float results
 within rtol=1.3e-4 / atol=1e-5 (float32), widened by the OpInfo's own
-``toleranceOverride``s; integer and bool results exactly. Values of random
-ops (``opinfo_skips.METADATA_ONLY``) and of dropout samples with p > 0 are
-not counted (shape and dtype are); index outputs of sort/topk/argmax/... that
+``toleranceOverride``s; integer and bool results exactly. Values of
+dropout (``opinfo_skips.METADATA_ONLY``: its mask is drawn in the graph) and
+of dropout samples with p > 0 are not counted (shape and dtype are); other
+random ops draw eager's numbers and are compared; index outputs of sort/topk/argmax/... that
 pick equal values from the input (ties) are accepted. A mismatch that shows
 only when all samples share one graph still counts (uninitialized memory,
 or samples interfering).

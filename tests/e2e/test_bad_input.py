@@ -199,6 +199,22 @@ def test_resize_cannot_grow_a_lazy_tensor():
     assert t.shape == (2, 2)
 
 
+@pytest.mark.parametrize("write", [
+    lambda host, i: host.__setitem__((i[1], i[0]), 1.0),
+    lambda host, i: host.index_add_(0, i[0], torch.ones(3, 3)),
+    lambda host, i: host.add_(i.float()[0, 0]),
+], ids=["setitem", "index_add_", "add_"])
+def test_a_cpu_tensor_written_from_lazy_tensors_raises_eagers_device_error(write):
+    # (it raised AttributeError: 'Tensor' object has no attribute '_view')
+    host = torch.zeros(3, 3)
+    i = torch.tensor([[0, 1, 2], [1, 2, 0]], device="lazy")
+    with pytest.raises(RuntimeError, match="same device.*move that tensor to the lazy device"):
+        write(host, i)
+    assert torch.equal(host, torch.zeros(3, 3))
+    host.copy_(i.float().sum(0).expand(3, 3))  # a copy is a transfer: allowed
+    assert torch.equal(host[0], torch.tensor([1.0, 3.0, 2.0]))
+
+
 def test_sparse_tensors_raise_a_clear_error():
     with pytest.raises(RuntimeError, match="sparse_coo tensors are not supported"):
         lazy(_randn(5, 5)).to_sparse()

@@ -56,8 +56,14 @@ def test_decomposition_into_unsupported_ops_is_refused(monkeypatch):
 
 
 def test_random_op_is_not_decomposed():
-    # torch decomposes geometric into uniform draws: another random stream.
-    assert plan(aten.geometric.default, value(4), 0.5) == "random op"
+    # torch decomposes _fused_dropout into a rand_like draw and a compare: another random stream.
+    assert plan(aten._fused_dropout.default, value(4), 0.5) == "random op"
+
+
+def test_functional_fill_is_decomposed_into_eagers_own_fill():
+    gm = plan(aten.geometric.default, value(4), 0.5)
+    assert isinstance(gm, fx.GraphModule)
+    assert aten.geometric_.default in traced_ops(gm)
 
 
 def test_random_op_written_with_eagers_own_fills_is_decomposed():
