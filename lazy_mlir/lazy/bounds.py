@@ -303,6 +303,8 @@ def guard(func, args: tuple, kwargs: dict, emit, value_of=None):
         return _guard_divisor(func, args, kwargs, emit, value_of)
     where_fn, exc, fmt = CHECKS[func]
     bound = _bind(func, args, kwargs)
+    if func in _MASK_WRITES:
+        _check_mask_count(bound, emit, value_of)
     replaced: dict = {}
     for name, pos, n, negatives, ignore, d in list(where_fn(bound)):
         i = bound[name] if pos is None else bound[name][pos]
@@ -322,6 +324,58 @@ def guard(func, args: tuple, kwargs: dict, emit, value_of=None):
     if not replaced:
         return args, kwargs
     return _rebuild(func, args, kwargs, replaced, value_of)
+
+
+# ``x[mask] = values`` with one value per selected element (the backward of
+# ``w[mask]``): eager raises when the mask selects another number of
+# elements than there are values; the compiled write gathers them by rank
+# (ops/index.py), so the count is checked as an index is.
+_MASK_WRITES = {op for op in CHECKS if op.__name__.split(".")[0] in ("index_put",
+                                                                      "_index_put_impl")}
+
+
+def _counted_mask(bound):
+    """(mask, number of values) of a write through one bool mask whose values
+    come one per selected element, else None (as ``ops/index._masked_write``)."""
+    indices = list(bound["indices"])
+    p = 0
+    while p < len(indices) and indices[p] is None:
+        p += 1
+    if p == len(indices) or any(i is not None for i in indices[p + 1:]):
+        return None
+    mask = indices[p]
+    dtype = mask.spec.dtype if isinstance(mask, Value) else getattr(mask, "dtype", None)
+    if dtype not in (torch.bool, torch.uint8):
+        return None
+    trailing = len(_shape(bound["self"])) - p - len(_shape(mask))
+    vshape = _shape(bound["values"])
+    if len(vshape) <= trailing or vshape[len(vshape) - trailing - 1] == 1:
+        return None
+    return mask, vshape[len(vshape) - trailing - 1]
+
+
+def _check_mask_count(bound, emit, value_of) -> None:
+    counted = _counted_mask(bound)
+    if counted is None:
+        return
+    mask, n = counted
+    if isinstance(mask, torch.Tensor) and value_of is not None and mask.device.type == "lazy":
+        mask = value_of(mask)
+    message = (f"shape mismatch: value tensor of shape {list(_shape(bound['values']))} cannot "
+               f"be broadcast to indexing result of {{}} selected elements (index_put through "
+               f"a bool mask), captured at {_location()}")
+    host = mask if not isinstance(mask, Value) else (
+        None if _state["in_graph"] else _host_of(mask))
+    if host is not None:  # on the host: checked now
+        count = int(torch.count_nonzero(host))
+        if count != n:
+            raise RuntimeError("lazy-mlir: " + message.format(count))
+        return
+    if _state["unchecked"] or _dry_run[0] is not None:
+        return
+    count = emit(aten.count_nonzero.default, (mask,), {})[0]
+    flag = emit(aten.ne.Scalar, (count, n), {})[0]
+    _pending.append(Check(flag, mask, RuntimeError, message.format("another number of")))
 
 
 def guard_planned(func, vals: list, tree: tuple, emit, plan, emit_kept) -> list:
@@ -363,6 +417,8 @@ def _entries(func, vals: list, tree: tuple):
         return False
     where_fn, exc, fmt = CHECKS[func]
     bound = _bind(func, *argtree.unflatten(vals, tree))
+    if func in _MASK_WRITES and _counted_mask(bound) is not None:
+        return False
     entries = []
     for name, pos, n, negatives, ignore, d in list(where_fn(bound)):
         i = bound[name] if pos is None else bound[name][pos]

@@ -43,8 +43,8 @@ def _wrapped(x, indices):
 
 def _masked_write(x, indices, values, accumulate):
     """``x[..., mask] = values`` (or ``+=``) for one bool mask after leading
-    ``None`` indices, as a ``where``, or None when the values take the
-    selected elements one by one (their count is only known at run time).
+    ``None`` indices, as a ``where``; values given one per selected element
+    (the backward of ``w[mask]``) are gathered by rank (``_by_rank``).
 
     torch-mlir turns a mask into a dynamic-length ``nonzero`` whose
     ``index_put`` lowering broadcasts the values over an empty index wrongly:
@@ -63,15 +63,38 @@ def _masked_write(x, indices, values, accumulate):
         return None
     trailing = x.dim() - p - k
     v = values
+    bool_mask = mask if mask.dtype == torch.bool else aten.ne.Scalar(mask, 0)
     if v.dim() > trailing:  # v reaches the dim of the selected elements
         count_dim = v.dim() - trailing - 1
         if v.shape[count_dim] != 1:
-            return None
-        v = aten.reshape.default(v, [*v.shape[:count_dim], *[1] * k, *v.shape[count_dim + 1:]])
-    m = aten.reshape.default(mask if mask.dtype == torch.bool else aten.ne.Scalar(mask, 0),
-                             [*mask.shape, *[1] * trailing])
+            v = _by_rank(v, count_dim, bool_mask)
+        else:
+            v = aten.reshape.default(v, [*v.shape[:count_dim], *[1] * k,
+                                         *v.shape[count_dim + 1:]])
+    m = aten.reshape.default(bool_mask, [*mask.shape, *[1] * trailing])
     new = aten.add.Tensor(x, v) if accumulate else v
     return aten.where.self(m, new, x)
+
+
+def _by_rank(v, count_dim, mask):
+    """``v`` (one row per selected element along ``count_dim``) spread over
+    the mask's shape: the element a mask position selects is the
+    ``rank``-th, ``rank`` the number of selected positions before it. A
+    static gather, where torch-mlir's dynamic-length ``nonzero`` made an
+    ``index_put`` IREE rejects ("mismatch in shape of indices and update
+    value"). Eager raises when the count of selected elements is not
+    ``v``'s; capture checks that (``lazy/bounds.py``, mask counts): here
+    the rank is only clamped into ``v``."""
+    n = v.shape[count_dim]
+    flat = aten.reshape.default(mask, [-1])
+    if n == 0:  # nothing selected (else the count check raises)
+        return aten.new_zeros.default(v, [*v.shape[:count_dim], *mask.shape,
+                                          *v.shape[count_dim + 1:]])
+    rank = aten.sub.Tensor(aten.cumsum.default(flat, 0, dtype=torch.int64), 1)
+    rank = aten.clamp.default(rank, 0, n - 1)
+    picked = aten.index_select.default(v, count_dim, rank)
+    return aten.reshape.default(picked, [*v.shape[:count_dim], *mask.shape,
+                                         *v.shape[count_dim + 1:]])
 
 
 def _wrapping_decomposition(op, then):

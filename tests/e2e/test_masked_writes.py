@@ -45,3 +45,47 @@ def test_integer_mask_accumulate_with_all_false_mask():
         vals = torch.tensor([1, -7, -4, -6, -7]).to(dtype)
         same_as_eager(lambda a, m, v: torch.index_put(a, (m,), v, accumulate=True),
                       xs, torch.zeros(5, dtype=torch.bool), vals, exact=True)
+
+
+def test_values_one_per_selected_element_compile():
+    # The backward of w[mask] writes one gradient row per selected element:
+    # torch-mlir's nonzero made a scatter IREE rejected ("mismatch in shape of
+    # indices and update value"), and the whole graph ran eagerly. Now a
+    # gather by rank (ops/index.py _by_rank).
+    import lazy_mlir as lm
+    from e2e_helpers import Counters
+
+    def grads(device):
+        torch.manual_seed(0)
+        w = torch.randn(6, 3, device=device, requires_grad=True)
+        mask = torch.tensor([True, False, True, True, False, True], device=device)
+        (w[mask] * 2 + w[mask] ** 2).sum().backward()
+        x = torch.zeros(6, 2, device=device)
+        x[mask] += torch.arange(8.0, device=device).reshape(4, 2)
+        y = torch.zeros(2, 6, device=device)
+        y[:, mask] = torch.arange(8.0, device=device).reshape(2, 4)
+        return [t.cpu() for t in (w.grad, x, y)]
+
+    eager = grads("cpu")
+    c = Counters()
+    lazy = grads("lazy")
+    for a, b in zip(lazy, eager):
+        assert torch.equal(a, b)
+    assert c.delta("EagerGraph") == 0 and c.fell_back() == ["aten::index"]  # (the read w[mask])
+    lm.mark_step()
+
+
+def test_a_mask_selecting_another_count_than_the_values_raises():
+    import pytest
+    mask = torch.tensor([True, False, True, True])
+    x = torch.zeros(4, device="lazy")
+    with pytest.raises(RuntimeError, match="shape mismatch: value tensor of shape \\[2\\]"):
+        x[mask] = torch.tensor([1.0, 2.0], device="lazy")  # a host mask: at once, as eager
+    computed = torch.ones(4, device="lazy").cumsum(0) > 1  # three True, known when run
+    x[computed] = torch.tensor([1.0, 2.0], device="lazy")
+    with pytest.raises(RuntimeError, match="shape mismatch: value tensor of shape \\[2\\]"):
+        x.cpu()
+    import lazy_mlir as lm
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        lm.mark_step()  # the next sync point raises it once (lazy/bounds.py)
+    lm.mark_step()
