@@ -186,7 +186,12 @@ class _OneNodeBackward:
         structure = (tuple(scalars), tuple(None if isinstance(z, torch.Tensor) else z
                                            for z in sizes),
                      tuple(hooks[i]._compiled_autograd_key() for i in self.contexts))
-        key = (structure, tuple(z.shape[1] for z in sizes if isinstance(z, torch.Tensor)))
+        # (and the inputs' shapes: compiled autograd reuses its graph for saved
+        # tensors of new sizes where no saved size changed, as the index
+        # count of an EmbeddingBag's backward, and a template traced at
+        # static sizes holds the old ones: the graph failed to compile)
+        key = (structure, tuple(z.shape[1] for z in sizes if isinstance(z, torch.Tensor)),
+               tuple(t.shape for t in inputs if isinstance(t, torch.Tensor)))
         entry = self.templates.get(key)
         if entry is None:
             entry = self.templates[key] = self._template(structure, inputs, sizes, scalars,

@@ -262,3 +262,32 @@ def test_new_lengths_reuse_the_backward_template(monkeypatch):
     assert lm.metrics.counter_value("backward::one_node") == len(lengths)
     assert lm.metrics.counter_value("backward::traced") == 2
     assert lm.metrics.counter_value("backward::resized") == len(lengths) - 2
+
+
+def test_saved_tensors_of_new_sizes_under_the_same_saved_sizes_trace_again():
+    """Compiled autograd reuses its graph of an EmbeddingBag's backward for
+    another number of indices (no saved size changed, only the saved
+    tensors'); the template traced at the first count held it (``arange(94)``)
+    and the graph at the next count failed to compile ("The size of tensor
+    a (94) must match ... (106)"). The inputs' shapes are part of the
+    template's key now."""
+    grads = {}
+    lm.metrics.reset()
+    for device in ("lazy", "cpu"):
+        torch.manual_seed(0)
+        bag = nn.EmbeddingBag(50, 8, mode="sum").to(device)
+        grads[device] = []
+        for n in (94, 106, 94, 80):
+            g = torch.Generator().manual_seed(n)
+            idx = torch.randint(0, 50, (n,), generator=g).to(device)
+            offsets = torch.tensor([0, n // 3, n // 2], device=device)
+            weights = torch.rand(n, generator=g).to(device)
+            bag(idx, offsets, per_sample_weights=weights).pow(2).sum().backward()
+            grads[device].append(bag.weight.grad.cpu())
+            bag.weight.grad = None
+            if device == "lazy":
+                lm.mark_step()
+    for a, b in zip(grads["lazy"], grads["cpu"]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    assert lm.metrics.counter_value("EagerGraph") == 0
+    assert lm.metrics.counter_value("backward::one_node") == 4
