@@ -103,12 +103,19 @@ def _dtypes(out) -> list:
 _AS_FLOAT32 = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
 
 
+# A variance of one element warns "degrees of freedom is <= 0" from C++, and
+# an op called as ``func(...)`` hands its warnings to the user's call, past
+# ``catch_warnings``: they are probed on two elements a dim.
+_TWO_A_DIM = frozenset({"std", "var", "std_mean", "var_mean"})
+
+
 def _run_on_ones(func, metas, is_tensor, unflatten, dtypes: dict) -> None:
     # (host tensors too: a device mismatch is the dispatcher's error to raise)
-    flat = [torch.ones((1,) * a.dim(), dtype=dtypes.get(a.dtype, a.dtype))
+    n = 2 if func.__name__.split(".")[0] in _TWO_A_DIM else 1
+    flat = [torch.ones((n,) * a.dim(), dtype=dtypes.get(a.dtype, a.dtype))
             if is_tensor(a) or isinstance(a, torch.Tensor) else a for a in metas]
     args, kwargs = unflatten(flat)
-    with warnings.catch_warnings():  # (a variance of one element: "degrees of freedom")
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return func(*args, **kwargs)
 

@@ -378,3 +378,16 @@ def test_integer_division_by_zero_raises_as_in_eager(name, dtype):
         fn(lazy(a), lazy(b)).cpu()
     assert torch.equal((lazy(a) // 2).cpu(), a // 2)  # the device still works
 
+
+
+def test_std_and_var_of_lazy_tensors_warn_nothing_eager_does_not():
+    # Eager's own checks, probed on one-element tensors, warned "degrees of
+    # freedom is <= 0" at every first std/var of a signature (lazy/eager_checks.py).
+    import warnings
+    x = lazy(_randn(5, 4))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = [x.std(), x.var(0), x.std(1, correction=0), *torch.var_mean(x, 1)]
+        lm.mark_step()
+    assert [str(w.message) for w in caught] == []
+    torch.testing.assert_close(out[0].cpu(), x.cpu().std())
