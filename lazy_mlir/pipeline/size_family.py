@@ -221,10 +221,11 @@ def derive_plan(first: Sizes, second: Sizes) -> SizePlan | None:
 
 
 def explain(a: int, b: int, pairs: list[tuple[int, int]]) -> Expr | None:
-    """The simplest ``k * prod(classes) + add`` (k a positive integer) that
+    """The simplest ``k * prod(classes) + add`` (k a nonzero integer) that
     is ``a`` at the first sizes and ``b`` at the second (``pairs``: each
-    class's sizes): one with no ``add`` before one with, then ``k == 1``
-    first, then one class before a product of two. Two points fit many
+    class's sizes): one with no ``add`` before one with, then a positive
+    ``k`` (a negative one: the ``-n`` an index is clamped from), then
+    ``k == 1`` first, then one class before a product of two. Two points fit many
     lines: ``t * t`` (256, 576 at t = 16, 24: GPT-2's attention masks) is
     also ``40 * t - 384``, and ``b * t`` is ``12 * b - 12`` at (2, 6),
     (3, 8). No division: a module's shapes must stay affine in its symbols
@@ -234,10 +235,11 @@ def explain(a: int, b: int, pairs: list[tuple[int, int]]) -> Expr | None:
                  for c in range(len(pairs)) for e in range(c, len(pairs))]
     found = []
     for cls, x, y in products:
-        if x != y and (a - b) % (x - y) == 0 and (a - b) // (x - y) >= 1:
+        if x != y and (a - b) % (x - y) == 0 and (a - b) // (x - y) != 0:
             k = (a - b) // (x - y)
             found.append(Expr(cls, k=k, add=a - k * x))
-    return min(found, key=lambda e: (e.add != 0, e.k != 1, len(e.classes)), default=None)
+    return min(found, key=lambda e: (e.add != 0, e.k < 0, e.k != 1, len(e.classes)),
+               default=None)
 
 
 def symbolic_args(node: fx.Node, exprs: dict, first: int, sizes) -> tuple[tuple, dict, int]:

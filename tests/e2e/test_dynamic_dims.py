@@ -208,3 +208,30 @@ def test_a_flat_tensor_viewed_square_imports(counters, monkeypatch):
         torch.testing.assert_close(out.cpu(), want)
     assert counters.delta("DynamicShapeCompile") == 1 and counters.delta("DynamicShapeHit") == 1
     assert counters.delta("DynamicShapeFailed") == 0
+
+
+def test_embedding_bag_max_over_index_counts(counters, monkeypatch):
+    """Max bags clamp their positions into [-n, n): the -n made no plan, and
+    every index count compiled its own module (``size_family.explain``)."""
+    monkeypatch.setenv("LAZY_MLIR_COMPILE", "wait")
+    losses = {}
+    for device in ("cpu", "lazy"):
+        torch.manual_seed(0)
+        bag = torch.nn.EmbeddingBag(50, 8, mode="max").to(device)
+        opt = torch.optim.SGD(bag.parameters(), lr=0.1)
+        losses[device] = []
+        counters.snapshot()
+        for n in (94, 106, 90, 80, 100):
+            g = torch.Generator().manual_seed(n)
+            idx = torch.randint(0, 50, (n,), generator=g).to(device)
+            offsets = torch.tensor([0, n // 3, n // 2], device=device)
+            loss = bag(idx, offsets).pow(2).sum()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            if device == "lazy":
+                lm.mark_step()
+            losses[device].append(loss.item())
+    torch.testing.assert_close(losses["lazy"], losses["cpu"], rtol=1e-5, atol=1e-5)
+    assert counters.delta("DynamicShapeCompile") == 1 and counters.delta("DynamicShapeHit") == 2
+    assert counters.delta("EagerGraph") == 0

@@ -61,6 +61,19 @@ def test_an_integer_explained_by_coincidence_is_guarded():
     assert not plan.admits(_modulo_graph(12)[1])  # (12 % 5 + 1 = 3, not 8)
 
 
+def test_a_negated_size_is_explained():
+    # (an index clamped into [-n, n): EmbeddingBag's max bags made no plan)
+    def graph(n):
+        return family_of(make_fx(lambda x, i: x[torch.clamp(i, -n, n - 1)],
+                                 tracing_mode="fake")(torch.randn(n), torch.zeros(3, dtype=torch.long)))
+    (k1, s1), (k2, s2) = graph(10), graph(13)
+    assert k1 == k2
+    plan = derive_plan(s1, s2)
+    assert Expr((0,), k=-1) in dict(plan.exprs).values()
+    assert Expr((0,), add=-1) in dict(plan.exprs).values()
+    assert plan.admits(graph(7)[1])
+
+
 def test_an_integer_no_expression_explains_makes_no_plan():
     assert derive_plan(_modulo_graph(6)[1], _modulo_graph(12)[1]) is None  # 2, 3 for 6, 12
 
