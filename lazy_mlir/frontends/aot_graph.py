@@ -32,6 +32,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import logging
+import operator
 import weakref
 
 import torch
@@ -109,9 +110,9 @@ def _computed_bytes_as_bool(gm: fx.GraphModule) -> bool:
     for n in gm.graph.nodes:
         if n.target is torch.ops.aten.view.dtype and n.args[1] is torch.bool:
             src = n.args[0]
-            while isinstance(src, fx.Node) and src.op == "call_function" \
-                    and getattr(src.target, "is_view", False) and src.args:
-                src = src.args[0]  # (up the views to the tensor they view)
+            while isinstance(src, fx.Node) and src.op == "call_function" and src.args and (
+                    getattr(src.target, "is_view", False) or src.target is operator.getitem):
+                src = src.args[0]  # (up the views, unbind's and split's too, to the tensor)
             val = src.meta.get("val") if isinstance(src, fx.Node) else None
             if src.op != "placeholder" and getattr(val, "dtype", torch.bool) is not torch.bool:
                 log.warning("lazy-mlir (torch.compile backend): a graph views computed bytes "

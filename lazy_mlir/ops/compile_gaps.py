@@ -14,7 +14,10 @@ only; ``roll`` reached it from every way in.
 - ``view(dtype)`` of bool as uint8 or int8 (the lazy device's graphs too):
   no lowering, and no bitcast of i1 (``passes/bitcast.py``); a bool's byte
   is 0 or 1, so it is a conversion; a view as its own dtype (any dtype) is
-  the tensor itself. Back (uint8 or int8 as bool: a write through such a
+  the tensor itself. A wider dtype as bool, or bool as a wider dtype, goes
+  through uint8 bytes (a bitcast), where it failed to import in lm.jit and
+  torch.compile ("failed to legalize operation 'torch.constant.int'",
+  fuzzer seeds 900278, 900357). Back (uint8 or int8 as bool: a write through such a
   view of a bool tensor, ``lazy/views.py`` writes back so): ``!= 0``, where
   eager keeps the byte (a write of a byte other than 0 or 1 through it
   raises at the call: ``views._check_bool_bytes``; fuzzer seeds 400241,
@@ -76,9 +79,13 @@ def bool_bytes(x, dtype):
         return aten.clone.default(x)
     if dtype == torch.bool and x.dtype in (torch.uint8, torch.int8):
         return aten.ne.Scalar(x, 0)  # (a write of bool bytes back through such a view)
-    if x.dtype != torch.bool or dtype not in (torch.uint8, torch.int8):
+    if dtype == torch.bool:  # wider: its bytes (a bitcast), each read as a bool
+        return aten.ne.Scalar(aten.view.dtype(x, torch.uint8), 0)
+    if x.dtype != torch.bool:
         return NotImplemented
-    return aten._to_copy.default(x, dtype=dtype)
+    if dtype in (torch.uint8, torch.int8):
+        return aten._to_copy.default(x, dtype=dtype)
+    return aten.view.dtype(aten._to_copy.default(x, dtype=torch.uint8), dtype)
 
 
 @register_decomposition(aten.roll.default, scope=IMPORT)

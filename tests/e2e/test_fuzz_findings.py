@@ -811,3 +811,28 @@ def test_a_view_of_the_base_read_after_a_scatter_through_its_permute(dtype):
     for g, w in zip(got, want):
         assert torch.equal(g.cpu(), w)
     assert not c.fell_back() and c.delta("EagerGraph") == 0
+
+
+@pytest.mark.parametrize("fn", [
+    lambda a: a.view(torch.bool).logical_not(),
+    lambda a: a.permute(1, 0).unbind(-1)[1].view(torch.bool),
+    lambda a: (a > 0).reshape(-1)[:4].view(torch.int32) + 1,
+    lambda a: a.view(torch.bool).view(torch.uint8),
+    lambda a: a.view(torch.bool).view(torch.float32) * 2,
+], ids=["float_as_bool", "unbound_column_as_bool", "bool_as_int32", "bool_view_back_to_bytes",
+        "bool_view_back_to_float"])
+def test_a_view_between_bool_and_a_wider_dtype_compiles_every_way(fn):
+    """``view(torch.bool)`` of a float (and bool as int32) had no lowering:
+    lm.jit raised ("failed to legalize operation 'torch.constant.int'") and
+    torch.compile ran the graph eagerly (fuzzer seeds 900278, 900357). The
+    bytes as uint8 now (a bitcast), read as bools; a chain of views reads
+    the first tensor's bytes (``fx_graph.fold_view_dtype_chains``), so a
+    float viewed as bool and back keeps its bytes."""
+    x = torch.tensor([[1.0, 0.0, -2.0], [-0.0, 2.5, 3.0]])
+    want = fn(x)
+    got = torch.as_tensor(lm.jit(fn).lower(x).compile()(x))
+    assert torch.equal(got, want)
+    c = Counters()
+    assert torch.equal(torch.compile(fn, backend="lazy_mlir")(x), want)
+    assert c.delta("DynamoEagerGraph") == 0
+    assert torch.equal(fn(lazy(x)).cpu(), want)
