@@ -63,7 +63,10 @@ class TensorSpec:
 
     def meta(self) -> torch.Tensor:
         """A meta tensor with exactly this layout (a view of a meta storage)."""
-        if self.offset == 0 and _is_contiguous(self.shape, self.stride):
+        # (exactly contiguous: a size-1 dim's stride too, which a view's
+        # strides follow, as eager's: [3, 1] of strides (1, 3) viewed as itself)
+        if self.offset == 0 and _is_contiguous(self.shape, self.stride) and \
+                all(st == d for st, d in zip(self.stride, _dense_strides(self.shape))):
             return torch.empty(self.shape, dtype=self.dtype, device="meta")
         extent = 1 + self.offset + sum((s - 1) * st for s, st in zip(self.shape, self.stride) if s)
         base = torch.empty(max(extent, 1), dtype=self.dtype, device="meta")
@@ -90,6 +93,14 @@ _SIGNATURES: dict = {}
 _INTERNED: dict = {}
 _INTERNED_MAX = 1 << 16
 _KEYS = itertools.count()
+
+
+def _dense_strides(shape) -> list:
+    strides, expected = [], 1
+    for size in reversed(shape):
+        strides.append(expected)
+        expected *= max(size, 1)
+    return strides[::-1]
 
 
 def _is_contiguous(shape, stride) -> bool:

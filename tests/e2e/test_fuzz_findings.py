@@ -836,3 +836,24 @@ def test_a_view_between_bool_and_a_wider_dtype_compiles_every_way(fn):
     assert torch.equal(torch.compile(fn, backend="lazy_mlir")(x), want)
     assert c.delta("DynamoEagerGraph") == 0
     assert torch.equal(fn(lazy(x)).cpu(), want)
+
+
+def test_a_view_keeps_eagers_stride_of_a_size_one_dim():
+    """A spec whose only difference from contiguous was a size-1 dim's
+    stride became a contiguous meta tensor in shape inference, so a view of
+    it took other strides than eager's (``[3, 1]`` of strides ``(1, 3)``
+    viewed as itself: ``(1, 1)``), and ``clamp(v, out=w)`` of two such views
+    of one tensor raised eager's partial-overlap error where eager computes
+    (fuzzer seed 902283; the lazy device and lm.jit)."""
+    def fn(a):
+        w = a.transpose(0, 1)
+        v = w.view_as(w)
+        torch.clamp(v, 0, 3, out=w)
+        return a, w, v
+    x = torch.tensor([[1.0, 5.0, -2.0]])
+    want = fn(x.clone())
+    got = fn(lazy(x))
+    for g, e in zip(got, want):
+        assert g.stride() == e.stride() and torch.equal(g.cpu(), e)
+    jitted = lm.jit(fn).lower(x.clone()).compile()(x.clone())
+    assert all(torch.equal(torch.as_tensor(g), e) for g, e in zip(jitted, want))
