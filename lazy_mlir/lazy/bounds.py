@@ -40,6 +40,7 @@ import torch
 
 from ..graph import argtree
 from ..graph.ir import Value
+from ..ops.mask_index import lone_index
 from .state import bounds_mode as _state, dry_run as _dry_run
 from .state import index_checks as _pending
 from .state import index_guards as _guards
@@ -337,13 +338,10 @@ _MASK_WRITES = {op for op in CHECKS if op.__name__.split(".")[0] in ("index_put"
 def _counted_mask(bound):
     """(mask, number of values) of a write through one bool mask whose values
     come one per selected element, else None (as ``ops/index._masked_write``)."""
-    indices = list(bound["indices"])
-    p = 0
-    while p < len(indices) and indices[p] is None:
-        p += 1
-    if p == len(indices) or any(i is not None for i in indices[p + 1:]):
+    found = lone_index(list(bound["indices"]))
+    if found is None:
         return None
-    mask = indices[p]
+    p, mask = found
     dtype = mask.spec.dtype if isinstance(mask, Value) else getattr(mask, "dtype", None)
     if dtype not in (torch.bool, torch.uint8):
         return None

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import torch
 
+from ..ops.mask_index import lone_index
+
 # Compiled autograd's names of the backward of ``index_put_`` / ``index_put``
 # and of ``_index_put_impl_`` (same arguments).
 NAMES = ("IndexPutBackward0", "IndexPutImplBackward0")
@@ -51,12 +53,10 @@ def _by_mask(grads, needs_input_grad, accumulate, indices, values_info):
     g = grads[0] if grads else None
     if not isinstance(g, torch.Tensor):
         return None
-    p = 0
-    while p < len(indices) and indices[p] is None:
-        p += 1
-    if p == len(indices) or any(i is not None for i in indices[p + 1:]):
+    found = lone_index(indices)
+    if found is None:
         return None
-    mask = indices[p]
+    p, mask = found
     k = mask.dim() if isinstance(mask, torch.Tensor) else 0
     if k == 0 or mask.dtype not in (torch.bool, torch.uint8) \
             or tuple(mask.shape) != tuple(g.shape[p:p + k]):

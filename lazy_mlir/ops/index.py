@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from .mask_index import lone_index
 from .registry import CAPTURE, IMPORT, ReentryGuard, register_decomposition
 
 aten = torch.ops.aten
@@ -50,12 +51,10 @@ def _masked_write(x, indices, values, accumulate):
     ``index_put`` lowering broadcasts the values over an empty index wrongly:
     an all-False mask with ``accumulate`` added the values into a row (int64)
     or wrote outside the tensor (float32, SIGSEGV)."""
-    p = 0
-    while p < len(indices) and indices[p] is None:
-        p += 1
-    if p == len(indices) or any(i is not None for i in indices[p + 1:]):
+    found = lone_index(indices)
+    if found is None:
         return None
-    mask = indices[p]
+    p, mask = found
     k = mask.dim()
     if mask.dtype not in (torch.bool, torch.uint8) or k == 0 \
             or tuple(mask.shape) != tuple(x.shape[p:p + k]) or values.dtype != x.dtype \
