@@ -243,22 +243,32 @@ def prefer_foreach() -> bool:
 
 
 def add_lazy_device(lister: str) -> bool:
-    """Make ``torch.optim.optimizer.<lister>`` (a function listing the device
-    types a foreach or fused path supports) list ``lazy`` too; False when
-    this torch has no such function. Applied once however often called."""
+    """Make ``<lister>`` (a function listing the device types a foreach or
+    fused path supports) list ``lazy`` too, where torch.optim reads it
+    (``torch.optim.optimizer``) and where ``torch.nn.utils``' gradient
+    clipping reads it (``torch.utils._foreach_utils``: ``clip_grad_norm_(...,
+    foreach=True)`` raised "can't use the foreach API on lazy tensors");
+    False when this torch has no such function. Applied once however often
+    called."""
     import torch.optim.optimizer as opt_mod
-    original = getattr(opt_mod, lister, None)
-    if original is None:
-        return False
-    original = getattr(original, "__wrapped__", original)
+    import torch.utils._foreach_utils as foreach_utils
+    found = False
+    for module in (opt_mod, foreach_utils):
+        original = getattr(module, lister, None)
+        if original is None:
+            continue
+        found = True
+        setattr(module, lister, _listing_lazy(getattr(original, "__wrapped__", original)))
+    return found
 
+
+def _listing_lazy(original):
     def supported_devices(*args, **kwargs) -> list[str]:
         devices = original(*args, **kwargs)
         return devices if "lazy" in devices else [*devices, "lazy"]
 
     supported_devices.__wrapped__ = original
-    setattr(opt_mod, lister, supported_devices)
-    return True
+    return supported_devices
 
 
 def _scalar_list(t: torch.Tensor, n: int) -> list:

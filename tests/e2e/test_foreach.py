@@ -148,3 +148,19 @@ def test_ops_writing_arguments_and_returning_nothing_write_back():
     for a, e in zip([*lg, lfound], [*grads, found]):
         assert_lazy_close(a, e)
     assert_lazy_close(kept, torch.tensor([1.0, 2.0]))
+
+
+def test_gradient_clipping_with_foreach_true():
+    """``clip_grad_norm_`` / ``clip_grad_value_`` read the foreach device list
+    from ``torch.utils._foreach_utils``, which listed no ``lazy``: with
+    ``foreach=True`` they raised "can't use the foreach API on lazy tensors"."""
+    grads = {}
+    for device in ("cpu", "lazy"):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2)).to(device)
+        model(torch.randn(5, 3).to(device)).pow(2).sum().backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5, foreach=True)
+        torch.nn.utils.clip_grad_value_(model.parameters(), 0.05, foreach=True)
+        grads[device] = [norm.cpu()] + [p.grad.cpu() for p in model.parameters()]
+    for a, b in zip(grads["lazy"], grads["cpu"]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
