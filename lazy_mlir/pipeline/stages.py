@@ -71,6 +71,7 @@ def lower(gm: fx.GraphModule, config: PipelineConfig,
     from ..passes.float_eq import float_eq_as_not_ne
     from ..passes.float_scalars import int_scalars_as_float
     from ..passes.normalize_dims import normalize_dims
+    from ..passes.whole_sums import whole_sums_in_two_steps
     from ..ops.offsets import expand_runtime_offsets
     from .fx_graph import decompose
     t0 = time.perf_counter()
@@ -129,7 +130,7 @@ def lower(gm: fx.GraphModule, config: PipelineConfig,
             gm = channels_last_pointwise(gm)
             made_by.append("conv_matmul + pool_elementwise + channels_last_pointwise")
     gm = float_eq_as_not_ne(normalize_dims(expand_runtime_offsets(gm)))
-    gm = int_scalars_as_float(bool_compare_as_promoted(gm))
+    gm = whole_sums_in_two_steps(int_scalars_as_float(bool_compare_as_promoted(gm)))
     if config.mixed_precision == "bf16":
         from ..passes.mixed_precision import bf16_mixed_precision
         gm = bf16_mixed_precision(gm)

@@ -219,3 +219,33 @@ def test_trunc_division_of_the_smallest_integer_by_minus_one_wraps():
             assert got.cpu().tolist() == ([low, -7, -3, 0] * 4)[:n]
             assert by_number.cpu().tolist() == ([low, -7, 7, 0] * 4)[:n]
     assert not c.fell_back()
+
+
+def test_weighted_losses_compile(counters):
+    """A product with a broadcast operand reduced whole (a per-class weight:
+    ``binary_cross_entropy_with_logits(x, t, weight=w)``, ``(d ** 2 * w).mean()``)
+    failed in IREE ("'vector.contract' op invalid accumulator/result vector
+    shape") and the whole training step ran eagerly, every step
+    (``passes/whole_sums.py``)."""
+    losses = {}
+    for device in ("cpu", "lazy"):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 5).to(device)
+        w = torch.tensor([0.5, 1.0, 2.0, 1.5, 0.25], device=device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        counters.snapshot()
+        losses[device] = []
+        for step in range(3):
+            g = torch.Generator().manual_seed(step)
+            x, t = torch.randn(6, 4, generator=g).to(device), torch.rand(6, 5, generator=g).to(device)
+            out = model(x)
+            loss = F.binary_cross_entropy_with_logits(out, t, weight=w) + \
+                ((out - t) ** 2 * w).mean() + (out * w).sum() * 1e-3
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            if device == "lazy":
+                lm.mark_step()
+            losses[device].append(loss.item())
+    torch.testing.assert_close(losses["lazy"], losses["cpu"], rtol=1e-5, atol=1e-6)
+    assert counters.delta("EagerGraph") == 0 and counters.delta("UncachedCompile") >= 1
