@@ -63,8 +63,13 @@ _TENSOR_SIBLING = {"add", "mul", "div"}
 # passes as they are (Adam's 1 - beta1, 1 - beta2, beta ** step), which do
 # not change between steps. Any other number that could (a learning rate as
 # ``alpha``, per-element step sizes) sends the op down the per-element path.
-_CONSTANT_ARGS = {("lerp", "weight"), ("addcmul", "value"), ("addcdiv", "value"),
-                  ("pow", "self")}
+_CONSTANT_ARGS = {("pow", "self")}
+# Numbers that may change between steps (a scheduler's beta1 in Adam's
+# ``lerp``, RMSprop's ``addcdiv`` by -lr) but have no ``.Tensor`` sibling: the
+# op is recorded as whole nodes of its list siblings with the number lifted
+# (``_record_lifted``); they were constants of the node, and each new value
+# compiled a new graph, every step under a scheduler.
+_LIFTED_ARGS = {("lerp", "weight"), ("addcmul", "value"), ("addcdiv", "value")}
 _WHOLE = None  # the functional overloads decomposed before import (ops/foreach.py)
 _NO = object()
 
@@ -138,7 +143,7 @@ def _record_whole(func, how, bound, n, call):
     own = {id(t._storage) for t in selves} if how.inplace else ()
     if how.inplace and len(own) != n:
         return _NO
-    args = []
+    args, lifted = [], None
     for arg in names:
         v = bound[arg]
         tv = type(v)
@@ -159,9 +164,13 @@ def _record_whole(func, how, bound, n, call):
             if how.base in _TENSOR_SIBLING and fn._overloadname == "Scalar":
                 fn = getattr(aten, PREFIX + how.base).Tensor
                 v = _make_scalar(v, _scalar_dtype(dtype, selves[0].dim() == 0, tv))
+            elif (how.base, arg) in _LIFTED_ARGS:
+                lifted = _make_scalar(v, _scalar_dtype(dtype, selves[0].dim() == 0, tv))
             elif (how.base, arg) not in _CONSTANT_ARGS:
                 return _NO
         args.append(v)
+    if lifted is not None:
+        return _record_lifted(how, [bound[a] for a in names if a in how.lists], lifted)
     kw = {}
     for arg in how.kwarg_only:  # (alpha: a liftable one went per element above)
         kw[arg] = args[names.index(arg)]
@@ -183,6 +192,26 @@ def _record_whole(func, how, bound, n, call):
         if o.dtype != t.dtype:
             o = aten._to_copy.default(o, dtype=t.dtype)
         assign(t, value_of(o))
+    return None
+
+
+def _record_lifted(how, lists: list, number: LazyTensor):
+    """``lerp(self, end, w)``, ``addcdiv(self, t1, t2, value)`` or ``addcmul``
+    as whole nodes of list ops with the number a 0-dim input, computed as
+    eager's kernels do: ``lerp.List`` with the weight per element, ``self +
+    (value * t1) / t2`` (``* t2``); an in-place op's results written into
+    its elements."""
+    selves = lists[0]
+    if how.base == "lerp":
+        outs = _record(aten._foreach_lerp.List, (selves, lists[1], [number] * len(selves)), {})
+    else:
+        scaled = _record(aten._foreach_mul.Tensor, (lists[1], number), {})
+        by = aten._foreach_div.List if how.base == "addcdiv" else aten._foreach_mul.List
+        outs = _record(aten._foreach_add.List, (selves, _record(by, (scaled, lists[2]), {})), {})
+    if not how.inplace:
+        return list(outs)
+    for t, o in zip(selves, outs):
+        assign(t, value_of(o if o.dtype == t.dtype else aten._to_copy.default(o, dtype=t.dtype)))
     return None
 
 

@@ -2,6 +2,7 @@
 (``lazy/foreach.py``), never run on host copies, and equal to eager."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 import lazy_mlir as lm
@@ -164,3 +165,36 @@ def test_gradient_clipping_with_foreach_true():
         grads[device] = [norm.cpu()] + [p.grad.cpu() for p in model.parameters()]
     for a, b in zip(grads["lazy"], grads["cpu"]):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("make,schedule", [
+    (lambda ps: torch.optim.AdamW(ps, lr=0.01, foreach=True),
+     lambda opt: torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.05, total_steps=10)),
+    (lambda ps: torch.optim.RMSprop(ps, lr=0.01, foreach=True),
+     lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s))),
+], ids=["adamw_one_cycle_momentum", "rmsprop_lambda_lr"])
+def test_hyperparameters_a_scheduler_changes_compile_once(make, schedule):
+    """Adam's ``lerp`` weight (1 - beta1, which OneCycleLR cycles) and
+    RMSprop's ``addcdiv`` value (-lr) were constants of their whole foreach
+    node: a new graph was compiled at every step. They are graph inputs now
+    (``foreach._record_lifted``), with eager's values."""
+    params = {}
+    for device in ("cpu", "lazy"):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 3).to(device)
+        opt = make(model.parameters())
+        sched = schedule(opt)
+        compiles = []
+        for step in range(6):
+            g = torch.Generator().manual_seed(step)
+            model(torch.randn(5, 4, generator=g).to(device)).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+            sched.step()
+            if device == "lazy":
+                lm.mark_step()
+                compiles.append(lm.metrics.counter_value("UncachedCompile"))
+        params[device] = [p.detach().cpu() for p in model.parameters()]
+    for a, b in zip(params["lazy"], params["cpu"]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert compiles[-1] == compiles[2], compiles  # nothing after the first steps
