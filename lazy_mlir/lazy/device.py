@@ -73,6 +73,14 @@ def _host_factory(op):
     return kernel
 
 
+def _zero_tensor(size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    """``_efficientzerotensor`` (forward-mode AD's zero tangents:
+    ``torch.func.hessian``, ``jacfwd(jacrev(f))``) as plain zeros: the lazy
+    device had no kernel for it ("Could not run 'aten::_efficientzerotensor'
+    with arguments from the 'Lazy' backend")."""
+    return wrap_value(factory_value(aten.zeros.default, (list(size),), {"dtype": dtype}))
+
+
 def factory_value(op, args, kwargs):
     """The value of a host factory's call (shared per constant arguments
     where deterministic; then ``made_by`` its data gives the call)."""
@@ -159,6 +167,7 @@ def register() -> None:
             base, _, overload = name.partition(".")
             op = getattr(getattr(aten, base), overload or "default")
             _lib.impl(name, _host_factory(op), "Lazy")
+        _lib.impl("_efficientzerotensor", _zero_tensor, "Lazy")
         rnn.register(_lib)  # nn.LSTM / nn.GRU as one node each way (AutogradLazy)
         attention.register(_lib)  # scaled_dot_product_attention, one node each way
         linear.register(_lib)  # F.linear, one node (not t, view, addmm, view)

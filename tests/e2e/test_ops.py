@@ -503,3 +503,18 @@ def test_tolist():
     assert (lazy(x) + 1).tolist() == [[2.0, 3.0], [4.0, 5.0]]
     assert lazy(torch.tensor([1, 2])).tolist() == [1, 2]
     assert lazy(torch.tensor(2.5)).tolist() == 2.5
+
+
+def test_torch_func_hessian_and_forward_over_reverse():
+    """Forward-mode AD makes zero tangents with ``_efficientzerotensor``, which
+    the lazy device had no kernel for: ``torch.func.hessian`` raised
+    NotImplementedError ("Could not run 'aten::_efficientzerotensor' with
+    arguments from the 'Lazy' backend")."""
+    from torch.func import hessian, jacfwd, jacrev
+
+    def f(v):
+        return (v.sin() * v).sum() + (v[:2] * v[1:]).sum()
+    x = torch.tensor([0.3, -1.2, 2.0])
+    for transform in (hessian(f), jacfwd(jacrev(f))):
+        got = transform(x.to("lazy")).cpu()
+        torch.testing.assert_close(got, transform(x), rtol=1e-5, atol=1e-6)
