@@ -62,9 +62,20 @@ def _static_support(func) -> bool:
     lazy device draws from PyTorch's CPU generator instead: its fills are
     special ops (``lazy/kinds.RANDOM``), ``ops/random_fills.py`` writes more
     as fills, and the others run eagerly."""
-    if torch.Tag.nondeterministic_seeded in func.tags:
+    if torch.Tag.nondeterministic_seeded in func.tags and not _random_only_by_dropout(func):
         return False
     return mlir_name(func) in dialect_ops() or func in decomposition_table()
+
+
+# Ops tagged random for a dropout probability argument alone (RNNs between
+# layers, attention's dropout_p): capture takes their randomness apart
+# (``lazy/rnn.py``, ``lazy/attention.py``, dropout's own path).
+_DROPOUT_ONLY = ("dropout", "lstm", "gru", "rnn_tanh", "rnn_relu", "attention")
+
+
+def _random_only_by_dropout(func) -> bool:
+    name = func.__name__.split(".")[0]
+    return any(part in name for part in _DROPOUT_ONLY)
 
 
 @functools.lru_cache(maxsize=None)
