@@ -15,14 +15,13 @@ from __future__ import annotations
 import time
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
+from torch.utils._pytree import tree_map, tree_unflatten
 
 from ..graph import argtree
 from .. import metrics
 from ..graph.ir import TensorSpec, Value, arg_signature
 from ..ops import support as _support
 from ..ops import subgraph as _subgraph
-from ..ops.random_fills import bernoulli_uniform
 from . import bounds, decompose, eager_checks, empty_inputs, fallback, random, shapes
 from . import collectives as _collectives
 from . import host_eval as _host_eval
@@ -550,37 +549,6 @@ def _to_copy(func, args, kwargs):
     return record(func, args, kwargs)
 
 
-def _random(func, args, kwargs):
-    """Random fills are drawn on the host from PyTorch's CPU generator, so
-    ``torch.manual_seed`` gives the same numbers as eager CPU."""
-    t = args[0]
-    if t._view:
-        check_write(t, func, args, kwargs)
-    if (func is aten.bernoulli_.Tensor and isinstance(args[1], LazyTensor)
-            and args[1].dtype.is_floating_point and kwargs.get("generator") is None):
-        # (drawn as eager draws it, ``p`` kept in the graph: not read to the host)
-        return aten.copy_.default(t, bernoulli_uniform(t, args[1]))
-    flat, tree = tree_flatten((args[1:], kwargs))
-    host_flat = [to_host(a) if isinstance(a, LazyTensor) else a for a in flat]
-    hargs, hkwargs = tree_unflatten(host_flat, tree)
-
-    # (in eager's memory order: a fill draws element after element of storage)
-    stride = t.stride() if not t.is_contiguous() and _dense(t) else None
-
-    def draw():
-        host = (torch.empty_strided(t.shape, stride, dtype=t.dtype) if stride else
-                torch.empty(t.shape, dtype=t.dtype))
-        func(host, *hargs, **hkwargs)
-        return host
-    assign(t, random.host_draw(draw))  # (compile_train_step draws it again per replay)
-    return t
-
-
-def _dense(t) -> bool:
-    """``t``'s elements fill a storage of its size without overlap, in some order."""
-    return torch._prims_common.is_non_overlapping_and_dense_or_false(t)
-
-
 def _native_dropout(func, args, kwargs):
     """Dropout with its mask drawn inside the graph (see ``random``)."""
     x, p = args[0], args[1]
@@ -618,7 +586,7 @@ _SPECIAL = {aten.copy_.default: _copy_, aten._to_copy.default: _to_copy,
             aten.native_batch_norm.default: _native_batch_norm,
             aten._native_batch_norm_legit.default: _native_batch_norm,
             aten._native_batch_norm_legit_no_training.default: _native_batch_norm}
-_SPECIAL.update({f: _random for f in _RANDOM})
+_SPECIAL.update({f: random.fill for f in _RANDOM})
 _SPECIAL.update(RESIZE)
 _SPECIAL.update(_fused_optim.SPECIAL)
 _SPECIAL.update(_packed.SPECIAL)

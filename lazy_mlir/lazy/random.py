@@ -13,10 +13,15 @@ import math
 import weakref
 
 import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ..graph.ir import Value
-from .capture import data_value
+from ..ops.random_fills import bernoulli_uniform
+from .capture import assign, data_value
 from .state import seed_logs as _seed_logs
+from .sync import to_host
+from .tensor import LazyTensor
+from .views import check_write
 
 aten = torch.ops.aten
 _CPU = torch.device("cpu")
@@ -51,6 +56,37 @@ def host_draw(draw) -> Value:
     for log in _seed_logs:
         log.append(v.data)
     return v
+
+
+def fill(func, args, kwargs):
+    """A random fill (``normal_``, ``bernoulli_``, ...: ``kinds.RANDOM``),
+    drawn on the host from PyTorch's CPU generator, so ``torch.manual_seed``
+    gives the same numbers as eager CPU."""
+    t = args[0]
+    if t._view:
+        check_write(t, func, args, kwargs)
+    if (func is aten.bernoulli_.Tensor and isinstance(args[1], LazyTensor)
+            and args[1].dtype.is_floating_point and kwargs.get("generator") is None):
+        # (drawn as eager draws it, ``p`` kept in the graph: not read to the host)
+        return aten.copy_.default(t, bernoulli_uniform(t, args[1]))
+    flat, tree = tree_flatten((args[1:], kwargs))
+    host_flat = [to_host(a) if isinstance(a, LazyTensor) else a for a in flat]
+    hargs, hkwargs = tree_unflatten(host_flat, tree)
+    # (in eager's memory order: a fill draws element after element of storage)
+    stride = t.stride() if not t.is_contiguous() and _dense(t) else None
+
+    def draw():
+        host = (torch.empty_strided(t.shape, stride, dtype=t.dtype) if stride else
+                torch.empty(t.shape, dtype=t.dtype))
+        func(host, *hargs, **hkwargs)
+        return host
+    assign(t, host_draw(draw))  # (compile_train_step draws it again per replay)
+    return t
+
+
+def _dense(t) -> bool:
+    """``t``'s elements fill a storage of its size without overlap, in some order."""
+    return torch._prims_common.is_non_overlapping_and_dense_or_false(t)
 
 
 def again(data):
