@@ -73,6 +73,17 @@ def same_as_eager(fn, *inputs, exact: bool = False, no_fallback: bool = False) -
         assert not any(fell_back.values()), fell_back
 
 
+def finish_step(loss, opt, device: str) -> float:
+    """``loss``'s backward and ``opt``'s step, then ``mark_step`` on the lazy
+    device; the loss as a number."""
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    if device == "lazy":
+        lm.mark_step()
+    return loss.item()
+
+
 def train_steps(model, opt, batches, device: str, loss_fn, between=None) -> list[float]:
     """Training steps of ``model`` on ``(x, y)`` host batches moved to
     ``device``, ``loss_fn(model(x), y)``, or ``model(x, y)`` where ``loss_fn``

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import lazy_mlir as lm
-from e2e_helpers import assert_lazy_close, lazy
+from e2e_helpers import assert_lazy_close, finish_step, lazy
 
 
 def _compiled(fn, *inputs, counters, **close):
@@ -241,11 +241,6 @@ def test_weighted_losses_compile(counters):
             out = model(x)
             loss = F.binary_cross_entropy_with_logits(out, t, weight=w) + \
                 ((out - t) ** 2 * w).mean() + (out * w).sum() * 1e-3
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            if device == "lazy":
-                lm.mark_step()
-            losses[device].append(loss.item())
+            losses[device].append(finish_step(loss, opt, device))
     torch.testing.assert_close(losses["lazy"], losses["cpu"], rtol=1e-5, atol=1e-6)
     assert counters.delta("EagerGraph") == 0 and counters.delta("UncachedCompile") >= 1
