@@ -87,7 +87,7 @@ def launch(roots: list[Value], leading=(), everything: bool = False,
     def flags(order):
         flag, taken = bounds.take_flag(order, everything, emit)
         checks.extend(taken)
-        return ([] if everything else _computed_anyway(order, roots)) + [flag]
+        return [flag]
 
     graph = Graph.build(roots, leading, extra=flags)
     graph.on_calling_thread = on_calling_thread
@@ -107,25 +107,6 @@ def launch(roots: list[Value], leading=(), everything: bool = False,
     if datas:
         early_outputs.launched(graph.key, datas[0].future, datas)
     return graph, entry, checks
-
-
-def _computed_anyway(order: dict, roots: list[Value]) -> list[Value]:
-    """The pending values of live tensors that a graph over the nodes
-    ``order`` computes anyway: its outputs too, so that no later graph
-    computes them again. (A loop that reads a value each step, as
-    ``generate()``'s check for finished sequences, kept its KV cache
-    pending: each step's graph recomputed every earlier step, 216 nodes
-    for the first token, 1,035 for the sixth, and compiled anew.)"""
-    if not order:
-        return []
-    seen = {id(v) for v in roots}
-    out = []
-    for storage in list(live_storages):
-        v = storage.value
-        if v.data is None and v.node in order and id(v) not in seen:
-            seen.add(id(v))
-            out.append(v)
-    return out
 
 
 def _bind(values: list[Value]) -> list[DeviceData]:
