@@ -40,7 +40,7 @@ import torch
 
 from ..graph import argtree
 from ..graph.ir import Value
-from ..ops.mask_index import lone_index
+from ..ops.mask_index import count_dim, lone_index
 from .state import bounds_mode as _state, dry_run as _dry_run
 from .state import index_checks as _pending
 from .state import index_guards as _guards
@@ -345,11 +345,11 @@ def _counted_mask(bound):
     dtype = mask.spec.dtype if isinstance(mask, Value) else getattr(mask, "dtype", None)
     if dtype not in (torch.bool, torch.uint8):
         return None
-    trailing = len(_shape(bound["self"])) - p - len(_shape(mask))
     vshape = _shape(bound["values"])
-    if len(vshape) <= trailing or vshape[len(vshape) - trailing - 1] == 1:
+    at = count_dim(len(_shape(bound["self"])), p, len(_shape(mask)), vshape)
+    if at is None or vshape[at] == 1:
         return None
-    return mask, vshape[len(vshape) - trailing - 1]
+    return mask, vshape[at]
 
 
 def _check_mask_count(bound, emit, value_of) -> None:

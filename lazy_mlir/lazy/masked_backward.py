@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from ..ops.mask_index import lone_index
+from ..ops.mask_index import count_dim, lone_index
 
 # Compiled autograd's names of the backward of ``index_put_`` / ``index_put``
 # and of ``_index_put_impl_`` (same arguments).
@@ -63,8 +63,8 @@ def _by_mask(grads, needs_input_grad, accumulate, indices, values_info):
         return None
     trailing = g.dim() - p - k
     sizes = list(values_info[0])
-    count_at = len(sizes) - trailing - 1  # the values' dim against the selected rows
-    if count_at >= 0 and sizes[count_at] != 1:
+    count_at = count_dim(g.dim(), p, k, sizes)  # the values' dim against the selected rows
+    if count_at is not None and sizes[count_at] != 1:
         return None
     m = mask if mask.dtype == torch.bool else mask.ne(0)
     m = m.reshape([1] * p + list(mask.shape) + [1] * trailing)

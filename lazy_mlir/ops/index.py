@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from .mask_index import lone_index
+from .mask_index import count_dim, lone_index
 from .registry import CAPTURE, IMPORT, ReentryGuard, register_decomposition
 
 aten = torch.ops.aten
@@ -63,13 +63,12 @@ def _masked_write(x, indices, values, accumulate):
     trailing = x.dim() - p - k
     v = values
     bool_mask = mask if mask.dtype == torch.bool else aten.ne.Scalar(mask, 0)
-    if v.dim() > trailing:  # v reaches the dim of the selected elements
-        count_dim = v.dim() - trailing - 1
-        if v.shape[count_dim] != 1:
-            v = _by_rank(v, count_dim, bool_mask)
+    at = count_dim(x.dim(), p, k, v.shape)
+    if at is not None:  # v reaches the dim of the selected elements
+        if v.shape[at] != 1:
+            v = _by_rank(v, at, bool_mask)
         else:
-            v = aten.reshape.default(v, [*v.shape[:count_dim], *[1] * k,
-                                         *v.shape[count_dim + 1:]])
+            v = aten.reshape.default(v, [*v.shape[:at], *[1] * k, *v.shape[at + 1:]])
     m = aten.reshape.default(bool_mask, [*mask.shape, *[1] * trailing])
     new = aten.add.Tensor(x, v) if accumulate else v
     return aten.where.self(m, new, x)

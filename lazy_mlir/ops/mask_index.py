@@ -15,3 +15,12 @@ def lone_index(indices) -> tuple[int, object] | None:
     if p == len(indices) or any(i is not None for i in indices[p + 1:]):
         return None
     return p, indices[p]
+
+
+def count_dim(self_rank: int, p: int, mask_rank: int, values_shape) -> int | None:
+    """The dim of ``values`` that stands against the selected elements of a
+    write ``self[..., mask] = values`` (``p`` leading ``None``s), or None
+    where ``values`` does not reach it (it broadcasts over them)."""
+    trailing = self_rank - p - mask_rank
+    dim = len(values_shape) - trailing - 1
+    return dim if dim >= 0 else None

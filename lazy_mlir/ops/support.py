@@ -68,14 +68,13 @@ def _static_support(func) -> bool:
 
 
 # Ops tagged random for a dropout probability argument alone (RNNs between
-# layers, attention's dropout_p): capture takes their randomness apart
-# (``lazy/rnn.py``, ``lazy/attention.py``, dropout's own path).
-_DROPOUT_ONLY = ("dropout", "lstm", "gru", "rnn_tanh", "rnn_relu", "attention")
+# layers, attention's dropout_p, dropout's train): capture takes their
+# randomness apart (``lazy/rnn.py``, ``lazy/attention.py``, dropout's own path).
+_DROPOUT_ARGS = frozenset({"dropout", "dropout_p", "train"})
 
 
 def _random_only_by_dropout(func) -> bool:
-    name = func.__name__.split(".")[0]
-    return any(part in name for part in _DROPOUT_ONLY)
+    return any(a.name in _DROPOUT_ARGS for a in func._schema.arguments)
 
 
 @functools.lru_cache(maxsize=None)

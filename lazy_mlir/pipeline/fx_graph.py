@@ -95,7 +95,8 @@ def decompose(gm: fx.GraphModule, extra: dict | None = None,
     table = dict(decomposition_table()) if base else {}
     for op, fn in (extra or {}).items():
         table[op] = _first_implemented(fn, table[op]) if op in table else fn
-    fold_view_dtype_chains(gm)
+    from ..passes.dtype_views import fold_view_dtype_chains
+    fold_view_dtype_chains(gm)  # (before the table's bool_bytes reads one view of a chain)
     fakes = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
     mode = fakes[0].fake_mode if fakes else FakeTensorMode()
     foreach = any(n.op == "call_function" and getattr(n.target, "__name__", "").startswith(
@@ -103,28 +104,6 @@ def decompose(gm: fx.GraphModule, extra: dict | None = None,
     with mode:
         out = make_fx(gm, decomposition_table=table)(*fakes)
     return schedule_by_outputs(out) if foreach else out
-
-
-def fold_view_dtype_chains(gm: fx.GraphModule) -> None:
-    """``view(view(x, A), B)`` read as ``view(x, B)`` (``alias`` and ``detach`` nodes
-    between too): the same bytes, and no bool between (a bool view of
-    wider bytes is decomposed as ``!= 0``, ``ops/compile_gaps.bool_bytes``,
-    which keeps no byte: viewed back, a float's bytes through a bool view
-    came back as 0 and 1)."""
-    aten = torch.ops.aten
-    same_bytes = {aten.view.dtype, aten.alias.default, aten.detach.default}
-    changed = False
-    for node in gm.graph.nodes:
-        if node.op != "call_function" or node.target is not aten.view.dtype:
-            continue
-        src = node.args[0]
-        while isinstance(src, fx.Node) and src.op == "call_function" and src.target in same_bytes:
-            src = src.args[0]
-        if src is not node.args[0]:
-            node.args = (src, *node.args[1:])
-            changed = True
-    if changed:
-        gm.recompile()
 
 
 def schedule_by_outputs(gm: fx.GraphModule) -> fx.GraphModule:

@@ -826,7 +826,7 @@ def test_a_view_between_bool_and_a_wider_dtype_compiles_every_way(fn):
     lm.jit raised ("failed to legalize operation 'torch.constant.int'") and
     torch.compile ran the graph eagerly (fuzzer seeds 900278, 900357). The
     bytes as uint8 now (a bitcast), read as bools; a chain of views reads
-    the first tensor's bytes (``fx_graph.fold_view_dtype_chains``), so a
+    the first tensor's bytes (``passes/dtype_views.py``), so a
     float viewed as bool and back keeps its bytes."""
     x = torch.tensor([[1.0, 0.0, -2.0], [-0.0, 2.5, 3.0]])
     want = fn(x)
