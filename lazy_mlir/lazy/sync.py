@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from . import bounds, early_outputs, gc_hold
+from . import bounds, early_outputs, gc_hold, read_outputs
 from . import tensor as _tensor
 from .. import metrics
 from .capture import emit, value_of
@@ -85,9 +85,10 @@ def launch(roots: list[Value], leading=(), everything: bool = False,
     checks = []
 
     def flags(order):
-        flag, taken = bounds.take_flag(order, everything, emit)
+        more, added = ([], None) if everything else read_outputs.extra_outputs(order, roots)
+        flag, taken = bounds.take_flag({**order, **added} if added else order, everything, emit)
         checks.extend(taken)
-        return [flag]
+        return more + [flag]
 
     graph = Graph.build(roots, leading, extra=flags)
     graph.on_calling_thread = on_calling_thread
