@@ -69,3 +69,30 @@ def test_a_read_leaves_a_far_computation_pending():
     assert value_of(a).data is not None and value_of(b).data is None
     lm.mark_step()
     assert value_of(b).data is not None
+
+
+def test_a_training_loop_without_mark_step_computes_each_step_once(monkeypatch):
+    """Its only sync is ``loss.item()`` after ``opt.step()``: the updated
+    weights (a few fused nodes from the read's graph) are computed by it.
+    They stayed pending, and each step's graph recomputed every earlier
+    step: an MLP's grew 139, 161, 183... nodes, one compile a step."""
+    sizes = _graph_sizes(monkeypatch)
+    torch.manual_seed(0)
+    layers = [torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8), torch.nn.GELU())
+              for _ in range(4)]
+    model = torch.nn.Sequential(*layers, torch.nn.Linear(8, 1))
+    lazy = __import__("copy").deepcopy(model).to("lazy")
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-2) for m in (model, lazy)]
+    c = Counters()
+    for step in range(5):
+        x = torch.randn(4, 8)
+        losses = []
+        for m, opt, dev in ((model, opts[0], "cpu"), (lazy, opts[1], "lazy")):
+            loss = m(x.to(dev)).pow(2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.item())
+        assert abs(losses[0] - losses[1]) < 1e-5
+    assert len(set(sizes[2:])) == 1, sizes  # (the first step's state is made at its end)
+    assert c.delta("UncachedCompile") <= 3
