@@ -242,7 +242,9 @@ def unshare_sort_operands(text: str) -> str:
     copy of its defining op, for its second sort: each sort then fills its
     own. Left as it is where the defining op is not found (the check then
     refuses the graph, as before)."""
-    for _ in range(32):
+    # Each round gives one sort its own operand: at most one round a sort
+    # (a MoE model's routers share one iota among 40 and more).
+    for _ in range(len(_SORT_OUTS.findall(text))):
         value = shared_sort_operands(text)
         if value is None:
             return text

@@ -124,6 +124,20 @@ def test_unshare_sort_operands_copies_a_shared_iota():
     assert unshare_sort_operands(TWO_SORTS) == TWO_SORTS
 
 
+def test_unshare_sort_operands_gives_each_of_many_sorts_its_own_iota():
+    """A MoE model's routers: 40 sorts of one shape share one iota after CSE
+    (qwen4_exp: 42 shared uses; a limit of 32 rounds left the graph to run
+    eagerly every step)."""
+    head = IOTA_SHARED.split("    %2:2")[0]
+    sorts = "".join(f"    %s{i}:2 = tm_tensor.sort dimension(0) outs(%v{i}, %1 : tensor<4xf32>, "
+                    "tensor<4xi64>) {\n    } -> tensor<4xf32>, tensor<4xi64>\n" for i in range(40))
+    text = head + sorts + "}"
+    assert shared_sort_operands(text) == "%1"
+    out = unshare_sort_operands(text)
+    assert shared_sort_operands(out) is None
+    assert out.count("linalg.index 0") == 40
+
+
 SCATTER_INTO_COPY = """
   func.func @main(%arg0: tensor<3x3xf32>, %arg1: tensor<2x1xi64>, %arg2: tensor<2x1x3xf32>) -> (tensor<3x3xf32>, tensor<3x3xf32>) {
     %11 = linalg.copy {cast = #linalg.type_fn<cast_signed>} ins(%arg0 : tensor<3x3xf32>) outs(%10 : tensor<3x3xf32>) -> tensor<3x3xf32>
