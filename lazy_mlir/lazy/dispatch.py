@@ -122,8 +122,7 @@ def record(func, args, kwargs, bare=False):
     try:
         out_flat, out_tree = shapes.infer(func, _placeholders(vals), tree)
     except _NO_STATIC_SHAPE as e:  # nonzero, masked_select, unique_consecutive, ...
-        return run_eagerly(func, args, kwargs,
-                           why=f"output shape depends on the data ({type(e).__name__})")
+        return run_eagerly(func, args, kwargs, why=shapes.no_shape_reason(e))
     for o in out_flat:
         if (type(o) is TensorSpec and o.dtype in UNSUPPORTED_DTYPES  # .cdouble(), ...
                 and not dtype_compiled(func, o.dtype)):

@@ -38,6 +38,14 @@ def _device_to_meta(a):
     return a
 
 
+def no_shape_reason(e: Exception) -> str:
+    """Why the meta kernel gave no output shape: PyTorch has none for the op,
+    or the shape depends on the data (both raise NotImplementedError)."""
+    if "no fake impl or Meta kernel" in str(e):
+        return "PyTorch has no shape function (meta kernel) for it"
+    return f"output shape depends on the data ({type(e).__name__})"
+
+
 def infer(func, flat: list, treedef) -> list:
     """Output specs of ``func`` on arguments whose tensors are ``Placeholder``.
 

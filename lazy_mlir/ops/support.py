@@ -29,6 +29,14 @@ DENIED: dict[str, str] = {
     "tan": "IREE's tan (sin/cos) is up to 5e-4 relative off near the poles (x = 1.5707, "
            "float32); captured as Cephes' tanf instead (precise.py)",
 }
+# PyTorch has no meta kernel for these (no shape to capture them with):
+# captured as the CPU kernel's formula instead (fake_quantize.py)
+DENIED.update(dict.fromkeys(
+    ("fake_quantize_per_tensor_affine_cachemask",
+     "_fake_quantize_per_tensor_affine_cachemask_tensor_qparams",
+     "fake_quantize_per_channel_affine_cachemask"),
+    "PyTorch has no meta kernel for it; captured as the CPU kernel's formula "
+    "(fake_quantize.py)"))
 
 
 @functools.lru_cache(maxsize=1)
