@@ -229,3 +229,20 @@ def test_embedding_bag_max_over_index_counts(counters, monkeypatch):
     torch.testing.assert_close(losses["lazy"], losses["cpu"], rtol=1e-5, atol=1e-5)
     assert counters.delta("DynamicShapeCompile") == 1 and counters.delta("DynamicShapeHit") == 2
     assert counters.delta("EagerGraph") == 0
+
+
+def test_two_index_tensors_of_a_new_length_each_step(counters, monkeypatch):
+    """A MoE layer's ``routing_weights[top_x, idx]`` (one token count per
+    expert and step): torch-mlir could not lower two index tensors of a
+    symbolic length, the family's module failed (``DynamicShapeFailed``) and
+    every count compiled its own (``ops/symbolic._index`` flattens them)."""
+    monkeypatch.setenv("LAZY_MLIR_COMPILE", "wait")
+    torch.manual_seed(0)
+    weights = torch.randn(16, 3)
+    for n in (3, 5, 7, 9, 12):
+        top, col = torch.randperm(16)[:n], torch.randint(-3, 3, (n,))
+        h = torch.randn(n, 1)
+        got = (lazy(h) * lazy(weights)[lazy(top), lazy(col), None]).cpu()
+        assert torch.equal(got, h * weights[top, col, None])
+    assert counters.delta("DynamicShapeCompile") == 1 and counters.delta("DynamicShapeHit") == 3
+    assert counters.delta("DynamicShapeFailed") == 0
