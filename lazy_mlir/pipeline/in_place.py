@@ -155,14 +155,29 @@ def shared_sort_operands(text: str) -> str | None:
     """An SSA value that two in-place sorts (``tm_tensor.sort``/``topk``) of
     ``text`` both take as an ``outs`` operand, if any: IREE sorts it in place
     for the first and the second then reads it sorted (wrong indices from
-    ``topk(x, 3, 1); topk(x, 3, 1, largest=False)`` in one graph)."""
-    seen = set()
-    for m in re.finditer(r"tm_tensor\.(?:sort|topk)\b[^\n]*?outs\(([^)]*?)(?::|\))", text):
-        for v in re.findall(r"%[\w#]+", m.group(1)):
-            if v in seen:
+    ``topk(x, 3, 1); topk(x, 3, 1, largest=False)`` in one graph). A value
+    only sorts take, whose sorted results nothing reads (the index operand of
+    sorts of unique keys, ``ops/sort_scan.py``), is harmless shared: it is
+    not one."""
+    read_results = set(re.findall(r"%\w+#\d+", text))  # (a sort's own line says %N:2)
+    seen: dict[str, bool] = {}  # operand -> whether a sort's result from it is read
+    for m in re.finditer(r"^\s*(%\w+)(?::\d+)? = tm_tensor\.(?:sort|topk)\b[^\n]*?"
+                         r"outs\(([^)]*?)(?::|\))", text, re.M):
+        for k, v in enumerate(re.findall(r"%[\w#]+", m.group(2))):
+            read = f"{m.group(1)}#{k}" in read_results
+            if v in seen and (read or seen[v] or _read_elsewhere(text, v)):
                 return v
-            seen.add(v)
+            seen[v] = seen.get(v, False) or read
     return None
+
+
+def _read_elsewhere(text: str, value: str) -> bool:
+    """Whether ``value`` is read other than as a sort's in-place operand."""
+    own = re.escape(value) + r"(?![\w$.-])"
+    for line in re.findall(r"^.*" + own + r".*$", text, re.M):
+        if not re.match(r"\s*" + own + r" = ", line) and not _SORT_OUTS.search(line):
+            return True
+    return False
 
 
 _IN_PLACE_LIKE = {"slice_scatter", "select_scatter", "copy_", "index_put", "as_strided_scatter"}

@@ -246,3 +246,20 @@ def test_two_index_tensors_of_a_new_length_each_step(counters, monkeypatch):
         assert torch.equal(got, h * weights[top, col, None])
     assert counters.delta("DynamicShapeCompile") == 1 and counters.delta("DynamicShapeHit") == 3
     assert counters.delta("DynamicShapeFailed") == 0
+
+
+def test_two_integer_sorts_of_one_shape_in_a_module_of_dynamic_length(counters, monkeypatch):
+    """Each sorts unique keys and reads only them: their index operand, one
+    iota after CSE, is harmless shared, and the family's module compiles
+    (it was refused, ``shared_sort_operands``, and each length compiled)."""
+    monkeypatch.setenv("LAZY_MLIR_COMPILE", "wait")
+    torch.manual_seed(0)
+    w = torch.randn(16, 100)
+    for n in range(5, 10):
+        x = torch.randn(2, n, 16)
+        a = (x.sum(1) @ w * 10).int()
+        want = torch.sort(a, stable=True)[1] + torch.sort(a * 2 + 1, descending=True, stable=True)[1]
+        al = (lazy(x).sum(1) @ lazy(w) * 10).int()
+        got = torch.sort(al, stable=True)[1] + torch.sort(al * 2 + 1, descending=True, stable=True)[1]
+        assert torch.equal(got.cpu(), want)
+    assert counters.delta("DynamicShapeFailed") == 0 and counters.delta("DynamicShapeHit") == 3

@@ -131,11 +131,24 @@ def test_unshare_sort_operands_gives_each_of_many_sorts_its_own_iota():
     head = IOTA_SHARED.split("    %2:2")[0]
     sorts = "".join(f"    %s{i}:2 = tm_tensor.sort dimension(0) outs(%v{i}, %1 : tensor<4xf32>, "
                     "tensor<4xi64>) {\n    } -> tensor<4xf32>, tensor<4xi64>\n" for i in range(40))
-    text = head + sorts + "}"
+    reads = ", ".join(f"%s{i}#1" for i in range(40))
+    text = head + sorts + f"    return {reads} : tensor<4xi64>\n}}"
     assert shared_sort_operands(text) == "%1"
     out = unshare_sort_operands(text)
     assert shared_sort_operands(out) is None
     assert out.count("linalg.index 0") == 40
+
+
+def test_an_index_operand_no_sorted_result_is_read_from_is_harmless_shared():
+    """Sorts of unique keys read only the sorted keys: their index operand,
+    one iota shared after CSE, may be sorted in place by each."""
+    unread = IOTA_SHARED.replace("return %2#1, %3#1 : tensor<4xi64>, tensor<4xi64>",
+                                 "return %2#0, %3#0 : tensor<4xf32>, tensor<4xf32>")
+    assert shared_sort_operands(unread) is None
+    one_read = IOTA_SHARED.replace("return %2#1, %3#1", "return %2#0, %3#1")
+    assert shared_sort_operands(one_read) == "%1"
+    iota_read = unread.replace("return %2#0,", "return %1, %2#0,")
+    assert shared_sort_operands(iota_read) == "%1"
 
 
 SCATTER_INTO_COPY = """
