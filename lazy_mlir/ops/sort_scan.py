@@ -10,7 +10,8 @@ order is fully determined:
 
 - bool and integers up to 32 bits: one sort of ``x * n + index`` (``~x``
   descending) in int64;
-- float and int64: sort ``key1`` (NaN replaced by infinity, negated for
+- float32: one sort of its bits as an order-preserving int32 (``_float32_key``);
+- float64 and int64: sort ``key1`` (NaN replaced by infinity, negated for
   descending, ``~x`` for descending int64): tie groups come out contiguous,
   each in some order; then number the groups (``cumsum`` of "differs from
   the previous key") and sort ``(group * 2 + nan_bit) * n + index``, so
@@ -78,6 +79,8 @@ def stable_sort(x, dim=-1, descending=False):
             wide = aten.bitwise_not.default(wide)
         key = aten.add.Tensor(aten.mul.Scalar(wide, n), pos)
         return _by_unique_key(x, key, n, dim)
+    if x.dtype == torch.float32:
+        return _by_unique_key(x, _float32_key(x, n, dim, descending), n, dim)
     floating = x.dtype.is_floating_point
     if floating:
         nan = aten.isnan.default(x)
@@ -103,6 +106,27 @@ def stable_sort(x, dim=-1, descending=False):
             sub = aten.rsub.Scalar(sub, 1)
         group = aten.add.Tensor(aten.mul.Scalar(group, 2), sub)
     return _by_unique_key(x, aten.add.Tensor(aten.mul.Scalar(group, n), p1), n, dim)
+
+
+def _float32_key(x, n, dim, descending):
+    """``rank * n + index`` of float32 ``x`` for one sort: its bits as an
+    int32 that orders as the float (the 31 low bits of negatives flipped),
+    -0.0 as 0.0, NaN just above +inf. One sort whose index operand nothing
+    reads: the two-sort form read its first sort's indices, and two sorts of
+    one shape in one module then shared that operand, which a module with
+    dynamic dimensions cannot take apart (``generate()``'s top-p sampling
+    compiled one module per token)."""
+    x = aten.where.ScalarSelf(aten.eq.Scalar(x, 0), 0.0, x)
+    bits = aten.view.dtype(x, torch.int32)
+    ordered = aten.where.self(aten.lt.Scalar(bits, 0), aten.bitwise_xor.Scalar(bits, 0x7FFFFFFF),
+                              bits)
+    ordered = aten.where.ScalarSelf(aten.isnan.default(x), 0x7F800001, ordered)
+    if descending:
+        ordered = aten.bitwise_not.default(ordered)
+    pos = aten.view.default(aten.arange.start_step(0, n, 1, dtype=torch.int64, device=x.device),
+                            _shape_along(n, dim, x.dim()))
+    return aten.add.Tensor(aten.mul.Scalar(aten._to_copy.default(ordered, dtype=torch.int64), n),
+                           pos)
 
 
 def _by_unique_key(x, key, n, dim):

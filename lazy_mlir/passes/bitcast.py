@@ -23,8 +23,8 @@ import re
 
 _VIEW_DTYPE = re.compile(
     r"^(?P<indent>\s*)(?P<res>%[\w.$#-]+) = torch\.aten\.view\.dtype (?P<src>%[\w.$#-]+), "
-    r"%[\w.$#-]+ : !torch\.vtensor<\[(?P<shape>[0-9,]*)\],(?P<src_t>\w+)>, !torch\.int -> "
-    r"!torch\.vtensor<\[(?P<shape2>[0-9,]*)\],(?P<dst_t>\w+)>[ \t]*$", re.M)
+    r"%[\w.$#-]+ : !torch\.vtensor<\[(?P<shape>[0-9,?]*)\],(?P<src_t>\w+)>, !torch\.int -> "
+    r"!torch\.vtensor<\[(?P<shape2>[0-9,?]*)\],(?P<dst_t>\w+)>[ \t]*$", re.M)
 
 # torch element type -> bits; bool (i1) is not a bitcast.
 _BITS = {"f16": 16, "bf16": 16, "f32": 32, "f64": 64, "si8": 8, "ui8": 8, "si16": 16,
@@ -44,13 +44,18 @@ def _bits(shape: str, bits: int) -> int:
 def view_dtype_as_calls(text: str) -> str | None:
     """``text`` (torch backend contract) with every ``view.dtype`` a call of
     a private function ``@lazy_mlir_bitcast<n>`` declared in the module, or
-    None when some view is not a bitcast (bool, a dynamic shape, a form the
-    pattern does not know)."""
+    None when some view is not a bitcast (bool, a width change of a dynamic
+    shape, a form the pattern does not know)."""
     decls: list[str] = []
 
     def rewrite(m: re.Match) -> str:
         src, dst = _BITS.get(m["src_t"]), _BITS.get(m["dst_t"])
-        if src is None or dst is None or _bits(m["shape"], src) != _bits(m["shape2"], dst):
+        if src is None or dst is None:
+            raise _NotABitcast
+        if "?" in m["shape"] + m["shape2"]:  # (dynamic: one width, the same shape, only)
+            if src != dst or m["shape"] != m["shape2"]:
+                raise _NotABitcast
+        elif _bits(m["shape"], src) != _bits(m["shape2"], dst):
             raise _NotABitcast
         vt_in = f"!torch.vtensor<[{m['shape']}],{m['src_t']}>"
         vt_out = f"!torch.vtensor<[{m['shape2']}],{m['dst_t']}>"

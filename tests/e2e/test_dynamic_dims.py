@@ -263,3 +263,33 @@ def test_two_integer_sorts_of_one_shape_in_a_module_of_dynamic_length(counters, 
         got = torch.sort(al, stable=True)[1] + torch.sort(al * 2 + 1, descending=True, stable=True)[1]
         assert torch.equal(got.cpu(), want)
     assert counters.delta("DynamicShapeFailed") == 0 and counters.delta("DynamicShapeHit") == 3
+
+
+def test_top_p_filtering_over_a_growing_sequence(counters, monkeypatch):
+    """HF sampling's top-k and top-p filters (two float sorts of one shape)
+    in a graph whose other input grows each token: a float32 sort is one
+    sort of order-preserving int32 bits (``ops/sort_scan._float32_key``; the
+    two-sort form read its first sort's indices, which two sorts shared),
+    and ``view(dtype)`` goes through a module with dynamic dimensions."""
+    monkeypatch.setenv("LAZY_MLIR_COMPILE", "wait")
+    torch.manual_seed(0)
+    w = torch.randn(16, 100)
+
+    def probs(x, w):
+        logits = x.sum(1) @ w
+        logits = logits.masked_fill(logits < torch.topk(logits, 5)[0][..., -1, None], -float("inf"))
+        sorted_logits, order = torch.sort(logits, descending=False)
+        drop = sorted_logits.softmax(-1).cumsum(-1) <= 0.1
+        return logits.masked_fill(drop.scatter(1, order, drop), -float("inf")).softmax(-1)
+    for n in range(5, 10):
+        x = torch.randn(2, n, 16)
+        torch.testing.assert_close(probs(lazy(x), lazy(w)).cpu(), probs(x, w))
+    assert counters.delta("DynamicShapeFailed") == 0 and counters.delta("DynamicShapeHit") == 3
+
+
+def test_a_view_as_another_dtype_of_one_width_over_lengths(counters, monkeypatch):
+    monkeypatch.setenv("LAZY_MLIR_COMPILE", "wait")
+    for n in (5, 7, 9, 11):
+        x = torch.randn(2, n)
+        assert torch.equal((lazy(x).view(torch.int32) ^ 5).cpu(), x.view(torch.int32) ^ 5)
+    assert counters.delta("DynamicShapeFailed") == 0 and counters.delta("DynamicShapeHit") == 2
