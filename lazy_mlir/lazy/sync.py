@@ -85,7 +85,10 @@ def launch(roots: list[Value], leading=(), everything: bool = False,
     checks = []
 
     def flags(order):
-        more, added = ([], None) if everything else read_outputs.extra_outputs(order, roots)
+        # (a graph with leading inputs, compile_train_step's recording, has
+        # its outputs laid out by its caller: nothing more)
+        more, added = (([], None) if everything or leading
+                       else read_outputs.extra_outputs(order, roots))
         flag, taken = bounds.take_flag({**order, **added} if added else order, everything, emit)
         checks.extend(taken)
         return more + [flag]

@@ -417,3 +417,29 @@ def test_a_replay_binds_its_outputs_before_it_launches(monkeypatch):
     assert _delta(before)["TrainStepReplayed"] == 2
     assert seen == [True, True]  # (recordings launch through sync.launch, not here)
     _same_state(lazy, lopt, eager, eopt)
+
+
+def test_an_evaluation_left_pending_beside_a_changing_learning_rate():
+    """An evaluation under no_grad kept lazy (read at the end) between
+    epochs, and a scheduler's new learning rate: the step records again, and
+    its recording must not take the pending evaluation as an output of its
+    graph (a read's graph does, ``lazy/read_outputs.py``): its two recordings
+    then differed and the step ran plain from then on."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10)).to("lazy")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.5)
+    step = lm.compile_train_step(model, nn.CrossEntropyLoss(), opt)
+    x, y = torch.randn(32, 64).to("lazy"), torch.randint(0, 10, (32,)).to("lazy")
+    before = _counters()
+    accs = []
+    for _ in range(4):
+        for _ in range(3):
+            step(x, y)
+        sched.step()
+        with torch.no_grad():
+            accs.append((model(x).argmax(-1) == y).sum())
+    [a.item() for a in accs]
+    after = _counters()
+    assert after.get("TrainStepRefused", 0) == before.get("TrainStepRefused", 0)
+    assert after.get("TrainStepReplayed", 0) - before.get("TrainStepReplayed", 0) == 4
