@@ -135,3 +135,54 @@ def pdist_forward(x, p=2.0):
     return _map_reduce(aten.abs.default(diff), p, nan_max=True)
 
 
+
+
+def _pair_gradient(diff, grad, dist, p):
+    """Each pair's term of ``_cdist_backward`` (``DistanceOpsKernel.cpp``'s
+    ``backward`` of its p's norm), on differences ``x1_i - x2_j``."""
+    zero = torch.zeros((), dtype=diff.dtype, device=diff.device)
+    at_zero = aten.eq.Scalar(dist, 0)
+    if p == 1:
+        return aten.mul.Tensor(grad, aten.sign.default(diff))
+    if p == 2:
+        return aten.where.self(at_zero, zero, aten.div.Tensor(aten.mul.Tensor(grad, diff), dist))
+    if math.isinf(p):
+        hit = aten.eq.Tensor(aten.abs.default(diff), dist)
+        return aten.mul.Tensor(aten.mul.Tensor(grad, aten.sign.default(diff)),
+                               aten._to_copy.default(hit, dtype=diff.dtype))
+    if p < 2:
+        term = aten.mul.Tensor(aten.mul.Tensor(aten.sign.default(diff), aten.pow.Tensor_Scalar(
+            aten.abs.default(diff), p - 1)), grad)
+        term = aten.where.self(at_zero, zero, aten.div.Tensor(term, aten.pow.Tensor_Scalar(
+            dist, p - 1)))
+        if p < 1:
+            term = aten.where.self(aten.eq.Scalar(diff, 0), zero, term)
+        return term
+    term = aten.mul.Tensor(aten.mul.Tensor(diff, aten.pow.Tensor_Scalar(aten.abs.default(diff),
+                                                                        p - 2)), grad)
+    return aten.where.self(at_zero, zero, aten.div.Tensor(term, aten.pow.Tensor_Scalar(dist,
+                                                                                        p - 1)))
+
+
+@register_decomposition(aten._cdist_backward.default, scope=CAPTURE)
+def cdist_backward(grad, x1, x2, p, cdist):
+    """``_cdist_backward``: the gradient of ``x1`` (at the batch shape both
+    broadcast to; autograd sums it back), the sum over ``x2``'s rows of each
+    pair's term. (It ran eagerly: a host round trip per step of a metric
+    learning loss.)"""
+    if (x1.dtype not in _FLOATS or x2.dtype != x1.dtype or x1.dim() < 2 or x2.dim() < 2
+            or p < 0 or math.isnan(p)):
+        return NotImplemented
+    r1, r2, m = x1.shape[-2], x2.shape[-2], x1.shape[-1]
+    batch = list(torch.broadcast_shapes(tuple(x1.shape[:-2]), tuple(x2.shape[:-2])))
+    nb = math.prod(batch)
+    if p == 0 or 0 in (r1, r2, m, nb):
+        return torch.zeros(batch + [r1, m], dtype=x1.dtype, device=x1.device)
+    if nb * r1 * r2 * m > _MAX_DIFFS:
+        return NotImplemented
+    a = aten.reshape.default(aten.expand.default(x1, batch + [r1, m]), [nb, r1, 1, m])
+    b = aten.reshape.default(aten.expand.default(x2, batch + [r2, m]), [nb, 1, r2, m])
+    g = aten.reshape.default(aten.expand.default(grad, batch + [r1, r2]), [nb, r1, r2, 1])
+    d = aten.reshape.default(aten.expand.default(cdist, batch + [r1, r2]), [nb, r1, r2, 1])
+    terms = _pair_gradient(aten.sub.Tensor(a, b), g, d, p)
+    return aten.reshape.default(aten.sum.dim_IntList(terms, [2]), batch + [r1, m])

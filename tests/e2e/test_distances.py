@@ -4,10 +4,11 @@ matmul formula above 25 rows), empty and broadcast batches
 (``dialects/distance_decompositions.py``)."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 import lazy_mlir as lm
-from e2e_helpers import lazy
+from e2e_helpers import Counters, lazy
 
 NAN, INF = float("nan"), float("inf")
 
@@ -70,3 +71,28 @@ def test_pdist_special_values():
 def test_pdist_small_and_empty():
     _compiled_as_eager(lambda a: torch.nn.functional.pdist(a), _x(1, 4))
     _compiled_as_eager(lambda a: torch.nn.functional.pdist(a), _x(4, 0))
+
+
+_PLAIN, _BATCHED = ((5, 4), (7, 4)), ((2, 3, 4), (1, 6, 4))
+
+
+@pytest.mark.parametrize("p,shapes", [(1.0, _PLAIN), (2.0, _BATCHED), (0.5, _PLAIN),
+                                      (1.5, _BATCHED), (3.0, _PLAIN), (INF, _BATCHED),
+                                      (0.0, _PLAIN)])
+def test_cdist_backward_compiles_with_eagers_gradients(p, shapes):
+    """``_cdist_backward`` (the direct route's gradient) ran eagerly: a host
+    round trip each step of a metric-learning loss. A pair at distance 0
+    takes the kernels' 0."""
+    torch.manual_seed(0)
+    a, b = torch.randn(*shapes[0], dtype=torch.float64), torch.randn(*shapes[1], dtype=torch.float64)
+    a[..., 0, :] = b[..., 0, :]
+    grads, c = [], Counters()
+    for dev in ("cpu", "lazy"):
+        x, y = (t.to(dev).detach().requires_grad_() for t in (a, b))
+        d = torch.cdist(x, y, p=p, compute_mode="donot_use_mm_for_euclid_dist")
+        weights = torch.arange(d.numel(), dtype=d.dtype).reshape(d.shape).to(dev)
+        (d * weights).sum().backward()
+        grads.append((x.grad.cpu(), y.grad.cpu()))
+    for want, got in zip(*grads):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    assert c.fell_back() == []
