@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch.fx as fx
 from torch_mlir import ir
+from torch_mlir.dialects import arith as arith_d  # noqa: F401 (for passes/bf16_casts)
 from torch_mlir.dialects import func as func_d  # noqa: F401 (for linalg_edit)
 from torch_mlir.dialects import torch as torch_d
 from torch_mlir.extras.fx_importer import FxImporter

@@ -250,6 +250,8 @@ def _linalg_edits(config: PipelineConfig, target: str | None) -> list[tuple]:
         from ..host_calls.passes.blas import CALL_PREFIX as BLAS_PREFIX, matmuls_as_calls
         edits.append(("host_blas", BLAS_PREFIX, matmuls_as_calls, "matmuls"))
     if target == "cpu":
+        from ..passes.bf16_casts import bf16_conversions_in_integers, count_in as bf16_casts
+        edits.append(("bf16_casts", bf16_casts, bf16_conversions_in_integers, "bf16 conversions"))
         from ..passes.data_tiling import HINT, choose_tiled_matmuls
         edits.append(("data_tiling", HINT, choose_tiled_matmuls, "matmuls kept tiled"))
         from ..passes.strided_transposes import count_in, unfuse_strided_transposes

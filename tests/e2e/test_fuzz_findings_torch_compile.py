@@ -7,6 +7,14 @@ import pytest
 import torch
 
 from e2e_helpers import Counters, compiled_like_eager
+from lazy_mlir.targets import host_cpu_flags
+
+# Graphs of bf16 tensors whose torch.compile module IREE 3.13 cannot link on
+# a CPU without AVX512_BF16 (an elementwise dispatch calls __truncsfbf2,
+# which its linker lacks; passes/bf16_casts.py removes the other calls): they
+# run eagerly there, counted, with eager's values.
+_NATIVE_BF16 = pytest.mark.skipif("avx512_bf16" not in host_cpu_flags(),
+                                  reason="IREE 3.13 links no __truncsfbf2 for this CPU")
 
 
 def test_dynamo_graph_with_a_0d_half_constant():
@@ -49,6 +57,7 @@ def test_torch_compile_copy_of_a_mutated_argument_keeps_its_value():
         assert all(torch.equal(g, w) for g, w in zip(got, want)), got
 
 
+@_NATIVE_BF16
 def test_torch_compile_scatter_into_a_tensor_read_elsewhere():
     """A scatter's destination also read by another op: IREE missed the copy
     it needed (the uses met through a reshape of its own) and ran the
@@ -173,6 +182,7 @@ def test_torch_compile_as_strided_of_a_chunk_reads_the_whole_storage():
                         lambda: [torch.arange(12, dtype=torch.int16).reshape(2, 2, 3)])
 
 
+@_NATIVE_BF16
 def test_torch_compile_a_write_through_an_overlapping_as_strided_view_compiles():
     """Fuzzer seed 801346: ``v1.as_strided((2, 2), (3, 3), 0).add_(0.5)``
     (the view sees storage element 3 twice) is functionalized by
