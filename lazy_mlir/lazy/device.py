@@ -20,7 +20,7 @@ from .foreach import prefer_foreach
 from .fused_optim import prefer_fused
 from .dispatch import _copy_
 from .module_ties import keep_ties
-from . import attention, autocast, linear, rnn
+from . import attention, autocast, ctc, linear, rnn
 from .mha import prefer_split_heads
 from .sync import to_host
 from .tensor import LazyTensor, wrap_value
@@ -169,6 +169,7 @@ def register() -> None:
             _lib.impl(name, _host_factory(op), "Lazy")
         _lib.impl("_efficientzerotensor", _zero_tensor, "Lazy")
         rnn.register(_lib)  # nn.LSTM / nn.GRU as one node each way (AutogradLazy)
+        ctc.register(_lib)  # F.ctc_loss, one node each way, lengths in the graph
         attention.register(_lib)  # scaled_dot_product_attention, one node each way
         linear.register(_lib)  # F.linear, one node (not t, view, addmm, view)
     allow_lazy()  # Adam(..., capturable=True) on lazy parameters
