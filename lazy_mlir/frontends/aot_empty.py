@@ -126,11 +126,26 @@ def replace_by_full(gm: fx.GraphModule, node: fx.Node, shape, value, dtype) -> N
              {"dtype": dtype, "device": torch.device("cpu")})
 
 
+def _feeding_as_strided(gm: fx.GraphModule) -> set:
+    """The nodes an ``as_strided`` reads through (its input, and theirs):
+    an empty view after the last one on a path (seed 900521's
+    ``as_strided(...).narrow(0, 1, 0)``) is no longer on its way."""
+    found: set = set()
+    stack = [n for n in gm.graph.nodes if n.target is aten.as_strided.default]
+    while stack:
+        node = stack.pop()
+        for a in node.all_input_nodes:
+            if a not in found:
+                found.add(a)
+                stack.append(a)
+    return found
+
+
 def fold_empty(gm: fx.GraphModule) -> fx.GraphModule:
     """``gm`` with no computation on empty tensors (the module's docstring)."""
     changed = False
     # (an as_strided addresses the storage: an empty view on its way keeps it)
-    strided = any(n.target is aten.as_strided.default for n in gm.graph.nodes)
+    strided = _feeding_as_strided(gm)
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or not node.users:
             continue
@@ -144,7 +159,7 @@ def fold_empty(gm: fx.GraphModule) -> fx.GraphModule:
             continue  # (a write into an argument keeps its node)
         if val.numel() == 0:
             if node.target is not aten.empty.memory_format and not (
-                    strided and val.untyped_storage().nbytes()):
+                    node in strided and val.untyped_storage().nbytes()):
                 _empty(gm, node, val)
                 changed = True
             continue

@@ -162,6 +162,17 @@ def test_torch_compile_of_ops_on_empty_tensors_compiles():
     compiled_like_eager(_matmul_over_no_elements, lambda: [torch.zeros(0, 3)])
 
 
+def test_torch_compile_empty_view_after_an_as_strided_compiles():
+    """An empty ``narrow`` of an ``as_strided`` output kept its node (every
+    empty view stayed where a graph had an ``as_strided``, which may address
+    the storage through it), and IREE's verifier refused the slice at the
+    end of the dimension ("offset 0 is out-of-bounds"): the graph ran
+    eagerly (fuzzer seed 900521). Only views an ``as_strided`` reads
+    through keep their node."""
+    compiled_like_eager(lambda x: [x.as_strided((1,), (0,), 0).narrow(0, 1, 0)[-1:1:2]],
+                        lambda: [torch.tensor([[7, 9]], dtype=torch.uint8)])
+
+
 def test_torch_compile_as_strided_of_a_view_of_a_0d_argument():
     """An ``as_strided`` of a ``reshape((1,))`` of a 0-d argument: torch-mlir's
     rewrite indexes the 0-d tensor that made the storage, and its lowering
