@@ -57,7 +57,8 @@ _UNSET_SIZES = {"num_key_value_heads": HEADS, "head_dim": HIDDEN // HEADS,
                 # Qwen4-exp's block-sparse indexer: heads, blocks of 2 keys, 4 blocks kept
                 "indexer_n_heads": HEADS, "indexer_kv_heads": 1,
                 "indexer_head_dim": HIDDEN // HEADS, "indexer_budget": 8,
-                "indexer_compress_ratio": 2}
+                "indexer_compress_ratio": 2,
+                "vocab_size": 32}  # (Wav2Vec2-Conformer's CTC head: characters)
 # list-valued per-stage fields of vision models -> (per-stage value, stages)
 _STAGES = {"hidden_sizes": [16, 32], "depths": [1, 1], "embed_dims": [16, 32],
            "num_heads": None, "sr_ratios": [2, 1], "block_sizes": [1, 1],
@@ -68,6 +69,9 @@ _MAMBA_HEADS = {"mamba_n_heads": 4, "mamba_d_head": HIDDEN // HEADS}
 _ZAMBA_SIZES = {"attention_hidden_size": 2 * HIDDEN, "attention_head_dim": 2 * HIDDEN // HEADS}
 # model type -> settings its architecture needs beyond the shrink table
 _OVERRIDES = {
+    # (segmentation reads 4 layers' features, ``idx + 1 in out_indices``: 4 layers)
+    "beit": {"num_hidden_layers": 4, "out_indices": [1, 2, 3, 4]},
+    "data2vec-vision": {"num_hidden_layers": 4, "out_indices": [1, 2, 3, 4]},
     # (its top conv's width is derived from width_coefficient; hidden_dim must match it)
     "efficientnet": {"width_coefficient": 0.25, "depth_coefficient": 0.5, "hidden_dim": 320},
     # (heads x head_dim must equal expand x hidden; 8 groups would not divide 4 heads)
@@ -136,6 +140,8 @@ TASKS = {  # family -> auto mapping name
     "seq2seq-lm": "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
     "image-classification": "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",
     "audio-classification": "MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES",
+    "ctc": "MODEL_FOR_CTC_MAPPING_NAMES",
+    "semantic-segmentation": "MODEL_FOR_SEMANTIC_SEGMENTATION_MAPPING_NAMES",
 }
 
 
@@ -296,6 +302,21 @@ def _image_batch(cfg):
     return batch
 
 
+def _segmentation_batch(cfg):
+    """Images with a class per pixel (255 ignored, as in ADE20k's labels)."""
+    images = _image_batch(cfg)
+
+    def batch(step: int) -> dict:
+        out = images(step)
+        side = out["pixel_values"].shape[-1]
+        labels = torch.randint(0, max(cfg.num_labels, 2), (BATCH, side, side),
+                               generator=generator(step + 1000))
+        labels[:, :2, :2] = 255
+        out["labels"] = labels
+        return out
+    return batch
+
+
 def _patch_batch(cfg):
     """An image already cut into patches, as Siglip2's processor gives it:
     (batch, patches, channels x patch x patch) with each image's patch grid
@@ -345,6 +366,24 @@ def _audio_batch(model_cls, cfg):
     return batch
 
 
+def _ctc_batch(model_cls, cfg):
+    """Audio with transcripts: 2-4 labels a sample (not blank, the pad id
+    0), padded with -100 as a data collator pads them; the audio's 12 or so
+    frames fit them (an impossible alignment's loss is inf unless the
+    config's ``ctc_zero_infinity``)."""
+    audio = _audio_batch(model_cls, cfg)
+    vocab = min(getattr(cfg, "vocab_size", 32) or 32, VOCAB)
+
+    def batch(step: int) -> dict:
+        out = audio(step)
+        g = generator(step + 1000)
+        labels = torch.randint(1, vocab, (BATCH, 4), generator=g)
+        lengths = torch.randint(2, 5, (BATCH,), generator=g)
+        out["labels"] = labels.masked_fill(torch.arange(4) >= lengths.unsqueeze(1), -100)
+        return out
+    return batch
+
+
 def _loss(model, batch):
     return model(**batch).loss
 
@@ -389,9 +428,14 @@ def _entry(family: str, model_type: str, class_name: str) -> Entry:
         if family == "image-classification" and _takes_tokens(class_name):
             return _token_batch(step) | {"labels": torch.randint(
                 0, tiny_config(model_type).num_labels, (BATCH,), generator=generator(step))}
+        if family == "semantic-segmentation":
+            return _segmentation_batch(tiny_config(model_type))(step)
         if family in ("image-classification",):
             return (_patch_batch if _takes_patches(class_name) else _image_batch)(
                 tiny_config(model_type))(step)
+        if family == "ctc":
+            import transformers
+            return _ctc_batch(getattr(transformers, class_name), tiny_config(model_type))(step)
         if family == "audio-classification":
             import transformers
             return _audio_batch(getattr(transformers, class_name), tiny_config(model_type))(step)

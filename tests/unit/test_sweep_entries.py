@@ -263,3 +263,26 @@ def test_xmod_trains_eagerly_with_a_default_language(family):
     """X-MOD routes through one adapter per language and raised 'Input
     language unknown' until one is set: the entry sets its config's first."""
     _trains_eagerly(f"hf/{family}/xmod")
+
+
+@pytest.mark.parametrize("name", ["hf/ctc/wav2vec2", "hf/ctc/wav2vec2-conformer",
+                                  "hf/semantic-segmentation/segformer"])
+def test_ctc_and_segmentation_entries_train_eagerly_on_their_labels(name):
+    """The CTC family's transcripts (2-4 labels a sample, -100 padded) fit
+    the tiny audio's frames (a finite loss: no impossible alignment;
+    Wav2Vec2-Conformer's vocabulary is unset by default); the
+    segmentation family's per-pixel labels ignore 255 as ADE20k's do."""
+    from lazy_mlir.models.sweep import by_name
+    batch = by_name(name).batch(0)
+    labels = batch["labels"]
+    if "ctc" in name:
+        assert ((labels >= 0).sum(-1) >= 2).all() and (labels != 0).all()
+    else:
+        assert (labels == 255).any() and labels.shape[-2:] == batch["pixel_values"].shape[-2:]
+    _trains_eagerly(name)
+
+
+def test_beits_segmentation_head_gets_its_four_layers():
+    """BEiT's segmentation head reads four layers' features (it refused the
+    two-layer tiny config: 'requires config.out_indices to be a list of 4')."""
+    _trains_eagerly("hf/semantic-segmentation/beit")
