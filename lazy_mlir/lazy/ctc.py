@@ -102,12 +102,20 @@ def _padded(targets, target_lengths):
     return targets[index.clamp(0, total - 1)]
 
 
+def _host_copy(t):
+    """``t``'s values where the host holds them already, else None: looked at,
+    not read (a read of the batch while ``compile_train_step`` records would
+    make its replay depend on the lengths' values)."""
+    data = value_of(t).data
+    return None if data is None or data.future is not None else data.host
+
+
 def _invalid_lengths(steps, targets, il, tl) -> bool:
     """Whether lengths known on the host are ones ATen refuses (its error is
     then raised by its own path); lengths still to be computed are not read."""
-    if not (_is_data(il) and _is_data(tl)):
+    il, tl = _host_copy(il), _host_copy(tl)
+    if il is None or tl is None:
         return False
-    il, tl = il.cpu(), tl.cpu()
     if bool((il < 0).any() or (il > steps).any() or (tl < 0).any()):
         return True
     if targets.dim() == 2:

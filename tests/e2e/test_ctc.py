@@ -101,3 +101,45 @@ def test_a_batch_with_other_lengths_runs_the_same_compiled_graph():
 def test_a_long_input_compiles_its_recursions_as_loops():
     logits, targets = _batch(70, seed=4)  # (past ops/ctc.UNROLL_STEPS)
     _compiled_as_eager(logits, targets, torch.tensor([70, 61, 33]), torch.tensor([4, 1, 3]))
+
+
+class _Transcriber(torch.nn.Module):
+    """Per-frame logits and the CTC loss of a batch's transcripts."""
+
+    def __init__(self):
+        super().__init__()
+        self.out = torch.nn.Linear(8, C)
+
+    def forward(self, x, targets, il, tl):
+        return F.ctc_loss(self.out(x).log_softmax(-1), targets, il, tl, zero_infinity=True)
+
+
+def _transcripts(steps):
+    g = torch.Generator().manual_seed(7)
+    for _ in range(steps):
+        yield (torch.randn(20, N, 8, generator=g), torch.randint(1, C, (N, S), generator=g),
+               torch.randint(12, 21, (N,), generator=g), torch.randint(1, S + 1, (N,), generator=g))
+
+
+def test_compile_train_step_replays_batches_with_other_lengths():
+    def train(device, compiled):
+        torch.manual_seed(0)
+        model = _Transcriber().to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        step = lm.compile_train_step(model, opt) if compiled else None
+        losses = []
+        for batch in _transcripts(6):
+            batch = [t.to(device) for t in batch]
+            if step is not None:
+                loss = step(*batch)
+            else:
+                opt.zero_grad()
+                loss = model(*batch)
+                loss.backward()
+                opt.step()
+            losses.append(loss.item())
+        return losses
+    expected = train("cpu", False)
+    c = Counters()
+    torch.testing.assert_close(train("lazy", True), expected, rtol=1e-5, atol=1e-5)
+    assert c.delta("TrainStepReplayed") >= 3 and not c.fell_back()
