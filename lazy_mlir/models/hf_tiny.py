@@ -72,6 +72,8 @@ _OVERRIDES = {
     # (segmentation reads 4 layers' features, ``idx + 1 in out_indices``: 4 layers)
     "beit": {"num_hidden_layers": 4, "out_indices": [1, 2, 3, 4]},
     "data2vec-vision": {"num_hidden_layers": 4, "out_indices": [1, 2, 3, 4]},
+    # (its auxiliary head reads the third backbone stage, of two)
+    "upernet": {"use_auxiliary_head": False},
     # (its top conv's width is derived from width_coefficient; hidden_dim must match it)
     "efficientnet": {"width_coefficient": 0.25, "depth_coefficient": 0.5, "hidden_dim": 320},
     # (heads x head_dim must equal expand x hidden; 8 groups would not divide 4 heads)
@@ -216,6 +218,7 @@ def _shrink_global(cfg, depth: int):
         current = getattr(cfg, key, None)
         if isinstance(current, (list, tuple)) and current:
             setattr(cfg, key, list(stages) if stages else [HEADS] * 2)
+    _backbone_stages(cfg)
     for key in ("num_experts_per_tok", "num_experts_per_token", "top_k", "moe_top_k",
                 "moe_topk", "num_selected_experts"):
         if isinstance(getattr(cfg, key, None), int):
@@ -257,6 +260,20 @@ def _shrink_global(cfg, depth: int):
             getattr(cfg, "decoder_start_token_id", None) is None:
         cfg.decoder_start_token_id = getattr(cfg, "pad_token_id", None) or 0  # (T5 shifts labels)
     return cfg
+
+
+def _backbone_stages(cfg) -> None:
+    """A backbone's stage names and the stages it outputs, for its tiny
+    stages (set when the config was built, from its four default ones:
+    UperNet's ResNet backbone then named 'stage4' of two)."""
+    names, depths = vars(cfg).get("stage_names"), getattr(cfg, "depths", None)
+    if not (isinstance(names, list) and isinstance(depths, list)) or \
+            len(names) == len(depths) + 1:
+        return
+    cfg.stage_names = names[:len(depths) + 1]
+    cfg.out_features = [f for f in (getattr(cfg, "out_features", None) or [])
+                        if f in cfg.stage_names] or cfg.stage_names[-1:]
+    cfg.out_indices = [cfg.stage_names.index(f) for f in cfg.out_features]
 
 
 def every_kind_cut(kinds: list, layers: int) -> list:

@@ -266,12 +266,14 @@ def test_xmod_trains_eagerly_with_a_default_language(family):
 
 
 @pytest.mark.parametrize("name", ["hf/ctc/wav2vec2", "hf/ctc/wav2vec2-conformer",
-                                  "hf/semantic-segmentation/segformer"])
+                                  "hf/semantic-segmentation/segformer",
+                                  "hf/semantic-segmentation/upernet"])
 def test_ctc_and_segmentation_entries_train_eagerly_on_their_labels(name):
     """The CTC family's transcripts (2-4 labels a sample, -100 padded) fit
     the tiny audio's frames (a finite loss: no impossible alignment;
     Wav2Vec2-Conformer's vocabulary is unset by default); the
-    segmentation family's per-pixel labels ignore 255 as ADE20k's do."""
+    segmentation family's per-pixel labels ignore 255 as ADE20k's do
+    (UperNet's backbone names the stages of its tiny config, two)."""
     from lazy_mlir.models.sweep import by_name
     batch = by_name(name).batch(0)
     labels = batch["labels"]
