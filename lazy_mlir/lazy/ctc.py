@@ -27,7 +27,7 @@ from .capture import value_of
 
 aten = torch.ops.aten
 ops = torch.ops.lazy_mlir
-_REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}
+_MEAN, _SUM = 1, 2  # (``reduction``: torch's Reduction enum)
 
 
 class _CTC(torch.autograd.Function):
@@ -73,33 +73,29 @@ def _bucket(n: int) -> int:
     return max(8, 1 << (n - 1).bit_length())
 
 
-def _padded_on_host(targets, target_lengths):
-    """Concatenated targets whose values and lengths are both data (a
-    ``masked_select`` of the labels, as transformers' CTC heads make them,
-    runs on the host: its length is each batch's own): ``(batch, S)`` made
-    on the host, ``S`` the longest target rounded up to a power of two, so
-    the graph keeps its shapes from batch to batch."""
-    tl = target_lengths.cpu().tolist()
-    flat = targets.cpu()
-    rows = torch.zeros((len(tl), _bucket(max(tl, default=0))), dtype=torch.int64)
-    start = 0
-    for b, n in enumerate(tl):
-        rows[b, :n] = flat[start:start + n]
-        start += n
-    return rows.to(targets.device)
+def _rows(targets, target_lengths, width: int):
+    """Concatenated targets as ``(batch, width)``: row ``b`` starts at the
+    sum of the lengths before it (entries past its length are don't-care)."""
+    n, total = target_lengths.shape[0], targets.shape[0]
+    if total == 0:
+        return targets.new_zeros((n, width))
+    starts = torch.cumsum(target_lengths, 0) - target_lengths
+    index = starts.unsqueeze(1) + torch.arange(width, device=targets.device).unsqueeze(0)
+    return targets[index.clamp(0, total - 1)]
 
 
 def _padded(targets, target_lengths):
-    """Concatenated targets as ``(batch, numel)``: row ``b`` starts at the
-    sum of the lengths before it (entries past its length are don't-care)."""
+    """Concatenated targets as rows. Where their values and lengths are both
+    data (a ``masked_select`` of the labels, as transformers' CTC heads make
+    them, runs on the host: its length is each batch's own) the rows are
+    made on the host, as wide as the longest target rounded up to a power of
+    two, so the graph keeps its shapes from batch to batch; else on the
+    device, as wide as all of them."""
     if _is_data(targets) and _is_data(target_lengths):
-        return _padded_on_host(targets, target_lengths)
-    n, total = target_lengths.shape[0], targets.shape[0]
-    if total == 0:
-        return targets.new_zeros((n, 0))
-    starts = torch.cumsum(target_lengths, 0) - target_lengths
-    index = starts.unsqueeze(1) + torch.arange(total, device=targets.device).unsqueeze(0)
-    return targets[index.clamp(0, total - 1)]
+        tl = target_lengths.cpu()
+        width = _bucket(int(tl.max()) if tl.numel() else 0)
+        return _rows(targets.cpu(), tl, width).to(targets.device)
+    return _rows(targets, target_lengths, targets.shape[0])
 
 
 def _host_copy(t):
@@ -131,7 +127,8 @@ def _unfused_reason(log_probs, targets, input_lengths, target_lengths, blank) ->
     if log_probs.dim() not in (2, 3):
         return "log_probs not 2-d or 3-d"
     lengths = [t for t in (input_lengths, target_lengths) if isinstance(t, torch.Tensor)]
-    if any(t.dtype.is_floating_point or t.dtype in (torch.bool, torch.complex64) for t in lengths):
+    if any(t.dtype.is_floating_point or t.dtype.is_complex or t.dtype is torch.bool
+           for t in lengths):
         return "lengths not integral"  # (ATen raises)
     if targets.dtype not in (torch.int64, torch.int32) or targets.dim() not in (1, 2):
         return "targets not 1-d/2-d int64/int32"
@@ -161,9 +158,9 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reducti
     res, _ = _CTC.apply(lp, tg, il, tl, blank, zero_infinity)
     if zero_infinity:
         res = torch.where(res == float("inf"), torch.zeros((), dtype=res.dtype, device=device), res)
-    if reduction == 1:
+    if reduction == _MEAN:
         return (res / tl.clamp_min(1)).mean()
-    if reduction == 2:
+    if reduction == _SUM:
         return res.sum()
     return res if batched else res.squeeze(0)
 

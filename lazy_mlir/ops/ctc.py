@@ -57,10 +57,9 @@ def _extended(targets, blank: int):
     ``(batch, 2S + 1)`` int64."""
     n, s = targets.shape
     t = targets.to(torch.int64)
-    blanks = torch.full((n, s), blank, dtype=torch.int64, device=t.device)
-    pairs = torch.stack([blanks, t], dim=2).reshape(n, 2 * s)
-    return torch.cat([pairs, blanks[:, :1] if s else
-                      torch.full((n, 1), blank, dtype=torch.int64, device=t.device)], dim=1)
+    blanks = torch.full((n, s + 1), blank, dtype=torch.int64, device=t.device)
+    pairs = torch.stack([blanks[:, :s], t], dim=2).reshape(n, 2 * s)
+    return torch.cat([pairs, blanks[:, s:]], dim=1)
 
 
 def _states(targets, target_lengths, blank: int, log_probs):

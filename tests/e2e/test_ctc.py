@@ -98,6 +98,18 @@ def test_a_batch_with_other_lengths_runs_the_same_compiled_graph():
     assert c.delta("UncachedCompile") == 0
 
 
+def test_concatenated_host_targets_of_another_total_length_reuse_the_module():
+    # transformers' CTC heads: a masked_select of the labels, one length per batch
+    logits, targets = _batch(12, seed=8)
+    flat = torch.cat([targets[0, :2], targets[1, :3], targets[2, :1]])
+    _compiled_as_eager(logits, flat, [12, 11, 9], [2, 3, 1])
+    lm.mark_step()
+    c = Counters()
+    flat = torch.cat([targets[0, :4], targets[1, :2], targets[2, :3]])  # 9 targets, not 6
+    _compiled_as_eager(logits, flat, [12, 10, 12], [4, 2, 3])
+    assert c.delta("UncachedCompile") == 0
+
+
 def test_a_long_input_compiles_its_recursions_as_loops():
     logits, targets = _batch(70, seed=4)  # (past ops/ctc.UNROLL_STEPS)
     _compiled_as_eager(logits, targets, torch.tensor([70, 61, 33]), torch.tensor([4, 1, 3]))
