@@ -11,11 +11,15 @@ what they compute and how they become aten ops before import).
 
 PyTorch's path is kept, decided per call (counted ``attention_unfused::<why>``):
 dropout (``dropout_p > 0``: eager draws its mask from the generator inside
-the composite), ``enable_gqa``, tensors that are not all lazy or not all
+the composite), ``enable_gqa`` with query heads that are not a multiple of
+the key/value heads (PyTorch's path raises its error), tensors that are not all lazy or not all
 float32, query/key/value of different ranks or batch shapes, a mask that
 requires grad, a config without decompositions, the ops denied by a failed
 compile, or ``LAZY_MLIR_FUSED_ATTENTION=0``. Each fused call counts
-``lazy::attention``.
+``lazy::attention``. Grouped-query attention (``enable_gqa``, which
+``transformers`` passes for Llama, Qwen, Mistral and most decoders since
+torch 2.5) repeats each key/value head for its group of query heads, as
+PyTorch's math path does, and then takes the fused node.
 """
 from __future__ import annotations
 
@@ -96,6 +100,10 @@ class _Attention(torch.autograd.Function):
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
                                  is_causal=False, scale=None, enable_gqa=False):
     """The ``AutogradLazy`` kernel of ``aten::scaled_dot_product_attention``."""
+    if enable_gqa:
+        group = _gqa_group(query, key, value)
+        if group is not None:
+            key, value, enable_gqa = _repeat_heads(key, group), _repeat_heads(value, group), False
     why = unfused_reason(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
     if why is not None:
         return fused.composite(
@@ -107,6 +115,28 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
         return ops.attention.default(query, key, value, attn_mask, is_causal, scale, lse)[0]
     return _Attention.apply(query, key, value, attn_mask, is_causal, scale, lse)
+
+
+def _gqa_group(query, key, value) -> int | None:
+    """How many query heads share each key/value head under ``enable_gqa``;
+    None where PyTorch's path must run (ranks under 3, or head counts that
+    do not divide: it raises its own error)."""
+    if not (query.dim() == key.dim() == value.dim() >= 3):
+        return None
+    heads, kv_heads = query.shape[-3], key.shape[-3]
+    if kv_heads == 0 or value.shape[-3] != kv_heads or heads % kv_heads:
+        return None
+    return heads // kv_heads
+
+
+def _repeat_heads(t, group: int):
+    """``t.repeat_interleave(group, dim=-3)`` (PyTorch's math path), recorded
+    as an expand and a reshape: two view-like nodes, not an index gather."""
+    if group == 1:
+        return t
+    *batch, heads, length, width = t.shape
+    return (t.unsqueeze(-3).expand(*batch, heads, group, length, width)
+            .reshape(*batch, heads * group, length, width))
 
 
 def _saves_lse(query, key, value, attn_mask) -> bool:

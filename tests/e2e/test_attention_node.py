@@ -82,6 +82,42 @@ def test_no_grad_forward_records_the_forward_alone():
     assert _counters(c) == {"lazy::attention": 1}
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_grouped_query_attention_takes_the_node(causal):
+    """``enable_gqa`` (6 query heads over 2 key/value heads, as transformers'
+    Llama-style decoders pass it): one fused node each way, eager's output and
+    gradients (each key/value head's gradient summed over its group)."""
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, h, L, E, generator=g) for h in (6, 2, 2))
+
+    def run(device):
+        ts = [t.detach().to(device).requires_grad_() for t in (q, k, v)]
+        out = F.scaled_dot_product_attention(*ts, is_causal=causal, enable_gqa=True)
+        (out * out.detach().cos()).sum().backward()
+        return [out, *[t.grad for t in ts]]
+
+    expected = run("cpu")
+    c = Counters()
+    actual = run("lazy")
+    lm.mark_step()
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a.cpu(), e, rtol=1e-5, atol=1e-5)
+    counts = _counters(c)
+    assert counts.get("lazy::attention") == 1 and not [
+        n for n in counts if n != "lazy::attention"], counts
+
+
+def test_grouped_query_attention_with_heads_that_do_not_divide_raises_pytorchs_error():
+    q, k = torch.randn(1, 3, L, E), torch.randn(1, 2, S, E)
+    with pytest.raises(RuntimeError) as eager:
+        F.scaled_dot_product_attention(q, k, k, enable_gqa=True)
+    with pytest.raises(RuntimeError) as lazy:
+        F.scaled_dot_product_attention(q.to("lazy"), k.to("lazy"), k.to("lazy"),
+                                       enable_gqa=True)
+        lm.mark_step()
+    assert str(lazy.value).split("\n")[0] == str(eager.value).split("\n")[0]
+
+
 def test_switched_off_and_unfused_cases_take_pytorchs_path(monkeypatch):
     q, k, v, _ = _case(None)
     expected = _run(q, k, v, None, True, None, "cpu")
