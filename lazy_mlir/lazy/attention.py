@@ -10,13 +10,16 @@ backward records ``lazy_mlir::attention_backward`` (``ops/attention.py``:
 what they compute and how they become aten ops before import).
 
 PyTorch's path is kept, decided per call (counted ``attention_unfused::<why>``):
-dropout (``dropout_p > 0``: eager draws its mask from the generator inside
-the composite), ``enable_gqa`` with query heads that are not a multiple of
-the key/value heads (PyTorch's path raises its error), tensors that are not all lazy or not all
-float32, query/key/value of different ranks or batch shapes, a mask that
+a ``dropout_p`` outside ``[0, 1)``, ``enable_gqa`` with query heads that are
+not a multiple of the key/value heads (PyTorch's path raises its error),
+tensors that are not all lazy or not all float32, query/key/value of different ranks or batch shapes, a mask that
 requires grad, a config without decompositions, the ops denied by a failed
 compile, or ``LAZY_MLIR_FUSED_ATTENTION=0``. Each fused call counts
-``lazy::attention``. Grouped-query attention (``enable_gqa``, which
+``lazy::attention``. Attention dropout (``dropout_p`` in ``(0, 1)``, as
+``transformers`` passes in training) draws its keep mask as any dropout on
+the lazy device does (its own stream, ``F.dropout`` of ones: scaled by
+``1 / (1 - p)``) and gives it to the node, which drops ``P`` before its
+matmul as eager's math path does. Grouped-query attention (``enable_gqa``, which
 ``transformers`` passes for Llama, Qwen, Mistral and most decoders since
 torch 2.5) repeats each key/value head for its group of query heads, as
 PyTorch's math path does, and then takes the fused node.
@@ -51,7 +54,7 @@ def unfused_reason(query, key, value, attn_mask, dropout_p, is_causal,
         return "mask and causal"  # (PyTorch's path raises its own error)
     if not fused.all_lazy((query, key, value, attn_mask)):
         return "not all lazy"
-    if dropout_p > 0:
+    if not 0 <= dropout_p < 1:
         return "dropout"
     if enable_gqa:
         return "gqa"
@@ -78,10 +81,11 @@ class _Attention(torch.autograd.Function):
                 int(ctx.is_causal))
 
     @staticmethod
-    def forward(ctx, query, key, value, attn_mask, is_causal, scale, lse):
-        out, probs = ops.attention.default(query, key, value, attn_mask, is_causal, scale, lse)
+    def forward(ctx, query, key, value, attn_mask, is_causal, scale, lse, dropout):
+        out, probs = ops.attention.default(query, key, value, attn_mask, is_causal, scale, lse,
+                                           dropout)
         ctx.scale, ctx.is_causal = scale, is_causal
-        ctx.save_for_backward(query, key, value, out, probs)
+        ctx.save_for_backward(query, key, value, out, probs, dropout)
         ctx.set_materialize_grads(False)
         return out
 
@@ -89,12 +93,12 @@ class _Attention(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_out):
         if grad_out is None:
-            return (None,) * 7
-        query, key, value, out, probs = ctx.saved_tensors
+            return (None,) * 8
+        query, key, value, out, probs, dropout = ctx.saved_tensors
         grads = ops.attention_backward.default(grad_out, query, key, value, out, probs,
-                                               ctx.scale, ctx.is_causal)
+                                               ctx.scale, ctx.is_causal, dropout)
         need = ctx.needs_input_grad[:3]
-        return (*[g if n else None for g, n in zip(grads, need)], None, None, None, None)
+        return (*[g if n else None for g, n in zip(grads, need)], None, None, None, None, None)
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
@@ -110,11 +114,21 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             "attention", why, aten.scaled_dot_product_attention.default, query, key, value,
             attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
-    lse = _saves_lse(query, key, value, attn_mask)
+    dropout = _dropout_mask(query, key, dropout_p) if dropout_p > 0 else None
+    lse = dropout is None and _saves_lse(query, key, value, attn_mask)
     tensors = (query, key, value)
     if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
-        return ops.attention.default(query, key, value, attn_mask, is_causal, scale, lse)[0]
-    return _Attention.apply(query, key, value, attn_mask, is_causal, scale, lse)
+        return ops.attention.default(query, key, value, attn_mask, is_causal, scale, lse,
+                                     dropout)[0]
+    return _Attention.apply(query, key, value, attn_mask, is_causal, scale, lse, dropout)
+
+
+def _dropout_mask(query, key, p: float):
+    """The keep mask of ``P`` (``[..., L, S]``), scaled by ``1 / (1 - p)``:
+    ``F.dropout`` of ones, drawn as every dropout on the lazy device."""
+    with torch.no_grad():
+        ones = query.new_ones((*query.shape[:-1], key.shape[-2]))
+        return torch.nn.functional.dropout(ones, p, training=True)
 
 
 def _gqa_group(query, key, value) -> int | None:

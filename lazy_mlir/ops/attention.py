@@ -14,11 +14,15 @@ instead (under an autograd function):
   (no mask; recorded where the node may become a host call of PyTorch's CPU
   flash attention, ``host_calls/passes/attention.py``) the row log-sum-exps
   ``log(sum(exp(q k^T * scale)))`` instead, as the flash kernel saves them,
-  from which the backward recomputes ``P``;
+  from which the backward recomputes ``P``; with ``dropout`` (attention
+  dropout in training: the keep mask already scaled by ``1 / (1 - p)``, drawn
+  by the caller) the output is ``(P * dropout) v``, as eager's math path
+  drops ``P`` before its matmul;
 - ``lazy_mlir::attention_backward(grad_out, q, k, v, out, P or lse, scale,
-  is_causal)``: the gradients of ``q``, ``k`` and ``v``:
-  ``dV = P^T dO``, ``dS = P * (dO V^T - rowsum(dO * O))`` (``rowsum(dP * P)``
-  equals ``rowsum(dO * O)``), ``dQ = dS K * scale``, ``dK = dS^T Q * scale``.
+  is_causal, dropout)``: the gradients of ``q``, ``k`` and ``v``:
+  ``dV = (P * D)^T dO``, ``dP = dO V^T * D``, ``dS = P * (dP - rowsum(dO * O))``
+  (``rowsum(dP * P)`` equals ``rowsum(dO * O)``, the dropout mask ``D``
+  included), ``dQ = dS K * scale``, ``dK = dS^T Q * scale``.
 
 Both become aten ops on the fx graph before torch-mlir imports it (IMPORT
 scope). The causal mask is an index comparison (IREE builds it inside the
@@ -35,9 +39,10 @@ from .registry import IMPORT, register_decomposition
 
 _LIB = torch.library.Library("lazy_mlir", "FRAGMENT")
 _LIB.define("attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask, "
-            "bool is_causal, float scale, bool lse=False) -> Tensor[]")
+            "bool is_causal, float scale, bool lse=False, Tensor? dropout=None) -> Tensor[]")
 _LIB.define("attention_backward(Tensor grad_output, Tensor query, Tensor key, Tensor value, "
-            "Tensor output, Tensor probs, float scale, bool is_causal=False) -> Tensor[]")
+            "Tensor output, Tensor probs, float scale, bool is_causal=False, "
+            "Tensor? dropout=None) -> Tensor[]")
 
 ops = torch.ops.lazy_mlir
 
@@ -70,14 +75,15 @@ def _scores(q, k, batch, scale, is_causal):
     return scores
 
 
-def attention(query, key, value, attn_mask, is_causal, scale, lse=False):
+def attention(query, key, value, attn_mask, is_causal, scale, lse=False, dropout=None):
     """``[output, probs]``, or ``[output, lse]`` with ``lse``."""
     batch = query.shape[:-2]
     q, k, v = _flat(query), _flat(key), _flat(value)
     scores = _scores(q, k, batch, scale, is_causal)
     if lse:
-        if attn_mask is not None:
-            raise ValueError("lazy_mlir::attention saves log-sum-exps only without a mask")
+        if attn_mask is not None or dropout is not None:
+            raise ValueError("lazy_mlir::attention saves log-sum-exps only without a mask "
+                             "or dropout")
         row_lse = torch.logsumexp(scores, -1)
         probs = torch.exp(scores - row_lse.unsqueeze(-1))
         return [_bmm(_flat(probs), v, (*batch, q.shape[-2], v.shape[-1])), row_lse]
@@ -94,10 +100,12 @@ def attention(query, key, value, attn_mask, is_causal, scale, lse=False):
         e = torch.exp(scores - torch.where(masked, torch.zeros_like(biggest), biggest))
         total = e.sum(-1, keepdim=True)
         probs = torch.where(masked, torch.zeros_like(e), e / total)
-    return [_bmm(_flat(probs), v, (*batch, q.shape[-2], v.shape[-1])), probs]
+    kept = probs if dropout is None else probs * dropout
+    return [_bmm(_flat(kept), v, (*batch, q.shape[-2], v.shape[-1])), probs]
 
 
-def attention_backward(grad_output, query, key, value, output, probs, scale, is_causal=False):
+def attention_backward(grad_output, query, key, value, output, probs, scale, is_causal=False,
+                       dropout=None):
     """``[grad_query, grad_key, grad_value]``; ``probs`` one dimension short
     is the forward's ``lse``: ``P`` recomputed from it."""
     q, k, v, go = (_flat(t) for t in (query, key, value, grad_output))
@@ -105,8 +113,11 @@ def attention_backward(grad_output, query, key, value, output, probs, scale, is_
         scores = _scores(q, k, query.shape[:-2], scale, is_causal)
         probs = torch.exp(scores - probs.unsqueeze(-1))
     p = _flat(probs)
-    grad_value = _bmm(p.transpose(1, 2), go, value.shape)
+    kept = p if dropout is None else p * _flat(dropout)
+    grad_value = _bmm(kept.transpose(1, 2), go, value.shape)
     grad_probs = torch.bmm(go, v.transpose(1, 2))
+    if dropout is not None:
+        grad_probs = grad_probs * _flat(dropout)
     row = _flat((grad_output * output).sum(-1, keepdim=True))
     grad_scores = p * (grad_probs - row) * scale
     grad_query = _bmm(grad_scores, k, query.shape)
@@ -114,14 +125,15 @@ def attention_backward(grad_output, query, key, value, output, probs, scale, is_
     return [grad_query, grad_key, grad_value]
 
 
-def _attention_shapes(query, key, value, attn_mask, is_causal, scale, lse=False):
+def _attention_shapes(query, key, value, attn_mask, is_causal, scale, lse=False,
+                      dropout=None):
     out = query.new_empty((*query.shape[:-1], value.shape[-1]))
     saved = query.shape[:-1] if lse else (*query.shape[:-1], key.shape[-2])
     return [out, query.new_empty(saved)]
 
 
 def _attention_backward_shapes(grad_output, query, key, value, output, probs, scale,
-                               is_causal=False):
+                               is_causal=False, dropout=None):
     return [query.new_empty(query.shape), key.new_empty(key.shape), value.new_empty(value.shape)]
 
 

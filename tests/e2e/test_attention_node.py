@@ -107,6 +107,46 @@ def test_grouped_query_attention_takes_the_node(causal):
         n for n in counts if n != "lazy::attention"], counts
 
 
+@pytest.mark.parametrize("mask_kind,causal", [(None, False), (None, True), ("bool", False)])
+def test_attention_dropout_takes_the_node(mask_kind, causal, monkeypatch):
+    """``dropout_p`` (transformers' attention dropout in training): one node
+    each way, the lazy device's own keep mask (about ``p`` of ``P`` dropped,
+    the rest scaled by ``1 / (1 - p)``); output and gradients as eager's math
+    path computes them with that mask."""
+    q, k, v, mask = _case(mask_kind)
+    p = 0.3
+    drawn = []
+    draw = lazy_attention._dropout_mask
+    monkeypatch.setattr(lazy_attention, "_dropout_mask",
+                        lambda *a: drawn.append(draw(*a)) or drawn[-1])
+    c = Counters()
+    ts = [t.detach().to("lazy").requires_grad_() for t in (q, k, v)]
+    out = F.scaled_dot_product_attention(*ts, attn_mask=None if mask is None else
+                                         mask.to("lazy"), dropout_p=p, is_causal=causal)
+    weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(2))
+    (out * weights.to("lazy")).sum().backward()
+    lm.mark_step()
+    counts = _counters(c)
+    assert counts.get("lazy::attention") == 1 and not [
+        n for n in counts if n != "lazy::attention"], counts
+    keep = drawn[0].cpu()
+    assert keep.unique().tolist() == [0.0, torch.tensor(1 / (1 - p)).item()]
+    assert abs((keep == 0).float().mean().item() - p) < 0.15
+
+    ref = [t.detach().requires_grad_() for t in (q, k, v)]
+    scores = ref[0] @ ref[1].transpose(-2, -1) / q.shape[-1] ** 0.5
+    if causal:
+        scores = scores.masked_fill(~torch.ones(L, S, dtype=torch.bool).tril(), float("-inf"))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    probs = torch.softmax(scores, -1).nan_to_num(0.0)  # (a fully masked row: zeros)
+    expected = (probs * keep) @ ref[2]
+    (expected * weights).sum().backward()
+    torch.testing.assert_close(out.cpu(), expected, rtol=1e-5, atol=1e-5)
+    for t, r in zip(ts, ref):
+        torch.testing.assert_close(t.grad.cpu(), r.grad, rtol=1e-5, atol=1e-5)
+
+
 def test_grouped_query_attention_with_heads_that_do_not_divide_raises_pytorchs_error():
     q, k = torch.randn(1, 3, L, E), torch.randn(1, 2, S, E)
     with pytest.raises(RuntimeError) as eager:
@@ -148,7 +188,8 @@ def test_unfused_reasons():
     reason = lazy_attention.unfused_reason
     assert reason(ql, kl, vl, None, 0.0, True, False) is None
     assert reason(q, k, v, None, 0.0, False, False) == "not all lazy"
-    assert reason(ql, kl, vl, None, 0.1, False, False) == "dropout"
+    assert reason(ql, kl, vl, None, 0.1, False, False) is None
+    assert reason(ql, kl, vl, None, 1.0, False, False) == "dropout"
     assert reason(ql, kl, vl, None, 0.0, False, True) == "gqa"
     assert reason(ql.double(), kl, vl, None, 0.0, False, False) == "not float32"
     assert reason(ql, kl, vl, torch.ones(L, S, dtype=torch.bool, device="lazy"), 0.0, True,

@@ -53,10 +53,10 @@ def _heads_first(t):
     return t.transpose(1, 2).contiguous()
 
 
-def host_attention(query, key, value, attn_mask, is_causal, scale, lse=False):
+def host_attention(query, key, value, attn_mask, is_causal, scale, lse=False, dropout=None):
     """``lazy_mlir::attention`` as one host call (``NotImplemented``, hence the
     decomposition, for nodes that save ``P``)."""
-    if not lse or attn_mask is not None or query.dim() != 4:
+    if not lse or attn_mask is not None or dropout is not None or query.dim() != 4:
         return NotImplemented
     out, row_lse = ops.host_attention(*_token_major(query, key, value), H.scale_bits(scale),
                                       is_causal)
@@ -64,10 +64,10 @@ def host_attention(query, key, value, attn_mask, is_causal, scale, lse=False):
 
 
 def host_attention_backward(grad_output, query, key, value, output, probs, scale,
-                            is_causal=False):
+                            is_causal=False, dropout=None):
     """``lazy_mlir::attention_backward`` as one host call, given the forward's
     ``lse`` (``probs`` one dimension short)."""
-    if query.dim() != 4 or probs.dim() != 3:
+    if query.dim() != 4 or probs.dim() != 3 or dropout is not None:
         return NotImplemented
     grads = ops.host_attention_backward(*_token_major(grad_output, query, key, value, output),
                                         probs, H.scale_bits(scale), is_causal)
