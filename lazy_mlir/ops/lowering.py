@@ -105,6 +105,33 @@ def cumprod(x, dim, dtype=None):
     return _cumprod_on_0d(x, dim)
 
 
+@register_decomposition(aten.scatter.src, scope=IMPORT)
+def scatter_bool(x, dim, index, src):
+    """A bool ``scatter`` scatters bytes. torch-mlir builds its indices and
+    i1 updates in one two-result ``linalg.generic``, which IREE 3.13
+    miscompiles: into a slice of a computed tensor the update was lost,
+    silently (fuzzer seed 940001 under ``torch.compile``:
+    ``maximum(b, b).split(3)[1].scatter_(...)``), into a slice of an
+    argument iree-compile failed ("invalid Read access range [0 to 8 for 8]
+    of resource %__hoisted_tensor_i64 with size 1") and the graph ran
+    eagerly."""
+    if x.dtype != torch.bool:
+        return NotImplemented
+    as_bytes = aten.scatter.src(aten._to_copy.default(x, dtype=torch.uint8), dim, index,
+                                aten._to_copy.default(src, dtype=torch.uint8))
+    return aten.ne.Scalar(as_bytes, 0)
+
+
+@register_decomposition(aten.scatter.value, scope=IMPORT)
+def scatter_value_bool(x, dim, index, value):
+    """``scatter_bool``'s bytes for a scalar ``value``."""
+    if x.dtype != torch.bool:
+        return NotImplemented
+    as_bytes = aten.scatter.value(aten._to_copy.default(x, dtype=torch.uint8), dim, index,
+                                  int(bool(value)))
+    return aten.ne.Scalar(as_bytes, 0)
+
+
 _SCATTER_REDUCE = {"add": "sum", "multiply": "prod"}
 
 

@@ -364,3 +364,20 @@ def test_torch_compile_remainder_of_constant_floats_takes_the_divisors_sign():
             torch.fmod(torch.full((3,), -3.5), torch.tensor(2.0)) + x
 
     compiled_like_eager(fn, lambda: (torch.zeros(3),))
+
+
+@pytest.mark.parametrize("written", ["computed", "argument"])
+def test_torch_compile_bool_scatter_into_a_slice(written):
+    """Fuzzer seed 940001: ``maximum(b, b).split(3)[1].scatter_(...)`` on a
+    bool tensor. torch-mlir's i1 scatter (indices and updates from one
+    two-result generic) lost the update in IREE 3.13, silently; into a slice
+    of an argument iree-compile failed and the graph ran eagerly. Bool
+    scatters now scatter bytes (``ops/lowering.scatter_bool``)."""
+    def fn(b):
+        v = torch.maximum(b, b) if written == "computed" else b
+        _, tail = v.split(3, 0)
+        tail.scatter_(0, torch.tensor([0]), torch.ones((1,), dtype=torch.bool))
+        tail.scatter_(0, torch.tensor([1]), False)
+        return v, tail
+
+    compiled_like_eager(fn, lambda: (torch.tensor([True, False, False, False, True]),))
