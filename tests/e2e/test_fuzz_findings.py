@@ -417,6 +417,32 @@ def test_uint8_operands_promoted_exactly():
     assert not c.fell_back() and c.delta("EagerGraph") == 0 and c.delta("DynamoEagerGraph") == 0
 
 
+def test_uint8_beside_float16_keeps_float16():
+    """``where(h > 0, h, u)`` of a float16 ``h`` and a 0-d uint8 ``u`` is
+    float16. The uint8 operand was converted to the computation dtype
+    (float32), so the graph returned float32 data where float16 was
+    recorded; the next graph given that buffer raised "input0 element type
+    mismatch; expected f16 but have f32" (fuzzer seed 940125)."""
+    def fn(h, u, v):
+        return [torch.where(h > 0, h, u), h + v, torch.cat([h, v]), h > v, torch.maximum(h, v)]
+    args = (torch.tensor([1.5, -2.0, 0.25], dtype=torch.float16), torch.tensor(3, dtype=torch.uint8),
+            torch.tensor([200, 3, 130], dtype=torch.uint8))
+    want = fn(*args)
+    c = Counters()
+    on_device = fn(*[lazy(a) for a in args])
+    lm.mark_step()
+    later = [t * 2 for t in on_device]  # (the next graph reads the buffers)
+    lm.mark_step()
+    for g, w in zip(on_device, want):
+        assert g.dtype == w.dtype and torch.equal(g.cpu(), w), (g, w)
+    for g, w in zip(later, want):
+        assert torch.equal(g.cpu(), w * 2)
+    jitted = lm.jit(fn).lower(*args).compile()(*args)
+    for g, w in zip(jitted, want):
+        assert g.dtype == w.dtype and torch.equal(g, w), (g, w)
+    assert not c.fell_back() and c.delta("EagerGraph") == 0
+
+
 def test_number_beside_an_int8_tensor_does_not_kill_the_process():
     """torch-mlir converts a number to i8 without the original dtype its
     conversion needs: ``int8_x.mul_(7)`` under torch.compile (``mul.Scalar``)
