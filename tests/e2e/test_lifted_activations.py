@@ -19,13 +19,15 @@ _IDX = [1, 3]
     lambda x, t: F.hardtanh(x, -t, t),
     lambda x, t: torch.threshold(x, t - 0.5, t),
     lambda x, t: torch.nan_to_num(x / 0, posinf=t),
-    lambda x, t: torch.nan_to_num(x.log(), nan=t, neginf=-t),
+    # (log only where it gives NaN or -inf: its finite values may differ from
+    # eager's by an ulp, which the exact comparison below failed on unseeded inputs)
+    lambda x, t: torch.nan_to_num(torch.where(x > 0, x, x.log()), nan=t, neginf=-t),
     lambda x, t: x.index_fill(0, torch.tensor(_IDX, device=x.device), t),
     lambda x, t: x.scatter(0, torch.tensor(_IDX, device=x.device), t),
 ], ids=["leaky_relu", "hardtanh", "threshold", "nan_to_num_inf", "nan_to_num_nan",
         "index_fill", "scatter"])
 def test_a_new_number_each_step_compiles_once(fn):
-    x = torch.randn(6)
+    x = torch.randn(6, generator=torch.Generator().manual_seed(6))
     x[0] = 0.0
     compiles_once_over_numbers(fn, x, exact=True)
 
