@@ -117,9 +117,7 @@ def scatter_bool(x, dim, index, src):
     eagerly."""
     if x.dtype != torch.bool:
         return NotImplemented
-    as_bytes = aten.scatter.src(aten._to_copy.default(x, dtype=torch.uint8), dim, index,
-                                aten._to_copy.default(src, dtype=torch.uint8))
-    return aten.ne.Scalar(as_bytes, 0)
+    return aten.ne.Scalar(aten.scatter.src(_bytes(x), dim, index, _bytes(src)), 0)
 
 
 @register_decomposition(aten.scatter.value, scope=IMPORT)
@@ -127,9 +125,11 @@ def scatter_value_bool(x, dim, index, value):
     """``scatter_bool``'s bytes for a scalar ``value``."""
     if x.dtype != torch.bool:
         return NotImplemented
-    as_bytes = aten.scatter.value(aten._to_copy.default(x, dtype=torch.uint8), dim, index,
-                                  int(bool(value)))
-    return aten.ne.Scalar(as_bytes, 0)
+    return aten.ne.Scalar(aten.scatter.value(_bytes(x), dim, index, int(bool(value))), 0)
+
+
+def _bytes(t):
+    return aten._to_copy.default(t, dtype=torch.uint8)
 
 
 _SCATTER_REDUCE = {"add": "sum", "multiply": "prod"}

@@ -103,14 +103,15 @@ def decompose(gm: fx.GraphModule, extra: dict | None = None,
         "_foreach_") for n in gm.graph.nodes)
     with mode:
         out = make_fx(gm, decomposition_table=table)(*fakes)
-    _keep_output_dtypes(out, [_dtype(v) for v in _output_vals(gm)])
+    _keep_output_dtypes(out, [_dtype(n.meta.get("val")) for n in _outputs(gm)[1]])
     return schedule_by_outputs(out) if foreach else out
 
 
-def _output_vals(gm: fx.GraphModule) -> list:
-    (returned,) = [n.args[0] for n in gm.graph.nodes if n.op == "output"]
-    flat = returned if isinstance(returned, (list, tuple)) else [returned]
-    return [a.meta.get("val") if isinstance(a, fx.Node) else None for a in flat]
+def _outputs(gm: fx.GraphModule) -> tuple[fx.Node, list]:
+    """``gm``'s output node and what it returns, as a list."""
+    (output,) = [n for n in gm.graph.nodes if n.op == "output"]
+    returned = output.args[0]
+    return output, list(returned) if isinstance(returned, (list, tuple)) else [returned]
 
 
 def _dtype(val):
@@ -123,23 +124,20 @@ def _keep_output_dtypes(gm: fx.GraphModule, dtypes: list) -> None:
     buffers must have the dtypes the graph recorded, or the next graph given
     one raises "element type mismatch" (fuzzer seed 940125: a float16
     ``where`` computed and returned as float32 by a promotion of ours)."""
-    vals = _output_vals(gm)
-    if len(vals) != len(dtypes) or all(
-            _dtype(v) == d for v, d in zip(vals, dtypes) if d is not None):
-        return
-    (output,) = [n for n in gm.graph.nodes if n.op == "output"]
-    returned = output.args[0]
-    flat = list(returned) if isinstance(returned, (list, tuple)) else [returned]
+    output, flat = _outputs(gm)
+    convert = torch.ops.prims.convert_element_type.default
+    changed = False
     for i, (node, want) in enumerate(zip(flat, dtypes)):
         if not isinstance(node, fx.Node) or want is None or _dtype(node.meta.get("val")) == want:
             continue
         with gm.graph.inserting_before(output):
-            cast = gm.graph.call_function(torch.ops.prims.convert_element_type.default,
-                                          (node, want))
-        cast.meta["val"] = torch.ops.prims.convert_element_type.default(node.meta["val"], want)
-        flat[i] = cast
-    output.args = (type(returned)(flat) if isinstance(returned, (list, tuple)) else flat[0],)
-    gm.recompile()
+            flat[i] = gm.graph.call_function(convert, (node, want))
+        flat[i].meta["val"] = convert(node.meta["val"], want)
+        changed = True
+    if changed:
+        returned = output.args[0]
+        output.args = (type(returned)(flat) if isinstance(returned, (list, tuple)) else flat[0],)
+        gm.recompile()
 
 
 def schedule_by_outputs(gm: fx.GraphModule) -> fx.GraphModule:
