@@ -22,7 +22,7 @@ from .. import metrics
 from ..graph.ir import TensorSpec, Value, arg_signature
 from ..ops import support as _support
 from ..ops import subgraph as _subgraph
-from . import bounds, decompose, eager_checks, empty_inputs, fallback, random, shapes
+from . import bounds, decompose, eager_checks, empty_inputs, fallback, offsets, random, shapes
 from . import collectives as _collectives
 from . import host_eval as _host_eval
 from . import foreach as _foreach
@@ -573,6 +573,12 @@ def _native_batch_norm(func, args, kwargs):
     return _no_saved_stats(out)
 
 
+def _roll(func, args, kwargs):
+    """``roll`` by a runtime shift where offsets are lifted (``offsets.roll``)."""
+    out = offsets.roll(*args, **kwargs)
+    return record(func, args, kwargs) if out is None else out
+
+
 def _no_saved_stats(out):
     """Batch norm in eval mode saves no statistics: the CPU kernels return
     them empty, although the meta kernels (and so the graph) say [C]."""
@@ -584,7 +590,8 @@ _SPECIAL = {aten.copy_.default: _copy_, aten._to_copy.default: _to_copy,
             aten.native_dropout.default: _native_dropout,
             aten.native_batch_norm.default: _native_batch_norm,
             aten._native_batch_norm_legit.default: _native_batch_norm,
-            aten._native_batch_norm_legit_no_training.default: _native_batch_norm}
+            aten._native_batch_norm_legit_no_training.default: _native_batch_norm,
+            aten.roll.default: _roll}
 _SPECIAL.update({f: random.fill for f in _RANDOM})
 _SPECIAL.update(RESIZE)
 _SPECIAL.update(_fused_optim.SPECIAL)

@@ -31,7 +31,8 @@ SPECIAL_OPS = frozenset([
     # torch.optim's fused updates: one node each (fused_optim.py)
     aten._fused_adam_.default, aten._fused_adam_.tensor_lr, aten._fused_adamw_.default,
     aten._fused_adamw_.tensor_lr, aten._fused_sgd_.default, aten._fused_sgd_.tensor_lr,
-    aten._pack_padded_sequence.default])  # host lengths (packed.py)
+    aten._pack_padded_sequence.default,  # host lengths (packed.py)
+    aten.roll.default])  # by a runtime shift (offsets.roll)
 
 
 @functools.lru_cache(maxsize=None)
