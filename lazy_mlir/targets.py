@@ -341,10 +341,14 @@ the workgroup memory limit. The cpu target keeps float64 accumulation, as
 eager ATen does."""
 
 
-WIDE_SUM_TARGETS = frozenset({"vulkan"})
+WIDE_SUM_TARGETS = frozenset({"cpu", "vulkan", "cuda"})
 """Targets whose sums of more than ``passes.wide_sums.MAX_TERMS`` tensors
-are computed as one reduction of their stack: IREE would pass each term's
-offset as a push constant, and Vulkan devices may take only 32 (128 bytes)."""
+are computed as one reduction of their stack. IREE 3.13 fuses a long chain of
+additions into one dispatch with a binding (or a push constant) per term, and
+no target takes that many: Vulkan devices may take only 32 push constants
+(128 bytes), IREE's CPU runtime refuses a dispatch of more than 32 bindings
+(``binding count 33 > 32``: a policy-gradient loop of 30 steps, whose
+weights' gradients sum 30 terms, died at its second episode), CUDA 16."""
 
 
 # -- cuda ------------------------------------------------------------------

@@ -17,9 +17,10 @@ lavapipe's ``maxPerStageDescriptorStorageBuffers`` of 32.
 Stacked, the terms are one tensor: each product is written into its slice
 (IREE writes a concatenation's operands in place) and one reduction reads
 them, whatever the number of terms. Only chains of more than ``MAX_TERMS``
-terms change: the order of the additions does (a float sum then differs from
-the chain's by rounding), so the pass runs on the targets in
-``targets.WIDE_SUM_TARGETS`` only.
+terms change. The CPU's reduction adds the terms in the chain's order (40
+terms of mixed magnitudes: eager's sum bit for bit); a GPU's may not (a float
+sum then differs from the chain's by rounding). IREE's CPU runtime takes at
+most 32 bindings a dispatch, CUDA 16 (``targets.WIDE_SUM_TARGETS``).
 """
 from __future__ import annotations
 
