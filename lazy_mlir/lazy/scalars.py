@@ -15,6 +15,8 @@ import functools
 import numpy as np
 import torch
 
+from ..ops.half_opmath import NARROW, addc_in_float32
+
 aten = torch.ops.aten
 _SPECIAL = (0, 1)
 _ADDCMUL_DTYPES = (torch.float32, torch.float64)
@@ -188,8 +190,12 @@ def _lift_rewritten(func, args, kwargs, tensor_cls, make_scalar, record):
         other = record(aten.mul.Tensor, (other, lift(kwargs["alpha"])), {})
         return func, (this, other), {}
     if name in ("addcmul.default", "addcdiv.default") and _liftable(kwargs.get("value")):
-        inner = record(aten.mul.Tensor if "addcmul" in name else aten.div.Tensor,
-                       _promoted(args, record), {})
+        t1, t2 = _promoted(args, record)
+        if t1.dtype in NARROW and args[0].dtype == t1.dtype:  # (eager's float32 opmath)
+            value = make_scalar(kwargs["value"], torch.float32)
+            return aten.alias.default, (addc_in_float32(name[:7], args[0], t1, t2, value,
+                                                        record),), {}
+        inner = record(aten.mul.Tensor if "addcmul" in name else aten.div.Tensor, (t1, t2), {})
         if ref.dtype in _ADDCMUL_DTYPES:
             return aten.addcmul.default, (args[0], inner, lift(kwargs["value"])), {}
         return aten.add.Tensor, (args[0], record(aten.mul.Tensor,

@@ -6,7 +6,7 @@ for one op and target).
 - ``support.py``: which ops compile (the torch dialect's list minus
   ``DENIED``), and the capture/import tables built from the registry.
 - ``explain.py``: ``explain_op``.
-- Decompositions by domain: ``elementwise``, ``precise``, ``special``,
+- Decompositions by domain: ``elementwise``, ``half_opmath``, ``precise``, ``special``,
   ``special_gamma`` (+ ``special_tables``), ``bessel``, ``bessel_jy``,
   ``linalg_lu``, ``linalg_det``, ``linalg_cholesky``, ``linalg_qr``,
   ``linalg_matrix_exp`` (not registered), ``sort_scan``, ``reductions``,

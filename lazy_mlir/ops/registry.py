@@ -46,7 +46,7 @@ SCOPES = (CAPTURE, IMPORT, TARGET)
 # list the tables are built from (as torch-mlir's fx_decomp_util lists ops).
 DOMAINS = (
     "attention", "bessel", "bessel_jy", "compile_gaps", "conv", "ctc", "distance", "elementwise", "embedding_bag", "foreach",
-    "fake_quantize", "grid_sample_backward", "grouped_mm", "index",
+    "fake_quantize", "grid_sample_backward", "grouped_mm", "half_opmath", "index",
     "linalg_cholesky", "linalg_det", "linalg_lu", "linalg_qr", "linear", "lowering", "nn",
     "optim", "precise", "random_fills", "reductions", "restride", "rnn", "sort_scan", "special", "special_gamma",
     "integer_division", "subgraph",
