@@ -107,7 +107,7 @@ def launch(roots: list[Value], leading=(), everything: bool = False,
                                  or still_compiling(plan.rest_key, target, config)):
         return _launch_split(graph, plan, target, config, checks)
     datas = _bind(graph.outputs)
-    run_entry(entry, graph.inputs, datas, checks)
+    run_entry(entry, graph.inputs, datas, checks, graph)
     if datas:
         early_outputs.launched(graph.key, datas[0].future, datas)
     return graph, entry, checks
@@ -126,11 +126,11 @@ def _launch_split(graph, plan, target, config, checks):
     early = early_outputs.early_graph(graph, plan)
     early_entry = executable_for(early, target, config)
     early_data = _bind(early.outputs)
-    run_entry(early_entry, early.inputs, early_data, checks if plan.flag_early else ())
+    run_entry(early_entry, early.inputs, early_data, checks if plan.flag_early else (), early)
     rest = early_outputs.rest_graph(graph, plan, early_data)
     rest_entry = executable_for(rest, target, config)
     rest_data = _bind(rest.outputs)
-    run_entry(rest_entry, rest.inputs, rest_data, () if plan.flag_early else checks)
+    run_entry(rest_entry, rest.inputs, rest_data, () if plan.flag_early else checks, rest)
     metrics.counter_inc("SplitLaunch")
     return graph, rest_entry, checks
 
@@ -142,12 +142,14 @@ def _launch_split(graph, plan, target, config, checks):
 INLINE_BELOW_SECONDS = 1e-3
 
 
-def run_entry(entry, inputs: list[DeviceData], outputs: list[DeviceData], checks=()) -> None:
+def run_entry(entry, inputs: list[DeviceData], outputs: list[DeviceData], checks=(),
+              graph=None) -> None:
     """Run a module entry on the worker, in launch order; ``outputs`` are
-    filled when it has run (reading one waits for it)."""
+    filled when it has run (reading one waits for it). ``graph``: the graph
+    the entry runs, to run eagerly should the runtime refuse the module."""
     inline = entry.seconds is not None and entry.seconds < INLINE_BELOW_SECONDS
-    future = run_queue.submit(_run, entry, inputs, outputs, current_target(), checks,
-                           inline=inline)
+    future = run_queue.submit(_run, entry, inputs, outputs, current_target(), checks, graph,
+                              inline=inline)
     for d in outputs:
         d.future = future
 
@@ -163,20 +165,19 @@ def _check_shapes(arrays, outputs: list[DeviceData]) -> None:
 
 
 def _run(entry, inputs: list[DeviceData], outputs: list[DeviceData], target,
-         checks=()) -> None:
+         checks=(), graph=None) -> None:
     """In the worker: run one graph and fill its output data."""
     from ..runtime.session import session_for  # (IREE's runtime: loaded on the first run)
     t0 = time.perf_counter()
-    session = session_for(target)
     if isinstance(entry, EagerExecutable):
         if entry.ops:  # (none blamed: it runs eagerly while its module compiles)
             metrics.counter_inc("EagerGraph")  # a whole graph that failed to compile
-        for op in entry.ops:
-            note_fallback(op, "its graph failed to compile")
-        outs = entry.gm(*[host_of(d) for d in inputs])
-        for d, o in zip(outputs, outs):
-            d.host = o.contiguous()
+        _run_eagerly(entry.gm, entry.ops, inputs, outputs)
+    elif getattr(entry, "refused", None) is not None:
+        metrics.counter_inc("EagerGraph")
+        _run_eagerly(entry.refused, (), inputs, outputs)
     else:
+        session = session_for(target)
         args = []
         waited = None
         for d in inputs:
@@ -189,7 +190,13 @@ def _run(entry, inputs: list[DeviceData], outputs: list[DeviceData], target,
             if d.device is None:
                 d.device = session.to_device(d.host)
             args.append(d.device)
-        outs = entry(*args)
+        try:
+            outs = entry(*args)
+        except _INVOKE_ERRORS as e:
+            if graph is None or not str(e).startswith("Error invoking function"):
+                raise
+            _refused(entry, graph, e)
+            return _run(entry, inputs, outputs, target, checks, graph)
         if getattr(entry, "dynamic_dims", False):
             _check_shapes(outs, outputs)
         for d, o in zip(outputs, outs):
@@ -198,13 +205,41 @@ def _run(entry, inputs: list[DeviceData], outputs: list[DeviceData], target,
     metrics.add_sample("ExecuteTime", time.perf_counter() - t0)
     if checks:  # the last output: the graph's index-check flags (one small read)
         flag = outputs[-1]
-        flags = flag.host if flag.host is not None else session.to_host(flag.device, flag.spec)
+        flags = flag.host if flag.host is not None else \
+            session_for(target).to_host(flag.device, flag.spec)
         try:
             bounds.raise_if_flagged(flags, checks)
         except (IndexError, RuntimeError, OverflowError):
             for d in outputs:  # nothing a failed graph computed can be read: it raises
                 d.host = d.device = None
             raise
+
+
+# What IREE's runtime raises for a module it refuses to run (a status code
+# turned into Python's exception of that kind)
+_INVOKE_ERRORS = (IndexError, ValueError, RuntimeError, MemoryError)
+
+
+def _run_eagerly(gm, ops, inputs: list[DeviceData], outputs: list[DeviceData]) -> None:
+    for op in ops:
+        note_fallback(op, "its graph failed to compile")
+    outs = gm(*[host_of(d) for d in inputs])
+    for d, o in zip(outputs, outs):
+        d.host = o.contiguous()
+
+
+def _refused(entry, graph, error) -> None:
+    """The runtime refused ``entry``'s module (it compiled, but IREE will not
+    run it: ``binding count 33 > 32``): its graph runs eagerly from now on,
+    counted and said once, as a graph that failed to compile. Its first run
+    was on copies of its arguments (``LoadedModule``): nothing was lost."""
+    from ..compile_service.executable import fx_module_of
+    entry.refused = fx_module_of(graph)
+    metrics.counter_inc("RefusedModule")
+    log.warning("lazy-mlir: IREE's runtime refused to run a compiled module; its graph runs "
+                "eagerly on the CPU from now on (counted RefusedModule in lm.metrics; please "
+                "report it with the graph, LAZY_MLIR_DUMP_DIR writes it): %s",
+                str(error).split(";")[0])
 
 
 def host_of(d: DeviceData) -> torch.Tensor:

@@ -506,6 +506,9 @@ class LoadedModule:
     # Set on a module with dynamic dimensions (compile_service.size_families):
     # each run's result shapes are checked against its graph's (lazy.sync).
     dynamic_dims = False
+    # The graph's fx module, run eagerly instead, once IREE's runtime refused
+    # to run the module (lazy.sync)
+    refused = None
 
     def __init__(self, session: Session, fn, clobbered: tuple[int, ...],
                  passthrough: tuple[tuple[int, int], ...] = ()):

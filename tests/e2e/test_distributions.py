@@ -72,3 +72,20 @@ def test_an_episode_of_thirty_steps_trains_like_eager(counters):
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
     assert not counters.fell_back(), counters.fell_back()
+
+
+def test_a_module_the_runtime_refuses_runs_eagerly(counters, monkeypatch):
+    """Without the long-sum rewrite, IREE's CPU runtime refuses the second
+    episode's module ("binding count 33 > 32"). A module that compiled but
+    does not run must not take the program down: its graph runs eagerly
+    from then on, counted (``lazy/sync._refused``), with eager's values."""
+    from lazy_mlir.pipeline import stages
+    monkeypatch.setattr(stages, "WIDE_SUM_TARGETS", frozenset())
+    # (31 steps: not the graphs the test above compiled with the rewrite)
+    want = _actor_critic_episodes("cpu", episodes=3, steps=31)
+    counters.snapshot()
+    got = _actor_critic_episodes("lazy", episodes=3, steps=31)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+    # (each refused once: its later runs, the third episode's, are eager ones)
+    assert counters.delta("EagerGraph") >= counters.delta("RefusedModule") >= 1

@@ -182,9 +182,9 @@ def _spy_runs(monkeypatch) -> list:
     runs = []
     run_entry = sync.run_entry
 
-    def spy(entry, inputs, outputs, checks=()):
+    def spy(entry, inputs, outputs, checks=(), graph=None):
         runs.append((entry, {id(d) for d in outputs}))
-        return run_entry(entry, inputs, outputs, checks)
+        return run_entry(entry, inputs, outputs, checks, graph)
     monkeypatch.setattr(sync, "run_entry", spy)
     return runs
 
