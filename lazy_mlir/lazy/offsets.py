@@ -25,7 +25,7 @@ from ..config import switched_on
 from ..graph.ir import DeviceData, TensorSpec, Value
 from ..ops.offsets import ops
 from ..targets import get_target
-from .state import lifted_ints, step_clock, target
+from .state import graph_epoch, lifted_ints, roll_shifts, target
 
 aten = torch.ops.aten
 SWITCH = "LAZY_MLIR_LIFT_INTS"
@@ -118,13 +118,14 @@ def liftable(steps) -> bool:
 
 def lifted(x: int) -> Value:
     """0-dim int64 device data holding ``x``: the n-th lifted ``x`` of a
-    step (since the last ``mark_step``) is the n-th one kept for ``x``, so
-    the data are uploaded once (an offset a loop revisits every epoch) and
-    no two offsets of one step share an input: ``x[i]`` and ``y[j]`` are
-    one graph whether or not ``i == j``."""
+    graph (since the last launch: ``mark_step`` or a read; a loop that never
+    calls ``mark_step`` keeps a few, not one a step) is the n-th one kept for
+    ``x``, so the data are uploaded once (an offset a loop revisits every
+    epoch) and no two offsets of one graph share an input: ``x[i]`` and
+    ``y[j]`` are one graph whether or not ``i == j``."""
     metrics.counter_inc("lifted::int")
-    if _taken[0] != step_clock[0]:  # a new step
-        _taken[0] = step_clock[0]
+    if _taken[0] != graph_epoch[0]:  # a new graph
+        _taken[0] = graph_epoch[0]
         _taken[1].clear()
     n = _taken[1].get(x, 0)
     _taken[1][x] = n + 1
@@ -139,7 +140,7 @@ def lifted(x: int) -> Value:
     return kept[n]
 
 
-_taken = [None, {}]  # (the step, {value: how many lifted in it})
+_taken = [None, {}]  # (the graph epoch, {value: how many lifted in it})
 
 
 def read(emit, v: Value, op, args, kwargs):
@@ -210,23 +211,24 @@ def _rolled(x, shifts, dims):
 
 def _varied(site: tuple, shifts: tuple) -> bool:
     """Whether the roll at ``site`` (its shape and dims) that is the n-th
-    roll of its step has had another shift at an earlier step (then always):
+    roll of its graph (since the last launch: a program that reads a loss
+    each step but never calls ``mark_step`` counts from one each step too)
+    has had another shift at an earlier step (then always):
     a shift seen once stays a constant, as Dynamo's automatic dynamic
     shapes keep a size static until it changes."""
-    if _rolls[0] != step_clock[0]:  # a new step
-        _rolls[0], _rolls[1] = step_clock[0], 0
+    if _rolls[0] != graph_epoch[0]:  # a new graph
+        _rolls[0], _rolls[1] = graph_epoch[0], 0
     _rolls[1] += 1
     key = (_rolls[1], site)
-    seen = _roll_shifts.get(key, False)
+    seen = roll_shifts.get(key, False)
     if seen is False:
-        if len(_roll_shifts) >= 4096:
-            _roll_shifts.clear()
-        _roll_shifts[key] = shifts
+        if len(roll_shifts) >= 4096:
+            roll_shifts.clear()
+        roll_shifts[key] = shifts
         return False
     if seen is not None and seen != shifts:
-        _roll_shifts[key] = seen = None
+        roll_shifts[key] = seen = None
     return seen is None
 
 
-_rolls = [None, 0]  # (the step, rolls seen in it)
-_roll_shifts: dict = {}  # (n-th roll of a step, site) -> its shifts, None once they varied
+_rolls = [None, 0]  # (the graph epoch, rolls seen in it)

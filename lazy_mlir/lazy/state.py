@@ -29,12 +29,14 @@ emit_plans: dict = {}       # emit: the same for ops capture records itself (vie
 view_plans: dict = {}       # dispatch._view: (op, base spec, constants) -> capture.ViewPlan
 scalar_tensors: dict = {}   # (value, type, dtype) -> the 0-dim lazy tensor of a lifted scalar
 lifted_ints: dict = {}      # int -> the 0-dim int64 Values of a lifted view offset (offsets.py)
+roll_shifts: dict = {}      # offsets._varied: (n-th roll of a graph, site) -> shifts, None once varied
 empty_values: dict = {}     # (shape, dtype) -> the shared Value of an empty tensor (capture.empty_value)
 factory_values: dict = {}   # (factory, its constant arguments) -> its shared Value (device.py)
 list_replays: dict = {}     # (id(op), id(first tensor)) -> list_replay.Replay (a list op's record)
 inplace_checked: set = set()  # in-place calls whose shape/dtype check passed
 trace_seconds = [0.0]       # capture time since the last mark_step (TraceTime)
 step_clock = [time.perf_counter(), 0.0]  # sync: the last mark_step's end, seconds since waited for graphs
+graph_epoch = [0]           # sync: advances at each launch of pending values (offsets' per-graph counts)
 dispatch_depth = [0]        # dispatch calls under way (a sync inside one is not capture time)
 
 # -- lm.check_coverage (coverage.py): the dry run in progress, or None. One
@@ -89,7 +91,7 @@ def reset() -> None:
     if dry_run[0] is not None:
         raise RuntimeError("lazy-mlir: reset() inside lm.check_coverage")
     for table in (shape_memo, record_plans, emit_plans, view_plans, scalar_tensors, lifted_ints,
-                  empty_values,
+                  roll_shifts, empty_values,
                   factory_values, list_replays,
                   inplace_checked, host_checks_passed, decompose_plans, import_checks,
                   fallback_warned, early_reads, split_plans, backward_cuts, cut_graphs):

@@ -21,8 +21,8 @@ from .capture import emit, value_of
 from ..graph.program import Graph
 from ..graph.ir import DeviceData, Value
 from ..graph.ir import newest as newest_node
-from .state import dispatch_depth, dry_run as _dry_run, step_clock, target as _target, \
-    trace_seconds
+from .state import dispatch_depth, dry_run as _dry_run, graph_epoch, step_clock, \
+    target as _target, trace_seconds
 from .supported import note_fallback
 from .tensor import LazyTensor, live_storages
 from ..config import current_config
@@ -68,6 +68,7 @@ def _execute(values: list[Value], everything: bool, capture_seconds: float,
     if not roots and not (everything and bounds.pending()):
         return None
     started = time.perf_counter()
+    graph_epoch[0] += 1
     try:
         return launch(roots, everything=everything, capture_seconds=capture_seconds,
                       on_calling_thread=on_calling_thread)
@@ -291,6 +292,7 @@ def mark_step() -> None:
     if cut:
         early_outputs.note_rest(cut, launched_key)
     step_clock[:] = [time.perf_counter(), 0.0]
+    graph_epoch[0] += 1
     newest_node[0] = None  # (held for a checkpoint's recompute only: frees its inputs)
 
 

@@ -2,11 +2,20 @@
 selecting and writing at a new offset each step reuses ONE compiled module,
 with eager's values. Each test uses shapes of its own (no module of another
 test is reused) and counts the modules compiled."""
+import pytest
 import torch
 import torch.nn.functional as F
 
 import lazy_mlir as lm
 from e2e_helpers import lazy
+from lazy_mlir.lazy import state
+
+
+@pytest.fixture(autouse=True)
+def _no_rolls_seen():
+    """A roll's first shift stays a constant: what shifts this process saw
+    before (another test file's rolls of the same shape) must not count."""
+    state.roll_shifts.clear()
 
 
 def _compiles(counters) -> int:
@@ -116,6 +125,25 @@ def test_a_roll_by_one_shift_keeps_it_constant(counters):
     data = torch.randn(3, 7)
     assert _each_offset(lambda d, i: d.roll(-2, 1).roll(2, 1) * (i + 0.5), data, (1, 2, 3), counters) == 1
     assert counters.delta("lifted::int") == 0
+
+
+def test_rolls_are_counted_per_graph_when_mark_step_is_never_called(counters):
+    """A loop that reads its result each step without ``mark_step`` (a loss
+    printed each step) launches a graph a step: its rolls are counted from
+    one in each, so the second shift lifts as in a loop with ``mark_step``,
+    not a module for every shift."""
+    data = torch.randn(7, 3)
+    counters.snapshot()
+    for i in (1, 4, 2, 6):
+        out = lazy(data).roll(i, 0) * 2
+        torch.testing.assert_close(out.cpu(), data.roll(i, 0) * 2, rtol=0, atol=0)
+    assert _compiles(counters) == 2
+    # (and a slice offset a loop revisits is uploaded once, not once a step)
+    kept = {i: len(state.lifted_ints.get(i, ())) for i in (3, 2)}
+    for _ in range(3):
+        for i in (3, 2):
+            torch.testing.assert_close(lazy(data)[i:i + 2].sum(0).cpu(), data[i:i + 2].sum(0))
+    assert all(len(state.lifted_ints[i]) == max(n, 1) for i, n in kept.items())
 
 
 def test_gradient_of_a_roll_by_a_runtime_shift(counters):
