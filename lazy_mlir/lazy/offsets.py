@@ -134,7 +134,8 @@ def lifted(x: int) -> Value:
         if len(lifted_ints) >= 4096:
             lifted_ints.clear()
         kept = lifted_ints[x] = []
-    if n == len(kept):
+    if n >= len(kept):  # (more than ever before; or the table was cleared)
+        n = len(kept)
         host = torch.tensor(x, dtype=torch.int64)
         kept.append(Value.of_data(DeviceData(TensorSpec.of(host), host=host)))
     return kept[n]

@@ -98,6 +98,7 @@ def reset() -> None:
         table.clear()
     trace_seconds[0] = 0.0
     step_clock[:] = [time.perf_counter(), 0.0]
+    graph_epoch[0] += 1  # (offsets' counts of the graph: their tables are gone)
     dispatch_depth[0] = 0
     cut_step[0] = False
     one_graph_depth[0] = 0
