@@ -83,9 +83,21 @@ _cumprod_on_0d = _on_1d(aten.cumprod.default)
 
 @register_decomposition(aten.flip.default, scope=IMPORT)
 def flip(x, dims):
-    """A 0-d tensor flipped is itself (torch-mlir's rank-0 flip fails to
-    compile, and a failed compile stops ``flip`` compiling in the process)."""
-    return aten.clone.default(x) if x.dim() == 0 else NotImplemented
+    """A flip along dimensions of one element leaves them as they are: a
+    0-d tensor flipped is itself (torch-mlir's rank-0 flip fails to
+    compile, and a failed compile stops ``flip`` compiling in the process),
+    and only the longer dimensions are flipped. torch-mlir's flip of a
+    ``[1]`` tensor reads its input with a ``tensor.extract`` over a zero
+    fill, which IREE 3.13 folded away after ``passes/scatter_destinations``
+    had looked: an ``index_put_`` into the flip of a written argument's
+    ``flatten()`` came back as the fill's 0 (fuzzer seed 960805 under
+    ``torch.compile``, silently)."""
+    if x.dim() == 0:
+        return aten.clone.default(x)
+    longer = [d for d in dims if x.shape[d] > 1]
+    if len(longer) == len(dims):
+        return NotImplemented
+    return aten.flip.default(x, longer) if longer else aten.clone.default(x)
 
 
 @register_decomposition(aten.gather.default, scope=IMPORT)

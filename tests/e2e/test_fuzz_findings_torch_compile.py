@@ -381,3 +381,20 @@ def test_torch_compile_bool_scatter_into_a_slice(written):
         return v, tail
 
     compiled_like_eager(fn, lambda: (torch.tensor([True, False, False, False, True]),))
+
+
+@pytest.mark.parametrize("shape,dims", [((), (0,)), ((1, 3, 1), (0, 1, -1))])
+def test_torch_compile_index_put_into_a_flip_along_unit_dims(shape, dims):
+    """Fuzzer seed 960805: a 0-d argument written through ``flatten()``,
+    then ``index_put_`` into its flip. torch-mlir's flip of a one-element
+    dimension (a ``tensor.extract`` over a zero fill), folded by IREE 3.13,
+    came back as the fill's 0, silently. Such dims are no longer flipped
+    (``ops/lowering.flip``); a longer one still is."""
+    def fn(v0):
+        v1 = v0.flatten()
+        v1[0] = 1
+        v2 = torch.flip(v0.view(shape) if shape else v1, dims if shape else (0,))
+        v2.index_put_((torch.tensor([0, 0, 0]),), torch.ones(3, *v2.shape[1:]))
+        return v0, v1, v2
+
+    compiled_like_eager(fn, lambda: (torch.arange(-2.5, -2.5 + max(1, len(shape))).view(shape),))
