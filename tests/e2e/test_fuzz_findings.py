@@ -905,3 +905,29 @@ def test_float16_addcmul_rounds_once_as_eager(op, value):
     assert torch.equal(got.cpu(), want)
     assert c.delta("EagerGraph") == 0 and not c.fell_back()
     assert torch.equal(torch.as_tensor(lm.jit(fn).lower(x, t1, t2).compile()(x, t1, t2)), want)
+
+
+@pytest.mark.parametrize("case", ["broadcast_self", "0d_tensors_f64_self", "int"])
+def test_addcmul_whose_self_broadcasts_the_product_compiles(case):
+    """Fuzzer seeds 960527 and 960626: ``x.unsqueeze(-2).addcmul_(t, t)``
+    and a float64 ``m.addcmul_(s, s)`` of a 0-d float32 ``s``. torch-mlir's
+    decomposition typed ``t1 * t2`` with the result's shape, its linalg
+    pipeline failed ("'tensor.cast' op ... cast incompatible"): the lazy
+    device ran the graph eagerly and ``lm.jit`` raised. PyTorch's reference
+    decomposition computes eager's values (``ops/half_opmath``)."""
+    g = torch.Generator().manual_seed(5)
+    self, t = {"broadcast_self": ((2, 1, 5), (5,)), "0d_tensors_f64_self": ((2, 2), ()),
+               "int": ((3, 4), (4,))}[case]
+    make = lambda shape, dtype: (torch.randint(-20, 21, shape, generator=g) / 4).to(dtype)
+    dtype = torch.int32 if case == "int" else torch.float32
+    args = (make(self, torch.float64 if case.startswith("0d") else dtype), make(t, dtype),
+            make(t, dtype))
+
+    def fn(x, t1, t2):
+        return torch.addcmul(x, t1, t2, value=3 if case == "int" else 0.5)
+    want = fn(*args)
+    c = Counters()
+    got = fn(*[lazy(a) for a in args])
+    lm.mark_step()
+    assert torch.equal(got.cpu(), want) and c.delta("EagerGraph") == 0 and not c.fell_back()
+    assert torch.equal(torch.as_tensor(lm.jit(fn).lower(*args).compile()(*args)), want)
