@@ -931,3 +931,22 @@ def test_addcmul_whose_self_broadcasts_the_product_compiles(case):
     lm.mark_step()
     assert torch.equal(got.cpu(), want) and c.delta("EagerGraph") == 0 and not c.fell_back()
     assert torch.equal(torch.as_tensor(lm.jit(fn).lower(*args).compile()(*args)), want)
+
+
+@pytest.mark.parametrize("byte", [torch.uint8, torch.int8])
+def test_a_returned_comparison_and_its_bytes_compile(byte):
+    """Fuzzer seed 960657: an argument written in place, a comparison of it
+    and the comparison's byte view, all returned. IREE 3.13 fused the three
+    results into one dispatch and its codegen failed ("write affecting
+    operations on global resources ..."): ``lm.jit`` raised, torch.compile
+    ran the graph eagerly. The conversion now has a dispatch of its own
+    (``passes/returned_bool_bytes``)."""
+    def fn(v):
+        v.mul_(2)
+        mask = torch.ge(v, 2.0)
+        return [v, mask, mask.view(byte)]
+    x = torch.tensor([1.5, -2.0, 0.75])
+    want = fn(x.clone())
+    got = lm.jit(fn).lower(x.clone()).compile()(x.clone())
+    assert all(torch.equal(torch.as_tensor(g), w) for g, w in zip(got, want))
+    compiled_like_eager(fn, lambda: (x.clone(),))
