@@ -416,10 +416,11 @@ def replace_by_f32_constant(op, number: float) -> None:
     op.erase()
 
 
-def element_slice_as_extract(op) -> bool:
+def element_slice_as_extract(op, marked: str) -> bool:
     """Replace the ``tensor.extract_slice`` ``op`` by a ``tensor.extract``
-    of its one element and a ``tensor.from_elements`` of it, where it takes
-    one element at a runtime offset (False, unchanged, otherwise)."""
+    of its one element and a ``tensor.from_elements`` of it (given the unit
+    attribute ``marked``), where it takes one element at a runtime offset
+    (False, unchanged, otherwise)."""
     sizes, offsets = i64_array(op, "static_sizes"), i64_array(op, "static_offsets")
     if sizes is None or any(s != 1 for s in sizes) or shape(op.results[0]) is None:
         return False
@@ -442,6 +443,7 @@ def element_slice_as_extract(op) -> bool:
             operands=[op.operands[0], *indices]).result
         made = ir.Operation.create("tensor.from_elements", results=[op.results[0].type],
                                    operands=[element])
+    mark(made, marked)
     op.results[0].replace_all_uses_with(made.result)
     op.erase()
     return True
