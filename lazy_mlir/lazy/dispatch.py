@@ -38,7 +38,7 @@ from .functional_variants import functional_variant
 from .kinds import RANDOM as _RANDOM, SPECIAL_OPS, functional_of as _functional_of
 from .kinds import written_args as _written_args
 from .resize import SPECIAL as RESIZE
-from . import packed as _packed
+from . import multinomial as _multinomial, packed as _packed
 from .scalars import lift_scalars
 from .recompute import _open as _recompute_open
 from .state import dispatch_depth, dry_run as _dry_run, inplace_checked as _inplace_checked
@@ -212,6 +212,7 @@ def _lifts_a_number(func, args) -> bool:
 
 _foreach._record = record  # a foreach op recorded as one node (foreach._record_whole)
 _fused_optim._record = record  # a fused optimizer update recorded as one node
+_multinomial._record = record  # a multinomial off ATen's fast path, as it is
 
 
 # ------------------------------------------------------------------ dispatch
@@ -596,6 +597,7 @@ _SPECIAL.update({f: random.fill for f in _RANDOM})
 _SPECIAL.update(RESIZE)
 _SPECIAL.update(_fused_optim.SPECIAL)
 _SPECIAL.update(_packed.SPECIAL)
+_SPECIAL.update(_multinomial.SPECIAL)
 if _SPECIAL.keys() != SPECIAL_OPS:  # kinds.kind routes these ops here: the two must agree
     raise ImportError(f"lazy-mlir: kinds.SPECIAL_OPS and dispatch._SPECIAL differ: "
                       f"{set(_SPECIAL) ^ SPECIAL_OPS}")

@@ -32,7 +32,8 @@ SPECIAL_OPS = frozenset([
     aten._fused_adam_.default, aten._fused_adam_.tensor_lr, aten._fused_adamw_.default,
     aten._fused_adamw_.tensor_lr, aten._fused_sgd_.default, aten._fused_sgd_.tensor_lr,
     aten._pack_padded_sequence.default,  # host lengths (packed.py)
-    aten.roll.default])  # by a runtime shift (offsets.roll)
+    aten.roll.default,  # by a runtime shift (offsets.roll)
+    aten.multinomial.default])  # checked on the host, drawn as ATen draws (multinomial.py)
 
 
 @functools.lru_cache(maxsize=None)

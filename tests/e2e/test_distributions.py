@@ -89,3 +89,31 @@ def test_a_module_the_runtime_refuses_runs_eagerly(counters, monkeypatch):
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
     # (each refused once: its later runs, the third episode's, are eager ones)
     assert counters.delta("EagerGraph") >= counters.delta("RefusedModule") >= 1
+
+
+def test_categorical_samples_are_eagers_without_a_fallback(counters):
+    """``Categorical.sample`` (``multinomial(p, 1, True)``) and samples drawn
+    without replacement take ATen's path on the device (``lazy/multinomial``):
+    eager's samples for a seed, its errors for bad probabilities, no
+    fallback."""
+    p = torch.softmax(torch.randn(4, 6, generator=torch.Generator().manual_seed(0)), -1)
+    draws = [lambda q: torch.multinomial(q, 1), lambda q: torch.multinomial(q, 1, True),
+             lambda q: torch.multinomial(q, 3), lambda q: torch.multinomial(q[0], 6),
+             lambda q: Categorical(q).sample()]
+    counters.snapshot()
+    for draw in draws:
+        torch.manual_seed(7)
+        want = draw(p)
+        torch.manual_seed(7)
+        got = draw(lazy(p))
+        lm.mark_step()
+        assert torch.equal(got.cpu(), want)
+    assert not counters.fell_back(), counters.fell_back()
+    for bad in (torch.tensor([0.5, -0.1]), torch.tensor([0.0, 0.0]), torch.tensor([float("nan"), 1.0])):
+        errors = []
+        for q in (bad, lazy(bad)):
+            try:
+                torch.multinomial(q, 1)
+            except RuntimeError as e:
+                errors.append(str(e))
+        assert len(errors) == 2 and errors[0] == errors[1], errors
