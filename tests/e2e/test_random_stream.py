@@ -36,6 +36,9 @@ _COMPILED = {
     "bernoulli_in_place_lazy_p": lambda x: torch.empty_like(x).bernoulli_(x),
     "bernoulli_in_place_transposed": lambda x: torch.empty_like(x.t()).bernoulli_(x.t() * 0.5),
     "uniform_functional": lambda x: torch.ops.aten.uniform(x, -2.0, 3.0),
+    # ATen's draw: exponential_ and an argmax (lazy/multinomial.py)
+    "multinomial_without_replacement": lambda x: torch.multinomial(x, 4).float(),
+    "multinomial_of_one": lambda x: torch.multinomial(x, 1, True).float(),
 }
 
 
@@ -52,7 +55,7 @@ def test_random_ops_draw_eagers_numbers_every_step(name):
 
 
 @pytest.mark.parametrize("name,op", [
-    ("multinomial", lambda x: torch.multinomial(x, 2).float()),
+    ("multinomial", lambda x: torch.multinomial(x, 2, True).float()),  # (with replacement)
     ("rrelu", lambda x: torch.nn.functional.rrelu(x - 0.5, training=True)),
     ("poisson", lambda x: torch.poisson(x * 4)),
 ])
