@@ -15,7 +15,7 @@ __all__ = ["ops_named", "shape", "element_type", "element_bytes", "int_list", "z
            "barrier_before",
            "producer", "i64_array", "zero_fill", "plain_matmul_maps", "function_bodies",
            "elements", "barrier_uses_after", "copy_before", "barrier_value_for", "users",
-           "elementwise", "float_constant_of", "replace_by_f32_constant", "element_slice_as_extract"]
+           "elementwise", "float_constant_of", "replace_by_f32_constant"]
 
 
 def ops_named(module: ir.Module, name: str) -> list:
@@ -414,36 +414,3 @@ def replace_by_f32_constant(op, number: float) -> None:
                                     attributes={"value": ir.FloatAttr.get(f32, number)})
     op.results[0].replace_all_uses_with(const.result)
     op.erase()
-
-
-def element_slice_as_extract(op, marked: str) -> bool:
-    """Replace the ``tensor.extract_slice`` ``op`` by a ``tensor.extract``
-    of its one element and a ``tensor.from_elements`` of it (given the unit
-    attribute ``marked``), where it takes one element at a runtime offset
-    (False, unchanged, otherwise)."""
-    sizes, offsets = i64_array(op, "static_sizes"), i64_array(op, "static_offsets")
-    if sizes is None or any(s != 1 for s in sizes) or shape(op.results[0]) is None:
-        return False
-    dynamic = ir.ShapedType.get_dynamic_size()
-    runtime = list(op.operands[1:])
-    if not any(o == dynamic for o in offsets) or len(runtime) != sum(o == dynamic for o in offsets):
-        return False  # (static offsets fold; dynamic sizes or strides: not one element)
-    index = ir.IndexType.get(op.context)
-    with ir.InsertionPoint(op), op.location:
-        indices = []
-        for o in offsets:
-            if o == dynamic:
-                indices.append(runtime.pop(0))
-            else:
-                indices.append(ir.Operation.create(
-                    "arith.constant", results=[index],
-                    attributes={"value": ir.IntegerAttr.get(index, o)}).result)
-        element = ir.Operation.create("tensor.extract", results=[
-            ir.RankedTensorType(op.operands[0].type).element_type],
-            operands=[op.operands[0], *indices]).result
-        made = ir.Operation.create("tensor.from_elements", results=[op.results[0].type],
-                                   operands=[element])
-    mark(made, marked)
-    op.results[0].replace_all_uses_with(made.result)
-    op.erase()
-    return True

@@ -270,9 +270,6 @@ def _linalg_edits(config: PipelineConfig, target: str | None) -> list[tuple]:
     from ..passes.gather_sources import barrier_gather_sources, count_in as gather_sources
     edits.append(("gather_sources", gather_sources, barrier_gather_sources,
                   "gathered slices materialized"))
-    from ..passes.element_slices import MARK as ELEMENTS, element_slices_as_extracts
-    edits.append(("element_slices", ELEMENTS, element_slices_as_extracts,
-                  "one-element slices read as elements"))
     from ..passes.returned_bool_bytes import MARK as BOOL_BYTES, bool_bytes_apart
     edits.append(("returned_bool_bytes", BOOL_BYTES, bool_bytes_apart, "bool conversions apart"))
     from ..passes.scatter_destinations import MARK as OWN, own_destinations

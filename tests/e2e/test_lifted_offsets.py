@@ -55,17 +55,6 @@ def test_select_reads_at_any_index_are_one_module(counters):
                         counters) == 1
 
 
-def test_one_element_slices_at_any_offset_stack_in_one_module(counters):
-    """A one-element slice at a lifted offset given a unit dimension
-    (stacked, unsqueezed) failed IREE 3.13's compile and ran eagerly
-    (fuzzer seed 960551); now read as its element (``passes/element_slices``)."""
-    data = torch.randn(7)
-    fn = lambda d, i: torch.cat([torch.stack([d[i:i + 1], d[i + 2:i + 3]]).view(-1),
-                                 torch.stack([d[i].unsqueeze(0), d[::2][i // 2:i // 2 + 1]])[0]])
-    assert _each_offset(fn, data, (0, 2, 4), counters) == 1
-    assert counters.delta("EagerGraph") == 0 and not counters.fell_back()
-
-
 def _write(d, i):
     y = d.clone()
     y[i:i + 3] = torch.arange(15.0).reshape(3, 5).to(d.device)  # copy_ through a slice

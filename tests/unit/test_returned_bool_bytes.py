@@ -1,39 +1,16 @@
-"""Two linalg-stage workarounds of IREE 3.13, on hand-written linalg:
-``passes/element_slices`` reads a one-element slice at a runtime offset as
-its element (not one at a constant offset, nor a longer one), and
-``passes/returned_bool_bytes`` barriers the ``i1`` input of a byte
-conversion when the ``i1`` tensor is returned too (not otherwise). The
-e2e tests compile both (tests/e2e/test_lifted_offsets.py,
-test_fuzz_findings.py); nothing here compiles."""
+"""``passes/returned_bool_bytes`` on hand-written linalg: it barriers the
+``i1`` input of a byte conversion when the ``i1`` tensor is returned too
+(not otherwise). The e2e test compiles it (test_fuzz_findings.py); nothing
+here compiles."""
 from lazy_mlir.dialects.linalg_edit import FUSION_BARRIER
 from lazy_mlir.dialects.runner import run_pipeline
-from lazy_mlir.passes.element_slices import MARK, element_slices_as_extracts
 from lazy_mlir.passes.returned_bool_bytes import MARK as BYTES, bool_bytes_apart
-
-_SLICES = """
-func.func @main(%x: tensor<7xf32>, %i: index) -> (tensor<1x1xf32>, tensor<1x1xf32>, tensor<2x1xf32>) {
-  %a = tensor.extract_slice %x[%i] [1] [2] : tensor<7xf32> to tensor<1xf32>
-  %b = tensor.extract_slice %x[3] [1] [1] : tensor<7xf32> to tensor<1xf32>
-  %c = tensor.extract_slice %x[%i] [2] [1] : tensor<7xf32> to tensor<2xf32>
-  %ea = tensor.expand_shape %a [[0, 1]] output_shape [1, 1] : tensor<1xf32> into tensor<1x1xf32>
-  %eb = tensor.expand_shape %b [[0, 1]] output_shape [1, 1] : tensor<1xf32> into tensor<1x1xf32>
-  %ec = tensor.expand_shape %c [[0, 1]] output_shape [2, 1] : tensor<2xf32> into tensor<2x1xf32>
-  return %ea, %eb, %ec : tensor<1x1xf32>, tensor<1x1xf32>, tensor<2x1xf32>
-}
-"""
 
 
 def _edited(text: str, edit) -> tuple[str, list]:
     counts = []
     out = run_pipeline(text, "builtin.module()", "linalg", lambda m: counts.append(edit(m)))
     return out, counts
-
-
-def test_a_one_element_slice_at_a_runtime_offset_becomes_its_element():
-    out, counts = _edited(_SLICES, element_slices_as_extracts)
-    assert counts == [1] and out.count(MARK) == 1
-    assert "tensor.extract %arg0[%arg1]" in out  # (the offset read as the element's index)
-    assert out.count("tensor.extract_slice") == 2  # the constant offset and the longer slice stay
 
 
 _BYTES = """
