@@ -398,3 +398,17 @@ def test_torch_compile_index_put_into_a_flip_along_unit_dims(shape, dims):
         return v0, v1, v2
 
     compiled_like_eager(fn, lambda: (torch.arange(-2.5, -2.5 + max(1, len(shape))).view(shape),))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda v: [v[0], v[0].reshape(1, 1), v[0].reshape(1, 1).double()],
+    lambda v: [v.bool().split(1)[1].view(1, -1), torch.mul(v.bool().split(1)[1].view(1, -1),
+                                                          v.bool()[1])],
+    lambda v: [v[-2].reshape(1, -1).to(torch.int16), v[1:2, None]],
+], ids=["select_kept", "bool_split", "select_then_reshape"])
+def test_torch_compile_one_element_slice_given_unit_dimensions(fn):
+    """A one-element slice given unit dimensions: IREE 3.13 moved the
+    expansion through the slice into one of a higher rank than its source
+    and failed to compile; the graph ran eagerly (fuzzer seeds 902529,
+    940189, 940199). ``passes/unit_slices`` expands first."""
+    compiled_like_eager(fn, lambda: (torch.tensor([3, 0, 1], dtype=torch.int32),))

@@ -55,6 +55,24 @@ def test_select_reads_at_any_index_are_one_module(counters):
                         counters) == 1
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bool, torch.int64])
+def test_one_element_slices_at_any_offset_stack_in_one_module(counters, dtype):
+    """A one-element slice at a lifted offset given unit dimensions (stacked,
+    unsqueezed) failed IREE 3.13's compile and ran eagerly (fuzzer seed
+    960551): IREE bubbled the ``expand_shape`` through the slice into a slice
+    of a higher rank than its source. ``passes/unit_slices`` expands first."""
+    data = (torch.arange(42) % 5 - 2).reshape(6, 7).to(dtype)
+
+    def fn(d, i):
+        row, col = d[:, 1], d[2]
+        return torch.cat([torch.stack([row[i:i + 1], row[i + 2:i + 3]]).view(-1),
+                          torch.stack([col[i].unsqueeze(0), col[::2][i // 2:i // 2 + 1]])[0],
+                          d[i:i + 1, i:i + 1].unsqueeze(0).reshape(-1),
+                          torch.stack([d[i:i + 1, 3:4], d[i + 1:i + 2, 4:5]]).view(-1)])
+    assert _each_offset(fn, data, (0, 1, 3), counters) == 1
+    assert counters.delta("EagerGraph") == 0 and not counters.fell_back()
+
+
 def _write(d, i):
     y = d.clone()
     y[i:i + 3] = torch.arange(15.0).reshape(3, 5).to(d.device)  # copy_ through a slice

@@ -26,25 +26,9 @@ SEEDS, WITH_READS, FUNCTIONAL, DYNAMO = range(200), 8, range(60), range(30)  # t
 # Seeds whose programs still find a bug, left out until it is fixed (each
 # with its kind of finding; ``python -m tests.fuzz --seeds N``
 # prints the shrunk repro; the fuzzer's first report, 2026-12-02, lists them).
-FALLBACK = "a graph fails to compile and runs eagerly (counted); "
-RAISE = "eager raises at a record, the lazy device does not (or the reverse); "
-VALUE = "a value differs; "
-CRASH = "the lazy run raises at the sync where eager computes; "
-KNOWN = {
-    50: FALLBACK, 57: FALLBACK, 58: FALLBACK, 60: FALLBACK + RAISE, 65: FALLBACK,
-    111: FALLBACK, 169: FALLBACK, 201: FALLBACK, 221: RAISE, 375: FALLBACK,
-    377: FALLBACK,
-}
-KNOWN_JIT = {  # (lm.jit raises where eager computes: CRASH)
-    4: CRASH + "a write through overlapping unfold windows (NotImplementedError, by design)",
-    53: CRASH + "a write eager computes in memory order "
-    "(NotImplementedError, by design)", 65: CRASH + "LLVM translation of a cast",
-}
-
-KNOWN_DYNAMO = {
-    4: CRASH, 6: FALLBACK, 21: FALLBACK,
-    5: FALLBACK + "as_strided of a reshape of an argument", 10: FALLBACK,
-}
+KNOWN: dict[int, str] = {}  # (every earlier one compiles with eager's values now)
+KNOWN_JIT: dict[int, str] = {}
+KNOWN_DYNAMO: dict[int, str] = {}
 
 
 def _corpus(seeds, functional: bool = False, reads: bool = False, most: int = 1000,
