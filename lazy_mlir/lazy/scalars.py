@@ -130,6 +130,9 @@ def _rewrites(name, args, kwargs) -> bool:
     if name in _ELEMENTWISE:
         return args[0].dtype.is_floating_point and \
             any(_liftable(a) for a in (*args[1:], *kwargs.values()))
+    if name in _OPMATH_SCALAR:
+        return len(args) == 2 and getattr(args[0], "dtype", None) in NARROW \
+            and _liftable(args[1])
     if name == "rsub.Scalar":
         return _liftable(args[1]) and _fits(args[1], _scalar_dtype(
             args[0].dtype, args[0].dim() == 0, type(args[1])))
@@ -211,6 +214,9 @@ def _lift_rewritten(func, args, kwargs, tensor_cls, make_scalar, record):
         return aten.rsub.Tensor, (args[0], lift(args[1])), alpha
     if name in _ELEMENTWISE:
         return _ELEMENTWISE[name](args, kwargs, lift, record, make_scalar)
+    if name in _OPMATH_SCALAR:
+        x, number = _opmath(args[0], make_scalar, record)
+        return _narrowed(record(_OPMATH_SCALAR[name], (x, number(args[1])), {}), args[0], record)
     # clamp: clamp.Tensor takes no numbers, so a 0 or 1 bound is lifted too.
     bounds = [lift(a) if type(a) in _NUMBER_TYPES else a for a in args[1:]]
     kwargs = {k: lift(a) if type(a) in _NUMBER_TYPES else a for k, a in kwargs.items()}
@@ -317,9 +323,18 @@ _ELEMENTWISE = {"softplus.default": _softplus, "elu.default": _elu,
                 "threshold.default": _threshold, "nan_to_num.default": _nan_to_num,
                 "scatter.value": _scatter_value}
 
+# A float16 or bfloat16 tensor times (over) a number: eager's CPU kernels take
+# the number in float32 (``original_scalar_value<opmath_t>``), multiply (divide)
+# in float32 and round once. Lifted in the tensor's dtype, the number was
+# rounded first: ``bf16 * 1.7`` took 1.703125, and an SGD momentum buffer's
+# ``mul_(0.9)`` drifted from eager's step by step. (add and sub take the number
+# rounded to the tensor's dtype, as the general rule lifts it.)
+_OPMATH_SCALAR = {"mul.Tensor": aten.mul.Tensor, "mul.Scalar": aten.mul.Tensor,
+                  "div.Tensor": aten.div.Tensor, "div.Scalar": aten.div.Tensor}
+
 # Ops whose numbers ``lift_scalars`` rewrites by name (an alpha, a value, a bound).
 _REWRITTEN = frozenset({"add.Tensor", "sub.Tensor", "addcmul.default", "addcdiv.default",
-                        "clamp.default", "rsub.Scalar", *_FILLS, *_ELEMENTWISE})
+                        "clamp.default", "rsub.Scalar", *_FILLS, *_ELEMENTWISE, *_OPMATH_SCALAR})
 
 
 def _lift_rule(func):

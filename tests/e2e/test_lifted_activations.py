@@ -46,6 +46,21 @@ def test_leaky_relu_of_half_floats_scales_in_float32_as_eager(dtype):
     torch.testing.assert_close(got, F.leaky_relu(x, 0.3337), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_floats_times_a_number_multiply_in_float32_as_eager(dtype):
+    """eager multiplies (divides) a float16 or bfloat16 tensor by a number
+    taken in float32 and rounds once; lifted in the tensor's dtype, 1.7 was
+    1.703125 first (an SGD momentum buffer's ``mul_(0.9)`` drifted each step)."""
+    x = (torch.randn(1024, generator=torch.Generator().manual_seed(3)) * 3).to(dtype)
+    fns = [lambda t: t * 1.7, lambda t: t / 1.7, lambda t: 1.7 * t, lambda t: t.clone().mul_(0.9),
+           lambda t: t.clone().div_(3.3), lambda t: t * 1001, lambda t: t[0] * 1.7]
+    got = [f(lazy(x)) for f in fns]
+    for f, g in zip(fns, got):
+        want = f(x)
+        torch.testing.assert_close(g.cpu(), want, rtol=0, atol=0)
+        assert g.dtype == want.dtype
+
+
 @pytest.mark.parametrize("fn", [
     lambda x, t: F.elu(x, alpha=t),
     lambda x, t: torch.ops.aten.elu(x, t, 1.0507, 1.3),
