@@ -50,6 +50,7 @@ DOMAINS = (
     "linalg_cholesky", "linalg_det", "linalg_lu", "linalg_qr", "linear", "lowering", "nn",
     "optim", "precise", "random_fills", "reductions", "restride", "rnn", "sort_scan", "special", "special_gamma",
     "integer_division", "subgraph",
+    "narrow_opmath",  # (wraps our entries and torch-mlir's of each of its ops)
     "uint8_promotion",  # (last: it wraps the decompositions above it)
 )
 
