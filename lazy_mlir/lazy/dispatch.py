@@ -123,6 +123,12 @@ def record(func, args, kwargs, bare=False):
         out_flat, out_tree = shapes.infer(func, _placeholders(vals), tree)
     except _NO_STATIC_SHAPE as e:  # nonzero, masked_select, unique_consecutive, ...
         return run_eagerly(func, args, kwargs, why=shapes.no_shape_reason(e))
+    except RuntimeError as e:
+        # A meta kernel that refuses what eager's kernel computes from the
+        # values (``x.repeat_interleave(counts)`` without ``output_size``)
+        # raised in the user's program. Eager's kernel runs it, or raises
+        # eager's own error where the call is wrong.
+        return run_eagerly(func, args, kwargs, why=shapes.no_shape_reason(e))
     for o in out_flat:
         if (type(o) is TensorSpec and o.dtype in UNSUPPORTED_DTYPES  # .cdouble(), ...
                 and not dtype_compiled(func, o.dtype)):

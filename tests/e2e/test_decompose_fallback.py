@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -101,6 +102,23 @@ def test_data_dependent_shapes_fall_back_visibly():
     assert torch.equal(sel.cpu(), torch.masked_select(x, x > 0.5))
     assert c.delta("aten::nonzero") == 1
     assert c.delta("aten::masked_select") == 1
+
+
+def test_an_op_its_meta_kernel_refuses_falls_back_visibly():
+    """``repeat_interleave`` of tensor counts without ``output_size`` (a
+    graph batch's node ids, ``arange(G).repeat_interleave(counts)``): its
+    meta kernel raises ("cannot repeat_interleave a meta tensor") and the
+    user's program died; eager's kernel runs it now, or raises eager's error."""
+    counts, rows = torch.tensor([2, 0, 3]), _rand(3, 2, seed=8)
+    c = Counters()
+    ids = torch.arange(3).to("lazy").repeat_interleave(lazy(counts))
+    assert torch.equal(ids.cpu(), torch.arange(3).repeat_interleave(counts))
+    assert torch.equal(lazy(rows).repeat_interleave(lazy(counts), dim=0).cpu(),
+                       rows.repeat_interleave(counts, dim=0))
+    assert torch.equal(torch.repeat_interleave(lazy(counts)).cpu(), torch.repeat_interleave(counts))
+    assert c.delta("aten::repeat_interleave") == 3
+    with pytest.raises(RuntimeError, match="repeats must have the same size"):
+        lazy(rows).repeat_interleave(lazy(counts[:2]), dim=0)
 
 
 def test_take_of_a_0d_index_compiles():
