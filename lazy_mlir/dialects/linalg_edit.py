@@ -15,8 +15,8 @@ __all__ = ["ops_named", "shape", "element_type", "element_bytes", "int_list", "z
            "barrier_before",
            "producer", "i64_array", "zero_fill", "plain_matmul_maps", "function_bodies",
            "elements", "barrier_uses_after", "copy_before", "barrier_value_for", "users",
-           "elementwise", "float_constant_of", "replace_by_f32_constant", "expand_before_slice",
-           "one_element_slice"]
+           "elementwise", "float_constant_of", "replace_by_f32_constant", "one_element_slice",
+           "element_fill"]
 
 
 def ops_named(module: ir.Module, name: str) -> list:
@@ -417,19 +417,6 @@ def replace_by_f32_constant(op, number: float) -> None:
     op.erase()
 
 
-def _unit_expansion(sizes: list[int], groups: list[list[int]], out: list[int]) -> list[int] | None:
-    """For an ``expand_shape`` of a slice of ``sizes`` that only inserts unit
-    dimensions: per group, the output position that carries the source
-    dimension (the others are 1); None where a group splits a dimension."""
-    carriers = []
-    for d, group in enumerate(groups):
-        wide = [p for p in group if out[p] != 1]
-        if len(wide) > 1 or (wide and out[wide[0]] != sizes[d]):
-            return None
-        carriers.append(wide[0] if wide else group[0])
-    return carriers
-
-
 def one_element_slice(value):
     """The ``tensor.extract_slice`` that makes ``value`` when it takes one
     element (every size 1), or None."""
@@ -439,49 +426,24 @@ def one_element_slice(value):
     return op if all(s == 1 for s in i64_array(op, "static_sizes")) else None
 
 
-def expand_before_slice(expand):
-    """Rewrite ``expand_shape(extract_slice(x))``, where the expansion only
-    inserts unit dimensions, as ``extract_slice(expand_shape(x))``: the same
-    value. Returns the new slice (None, unchanged, where the slice is not
-    static but for its offsets, drops dimensions, or ``x``'s shape is
-    dynamic)."""
-    slice_op = producer(expand.operands[0])
-    if slice_op is None or slice_op.name != "tensor.extract_slice" or len(expand.operands) != 1:
-        return None
-    source = slice_op.operands[0]
-    src, out = shape(source), shape(expand.results[0])
-    sizes, strides = i64_array(slice_op, "static_sizes"), i64_array(slice_op, "static_strides")
-    offsets = i64_array(slice_op, "static_offsets")
+def element_fill(slice_op):
+    """Replace the one-element ``tensor.extract_slice`` ``slice_op`` by a
+    ``tensor.extract`` of its element and a ``linalg.fill`` of a new tensor
+    with it: the same value, which IREE's reshape propagation expands as any
+    fill. Returns the fill."""
+    from torch_mlir.dialects import linalg, tensor
+    source, result = slice_op.operands[0], slice_op.results[0]
+    t = ir.RankedTensorType(result.type)
     dynamic = ir.ShapedType.get_dynamic_size()
-    if src is None or out is None or dynamic in sizes + strides or len(sizes) != len(src) \
-            or shape(slice_op.results[0]) != sizes:
-        return None
-    groups = [list(ir.ArrayAttr(g)) for g in ir.ArrayAttr(expand.attributes["reassociation"])]
-    groups = [[ir.IntegerAttr(p).value for p in g] for g in groups]
-    carriers = _unit_expansion(sizes, groups, out)
-    if carriers is None:
-        return None
-    new_shape, new_offsets, new_strides = [1] * len(out), [0] * len(out), [1] * len(out)
-    for d, p in enumerate(carriers):
-        new_shape[p], new_offsets[p], new_strides[p] = src[d], offsets[d], strides[d]
-    element = ir.RankedTensorType(source.type).element_type
-    i32 = ir.IntegerType.get_signless(32)
-    with ir.InsertionPoint(expand), expand.location:
-        widened = ir.Operation.create(
-            "tensor.expand_shape", results=[ir.RankedTensorType.get(new_shape, element)],
-            operands=[source], attributes={
-                "reassociation": expand.attributes["reassociation"],
-                "static_output_shape": ir.DenseI64ArrayAttr.get(new_shape)}).result
-        runtime = list(slice_op.operands[1:])
-        sliced = ir.Operation.create(
-            "tensor.extract_slice", results=[expand.results[0].type],
-            operands=[widened, *runtime], attributes={
-                "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, len(runtime), 0, 0]),
-                "static_offsets": ir.DenseI64ArrayAttr.get(new_offsets),
-                "static_sizes": ir.DenseI64ArrayAttr.get(out),
-                "static_strides": ir.DenseI64ArrayAttr.get(new_strides)})
-    expand.results[0].replace_all_uses_with(sliced.result)
-    expand.erase()
-    if not users(slice_op.results[0]):
-        slice_op.erase()
-    return sliced
+    index = ir.IndexType.get(slice_op.context)
+    runtime = list(slice_op.operands[1:])
+    with ir.InsertionPoint(slice_op), slice_op.location:
+        offsets = [runtime.pop(0) if o == dynamic else ir.Operation.create(
+            "arith.constant", results=[index],
+            attributes={"value": ir.IntegerAttr.get(index, o)}).result
+            for o in i64_array(slice_op, "static_offsets")]
+        element = tensor.ExtractOp(source, offsets).result
+        filled = linalg.fill(element, outs=[tensor.EmptyOp(list(t.shape), t.element_type).result])
+    result.replace_all_uses_with(filled)
+    slice_op.erase()
+    return filled.owner

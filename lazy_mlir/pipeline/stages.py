@@ -267,12 +267,12 @@ def _linalg_edits(config: PipelineConfig, target: str | None) -> list[tuple]:
     from ..passes.returned_views import copy_returned_views, count_in as returned_views
     edits.append(("returned_views", returned_views, copy_returned_views,
                   "returned views of written arguments copied"))
+    from ..passes.element_slices import MARK as ELEMENTS, fill_reshaped_elements
+    edits.append(("element_slices", ELEMENTS, fill_reshaped_elements,
+                  "one-element slices read as fills"))
     from ..passes.gather_sources import barrier_gather_sources, count_in as gather_sources
     edits.append(("gather_sources", gather_sources, barrier_gather_sources,
                   "gathered slices materialized"))
-    from ..passes.unit_slices import MARK as UNIT_FIRST, unit_dims_before_slices
-    edits.append(("unit_slices", UNIT_FIRST, unit_dims_before_slices,
-                  "unit dimensions inserted before slices"))
     from ..passes.returned_bool_bytes import MARK as BOOL_BYTES, bool_bytes_apart
     edits.append(("returned_bool_bytes", BOOL_BYTES, bool_bytes_apart, "bool conversions apart"))
     from ..passes.scatter_destinations import MARK as OWN, own_destinations

@@ -405,10 +405,13 @@ def test_torch_compile_index_put_into_a_flip_along_unit_dims(shape, dims):
     lambda v: [v.bool().split(1)[1].view(1, -1), torch.mul(v.bool().split(1)[1].view(1, -1),
                                                           v.bool()[1])],
     lambda v: [v[-2].reshape(1, -1).to(torch.int16), v[1:2, None]],
-], ids=["select_kept", "bool_split", "select_then_reshape"])
+    lambda v: [v.bool(), torch.roll(v.bool(), 11, 0), torch.roll(v.bool(), 11, 0)[1:3:2].reshape(-1, 1)],
+    lambda v: [v[1:2], torch.cat([v[1:2].double(), -v[2:3].double()]).view(2, 1)],
+], ids=["select_kept", "bool_split", "select_then_reshape", "roll_then_slice",
+        "through_a_cast_and_a_cat"])
 def test_torch_compile_one_element_slice_given_unit_dimensions(fn):
     """A one-element slice given unit dimensions: IREE 3.13 moved the
     expansion through the slice into one of a higher rank than its source
     and failed to compile; the graph ran eagerly (fuzzer seeds 902529,
-    940189, 940199). ``passes/unit_slices`` expands first."""
+    940189, 940199, 970299). ``passes/element_slices`` reads their elements."""
     compiled_like_eager(fn, lambda: (torch.tensor([3, 0, 1], dtype=torch.int32),))

@@ -60,7 +60,8 @@ def test_one_element_slices_at_any_offset_stack_in_one_module(counters, dtype):
     """A one-element slice at a lifted offset given unit dimensions (stacked,
     unsqueezed) failed IREE 3.13's compile and ran eagerly (fuzzer seed
     960551): IREE bubbled the ``expand_shape`` through the slice into a slice
-    of a higher rank than its source. ``passes/unit_slices`` expands first."""
+    of a higher rank than its source. ``passes/element_slices`` reads its
+    element."""
     data = (torch.arange(42) % 5 - 2).reshape(6, 7).to(dtype)
 
     def fn(d, i):
