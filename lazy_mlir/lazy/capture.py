@@ -221,7 +221,8 @@ def assign(t: LazyTensor, new: Value) -> None:
         lift = offsets.liftable(t._view)
         for step in t._view[:-1]:
             chain.append(apply_view(chain[-1], step, lift))
-        new = write_back(emit, t._view, chain, new, t)  # (may raise: nothing written yet)
+        # (may raise: nothing written yet)
+        new = write_back(emit, t._view, chain, new, t, _layouts.get(storage) if _layouts else None)
         if new.spec.stride != storage.value.spec.stride and storage not in _layouts:
             _layouts[storage] = storage.value.spec  # (the memory's layout: _in_memory_order)
     storage.value = new

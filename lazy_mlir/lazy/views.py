@@ -105,10 +105,11 @@ def by_map_from(steps) -> int | None:
     return first
 
 
-def write_back(emit, steps, chain, new, view):
+def write_back(emit, steps, chain, new, view, layout=None):
     """The storage's new value after writing ``new`` into the view ``view``
     reached by ``steps`` from ``chain[0]``, the storage's value
-    (``chain[i]`` is the input of ``steps[i]``).
+    (``chain[i]`` is the input of ``steps[i]``). ``layout``: the spec the
+    storage's memory is laid out as, where its value has other strides.
 
     Steps from the first one without an inverse of its own on are written
     together by their element map (``_write_by_map``), the rest one by one
@@ -117,7 +118,8 @@ def write_back(emit, steps, chain, new, view):
     memory order (overlapping views: see the module's docstring)."""
     first = by_map_from(steps)
     if first is not None:
-        new = _write_by_map(emit, steps[first:], chain[first], new, view)
+        new = _write_by_map(emit, steps[first:], chain[first], new, view,
+                            layout if first == 0 else None)
         steps, chain = steps[:first], chain[:first]
     for step, base in zip(reversed(steps), reversed(chain)):
         new = scatter(emit, step, base, new)
@@ -332,14 +334,20 @@ def _hashable(a):
     return a
 
 
-def _write_by_map(emit, steps, base, new, view):
+def _write_by_map(emit, steps, base, new, view, layout=None):
     """``base``'s new value after writing ``new`` into the view ``steps``
     make of it, by the steps' ``ElementMap``: one gather, exact for any
     steps that pick elements of their input. A view whose elements overlap
     is written only as ``check_write`` allowed (the last write of an element
-    wins: every write of it is the same value)."""
+    wins: every write of it is the same value). The map is taken over
+    ``layout`` where given: an ``as_strided`` addresses the storage's memory,
+    not its value's strides, which a write through a transpose changed
+    (fuzzer seed 970012: ``x.t().copy_(y)``, then a write through
+    ``x.t().as_strided(...)`` landed on the wrong elements, silently)."""
     spec = base.spec
-    m = element_map(steps, spec)
+    if layout is not None and (layout.shape != spec.shape or layout.dtype != spec.dtype):
+        layout = None
+    m = element_map(steps, layout or spec)
     masked = False
     if m.overlap:
         if _approved[0] is not view:  # (a way in that does not check: foreach, ...)

@@ -203,6 +203,17 @@ def _as_strided_after_views(x):
     return ()  # (the base only: reading such a view back is the fx trace's)
 
 
+def _as_strided_after_a_write_through_a_transpose(x):
+    """After ``x.t().copy_(...)`` the storage's value has the transpose's
+    strides; an ``as_strided`` write still addresses the memory (fuzzer seed
+    970012: it landed on the wrong elements, silently)."""
+    t = x.t()
+    t.copy_(torch.arange(12.0).reshape(4, 3).to(x.device) * 10)
+    t.as_strided((1, 3), (0, 2), 1).sub_(1)
+    x.as_strided((2, 2), (1, 4), 6).mul_(-1)
+    return ()
+
+
 CASES = {
     "view_dtype_same_width": (_view_dtype_same_width, _floats),
     "view_dtype_int64_as_float64": (
@@ -224,6 +235,8 @@ CASES = {
     "chains": (_chains, lambda: _x(4, 6)),
     "copy_into": (_copy_into, lambda: _x(2, 6)),
     "as_strided_after_views": (_as_strided_after_views, lambda: _x(3, 4)),
+    "as_strided_after_a_write_through_a_transpose": (
+        _as_strided_after_a_write_through_a_transpose, lambda: _x(3, 4)),
 }
 
 
