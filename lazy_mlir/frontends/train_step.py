@@ -345,6 +345,28 @@ class CompiledTrainStep:
         metrics.counter_inc("TrainStepRefused")
         log.warning("lazy-mlir: compile_train_step runs the plain lazy step: %s", why)
 
+    def _why_plain(self, changed: list[str]) -> str:
+        """Why a recording cannot replay, from the ``sync::`` (host reads) and
+        ``aten::`` (ops run eagerly) counters it moved, with the hint that
+        fits each: a step count read on the host is the optimizer's unless
+        it is capturable; an op runs eagerly where its output's shape
+        depends on the values."""
+        reads = [n.split("::")[1] for n in changed if n.startswith("sync::")]
+        eager = [n.split("::")[1] for n in changed if n.startswith("aten::")]
+        parts = []
+        if reads:
+            hint = ("; create the optimizer with capturable=True to keep its step count "
+                    "on the device" if any(g.get("capturable") is False
+                                           for g in self.optimizer.param_groups) else "")
+            parts.append(f"the step reads tensors on the host ({', '.join(reads)}){hint}")
+        if eager:
+            parts.append(f"the step runs ops eagerly ({', '.join(eager)}); "
+                         "LAZY_MLIR_DEBUG=1 says why each does")
+        if any(n in COLLECTIVES for n in reads + eager):  # lm.distributed (#28)
+            parts.append("a collective (all-reduce) runs on the host between two graphs, "
+                         "which one replayed graph cannot hold")
+        return "; ".join(parts)
+
     def _record(self, call: _Call) -> torch.Tensor:
         moved = self._state_to_lazy()
         state = self._state()
@@ -365,14 +387,7 @@ class CompiledTrainStep:
             host_eval.stop_logging()
         changed = metrics.changed_since(before)
         if changed:
-            hint = ("; create the optimizer with capturable=True to keep its step count "
-                    "on the device" if any(g.get("capturable") is False
-                                           for g in self.optimizer.param_groups) else "")
-            if any(n.split("::")[1] in COLLECTIVES for n in changed):  # lm.distributed (#28)
-                hint += ("; a collective (all-reduce) runs on the host between two graphs, "
-                         "which one replayed graph cannot hold")
-            self._refuse(call, moved, "the step reads tensors on the host or runs ops "
-                         f"eagerly ({', '.join(n.split('::')[1] for n in changed)}){hint}")
+            self._refuse(call, moved, self._why_plain(changed))
             mark_step()
             return loss
         plan = self._launch(state, lead, loss, drawn)

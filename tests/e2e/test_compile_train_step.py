@@ -142,6 +142,26 @@ def test_adam_reads_its_step_count_on_the_host_and_runs_plain(caplog):
     assert next(iter(lopt.state.values()))["step"].device.type == "cpu"
 
 
+def test_a_step_with_an_eager_op_says_so_without_blaming_the_optimizer(caplog):
+    """A loss whose op runs eagerly (a data-dependent shape) refuses the
+    recording with that op named; the default Adam (fused on the lazy
+    device: no host read) is not told to be capturable (it was, whatever
+    the cause: a GNN script's bincount and bool-mask index)."""
+    model = _model()
+    lazy = copy.deepcopy(model).to("lazy")
+    opt = torch.optim.Adam(lazy.parameters(), lr=1e-2)
+
+    def loss_fn(out, y):
+        return F.cross_entropy(out[y >= 0], y[y >= 0])  # a bool-mask index: runs eagerly
+    step = lm.compile_train_step(lazy, loss_fn, opt)
+    with caplog.at_level(logging.WARNING, logger="lazy_mlir"):
+        for i in range(2):
+            x, y = _batch(i)
+            step(x.to("lazy"), y.to("lazy"))
+    assert "runs ops eagerly (index" in caplog.text, caplog.text
+    assert "capturable" not in caplog.text
+
+
 @pytest.mark.parametrize("opt", ["Adam", pytest.param("AdamW", marks=pytest.mark.slow)])
 def test_capturable_adam_is_replayed_and_matches_eager_adam(opt):
     """capturable=True keeps the step count on the lazy device (allowed there
