@@ -4,14 +4,17 @@ eager's CPU kernels compute them (their opmath, accumulating in float32).
 
 torch-mlir lowers these ops in the narrow dtype: a sum or mean accumulates in
 bfloat16, and a composite op (``gelu``'s erf form, ``silu``, softmax,
-``layer_norm``, ``mse_loss``) rounds after each of its steps. A bfloat16
+``layer_norm``) rounds after each of its steps. A bfloat16
 model's loss was off eager's at its first step (``mean`` of a bfloat16
 square: 1.3125 for 1.3046875) and ``F.normalize``, ``gelu`` and sums missed
 by an ulp or more in hundreds of elements. Here each such op takes its
 narrow inputs in float32, runs as it does in float32, and each output is
 rounded to the dtype the op gives (read from its meta kernel), once.
 Single elementwise ops need nothing: IREE computes them in float32 and
-rounds once already. Chained over our own registrations of each op, or over
+rounds once already. Not the ops eager computes as several narrow tensors
+(``mse_loss``, the other losses, ``logsumexp``: an elementwise result
+rounded, then its mean): torch-mlir's table decomposes them into those ops,
+and their reductions come here. Chained over our own registrations of each op, or over
 torch-mlir's table's entry where it has one.
 """
 from __future__ import annotations
@@ -27,7 +30,7 @@ aten = torch.ops.aten
 OPS = [
     # reductions (accumulated in float32 by eager)
     aten.sum.default, aten.sum.dim_IntList, aten.mean.default, aten.mean.dim,
-    aten.prod.default, aten.prod.dim_int, aten.cumsum.default, aten.logsumexp.default,
+    aten.prod.default, aten.prod.dim_int, aten.cumsum.default,
     aten.linalg_vector_norm.default, aten.norm.Scalar, aten.norm.ScalarOpt_dim,
     aten.var.correction, aten.std.correction,
     aten.var_mean.correction,
@@ -41,9 +44,6 @@ OPS = [
     # norms
     aten.native_layer_norm.default, aten.native_layer_norm_backward.default,
     aten.native_group_norm.default, aten.native_group_norm_backward.default,
-    # losses
-    aten.mse_loss.default, aten.mse_loss_backward.default, aten.smooth_l1_loss.default,
-    aten.huber_loss.default, aten.binary_cross_entropy_with_logits.default,
     # average pooling
     aten.avg_pool2d.default, aten.avg_pool2d_backward.default,
     aten._adaptive_avg_pool2d.default,
