@@ -126,13 +126,40 @@ def pdist_forward(x, p=2.0):
         return torch.zeros([pairs], dtype=x.dtype, device=x.device)
     if pairs * m > _MAX_DIFFS or pairs > _MAX_PAIRS:
         return NotImplemented
-    # The pair pattern depends on n only: two constant index vectors.
+    return _map_reduce(aten.abs.default(_pair_differences(x)[2]), p, nan_max=True)
+
+
+def _pair_differences(x):
+    """(i, j, x[i] - x[j]) over the pairs ``i < j`` of ``x``'s rows in
+    row-major pair order: the pattern depends on the row count only, two
+    constant index vectors."""
+    n = x.shape[0]
     i = torch.tensor([a for a in range(n) for _ in range(a + 1, n)], dtype=torch.int64,
                      device=x.device)
     j = torch.tensor([b for a in range(n) for b in range(a + 1, n)], dtype=torch.int64,
                      device=x.device)
-    diff = aten.sub.Tensor(aten.index_select.default(x, 0, i), aten.index_select.default(x, 0, j))
-    return _map_reduce(aten.abs.default(diff), p, nan_max=True)
+    return i, j, aten.sub.Tensor(aten.index_select.default(x, 0, i),
+                                 aten.index_select.default(x, 0, j))
+
+
+@register_decomposition(aten._pdist_backward.default, scope=CAPTURE)
+def pdist_backward(grad, x, p, pdist):
+    """``_pdist_backward``: each pair's term (``_pair_gradient``) added to
+    its first row and taken from its second, as ATen's kernel sums them (it
+    ran eagerly: a host round trip per step of a triplet or contrastive loss
+    on ``F.pdist``)."""
+    if x.dtype not in _FLOATS or x.dim() != 2 or p < 0 or math.isnan(p):
+        return NotImplemented
+    n, m = x.shape
+    if p == 0 or n <= 1 or m == 0:
+        return torch.zeros_like(x)
+    if n * (n - 1) // 2 * m > _MAX_DIFFS or n * (n - 1) // 2 > _MAX_PAIRS:
+        return NotImplemented
+    i, j, diff = _pair_differences(x)
+    terms = _pair_gradient(diff, aten.unsqueeze.default(grad, -1),
+                           aten.unsqueeze.default(pdist, -1), p)
+    out = aten.index_add.default(torch.zeros_like(x), 0, i, terms)
+    return aten.index_add.default(out, 0, j, aten.neg.default(terms))
 
 
 

@@ -96,3 +96,21 @@ def test_cdist_backward_compiles_with_eagers_gradients(p, shapes):
     for want, got in zip(*grads):
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
     assert c.fell_back() == []
+
+
+@pytest.mark.parametrize("p", [1.0, 2.0, 0.5, 1.5, 3.0, INF, 0.0])
+def test_pdist_backward_compiles_with_eagers_gradients(p):
+    """``_pdist_backward`` ran eagerly: a host round trip each step of a
+    triplet or contrastive loss on ``F.pdist``. Rows 1 and 3 are equal (a
+    pair at distance 0 takes the kernel's 0)."""
+    torch.manual_seed(0)
+    a = torch.randn(6, 4, dtype=torch.float64)
+    a[3] = a[1]
+    grads, c = [], Counters()
+    for dev in ("cpu", "lazy"):
+        x = a.to(dev).detach().requires_grad_()
+        d = torch.nn.functional.pdist(x, p=p)
+        (d * torch.arange(d.numel(), dtype=d.dtype).to(dev)).sum().backward()
+        grads.append(x.grad.cpu())
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-12, atol=1e-12)
+    assert c.fell_back() == []
