@@ -43,7 +43,7 @@ def no_shape_reason(e: Exception) -> str:
     or the shape depends on the data (both raise NotImplementedError)."""
     if "no fake impl or Meta kernel" in str(e):
         return "PyTorch has no shape function (meta kernel) for it"
-    if isinstance(e, RuntimeError):
+    if isinstance(e, RuntimeError) and not isinstance(e, NotImplementedError):
         return f"its shape function (meta kernel) refused it: {str(e).splitlines()[0][:120]}"
     return f"output shape depends on the data ({type(e).__name__})"
 
