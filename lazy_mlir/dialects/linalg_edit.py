@@ -205,11 +205,17 @@ def _barrier(value, name: str = FUSION_BARRIER):
     if shaped is not None:
         for d in range(shaped.rank):
             if shaped.is_dynamic_dim(d):
-                k = ir.Operation.create("arith.constant", results=[index],
-                                        attributes={"value": ir.IntegerAttr.get(index, d)})
                 dims.append(ir.Operation.create("tensor.dim", results=[index],
-                                                operands=[value, k.result]).result)
+                                                operands=[value, _index(d)]).result)
     return ir.Operation.create(name, results=[value.type], operands=[value, *dims])
+
+
+def _index(k: int):
+    """An ``arith.constant`` of ``index`` type ``k`` at the current insertion
+    point; its value."""
+    index = ir.IndexType.get()
+    return ir.Operation.create("arith.constant", results=[index],
+                               attributes={"value": ir.IntegerAttr.get(index, k)}).result
 
 
 def _ranked(t):
@@ -435,13 +441,10 @@ def element_fill(slice_op):
     source, result = slice_op.operands[0], slice_op.results[0]
     t = ir.RankedTensorType(result.type)
     dynamic = ir.ShapedType.get_dynamic_size()
-    index = ir.IndexType.get(slice_op.context)
     runtime = list(slice_op.operands[1:])
     with ir.InsertionPoint(slice_op), slice_op.location:
-        offsets = [runtime.pop(0) if o == dynamic else ir.Operation.create(
-            "arith.constant", results=[index],
-            attributes={"value": ir.IntegerAttr.get(index, o)}).result
-            for o in i64_array(slice_op, "static_offsets")]
+        offsets = [runtime.pop(0) if o == dynamic else _index(o)
+                   for o in i64_array(slice_op, "static_offsets")]
         element = tensor.ExtractOp(source, offsets).result
         filled = linalg.fill(element, outs=[tensor.EmptyOp(list(t.shape), t.element_type).result])
     result.replace_all_uses_with(filled)

@@ -347,10 +347,10 @@ class CompiledTrainStep:
 
     def _why_plain(self, changed: list[str]) -> str:
         """Why a recording cannot replay, from the ``sync::`` (host reads) and
-        ``aten::`` (ops run eagerly) counters it moved, with the hint that
-        fits each: a step count read on the host is the optimizer's unless
-        it is capturable; an op runs eagerly where its output's shape
-        depends on the values."""
+        ``aten::`` (ops run eagerly) counters it moved, each with its own
+        hint: ``capturable=True`` for host reads only (a non-capturable
+        optimizer reads its step count there), ``LAZY_MLIR_DEBUG=1`` for the
+        eager ops (it says why each one runs eagerly)."""
         reads = [n.split("::")[1] for n in changed if n.startswith("sync::")]
         eager = [n.split("::")[1] for n in changed if n.startswith("aten::")]
         parts = []

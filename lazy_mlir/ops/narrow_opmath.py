@@ -14,8 +14,8 @@ Single elementwise ops need nothing: IREE computes them in float32 and
 rounds once already. Not the ops eager computes as several narrow tensors
 (``mse_loss``, the other losses, ``logsumexp``: an elementwise result
 rounded, then its mean): torch-mlir's table decomposes them into those ops,
-and their reductions come here. Chained over our own registrations of each op, or over
-torch-mlir's table's entry where it has one.
+and their reductions come here. Chained over our own registrations of each
+op, or over torch-mlir's table's entry where it has one.
 """
 from __future__ import annotations
 
@@ -67,6 +67,9 @@ def _dtypes_of(op, args, kwargs):
 
 
 def _in_float32(op, below):
+    """The chained decomposition of ``op``: narrow inputs in float32, each
+    output rounded once to its dtype; any other call goes to ``below`` (ours,
+    else torch-mlir's entry, else the op itself)."""
     if below is None:
         from ..dialects.torch_ops import torch_mlir_decompositions
         below = torch_mlir_decompositions().get(op)
