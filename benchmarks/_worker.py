@@ -109,10 +109,13 @@ def run_worker(backend: str, model_name: str, batch: int, steps: int, warmup: in
         if backend == "lazy_mlir_step":
             import lazy_mlir as lm
             fn = lm.compile_train_step(model, loss_fn, opt)
+        sched = _scheduler(opt, 1 + warmup + steps)
         times, losses = [], []
         for i in range(1 + warmup + steps):
             t0 = time.perf_counter()
             loss = fn(x, y)
+            if sched is not None:
+                sched.step()
             sync()
             value = loss.item()
             times.append(time.perf_counter() - t0)
@@ -129,6 +132,17 @@ def run_worker(backend: str, model_name: str, batch: int, steps: int, warmup: in
         res["error"] = f"{type(e).__name__}: {msg[0] if msg else ''}".strip()
         res["traceback"] = traceback.format_exc()
     return res
+
+
+def _scheduler(opt, total: int):
+    """``BENCH_SCHEDULE=onecycle``: a OneCycleLR stepped after every step
+    (a new learning rate and momentum each step), peaking at 10x the
+    optimizer's learning rate; else None."""
+    import torch
+    if os.environ.get("BENCH_SCHEDULE", "none") != "onecycle":
+        return None
+    lr = opt.param_groups[0]["lr"]
+    return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=10 * lr, total_steps=total + 1)
 
 
 def emit(res: dict) -> None:

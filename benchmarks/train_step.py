@@ -3,7 +3,7 @@
     python benchmarks/train_step.py [--steps N] [--warmup W] [--models cnn,lenet,mlp]
     python benchmarks/train_step.py --models same,depthwise   # other convolution shapes
         [--backends eager,compile,ts_lazy,lazy_mlir,lazy_mlir_step,lazy_mlir_compile]
-        [--out FILE.md] [--quick]
+        [--out FILE.md] [--quick] [--schedule onecycle]
 
 Each (model, backend) pair runs in a fresh subprocess (``--_worker``): the
 TorchScript lazy backend and lazy-mlir both own the ``lazy`` device and cannot
@@ -51,6 +51,9 @@ def parse_args(argv=None):
                    help="run every backend of a row this many times, in turn: the ratio to "
                         "eager is then the median of each round's ratio (with its range), "
                         "which a noisy machine moves less than one run of each")
+    p.add_argument("--schedule", choices=("none", "onecycle"), default="none",
+                   help="step a learning-rate scheduler after every step (onecycle: "
+                        "OneCycleLR, which also cycles Adam's betas and SGD's momentum)")
     p.add_argument("--warm-caches", action="store_true",
                    help="let workers use the user's compile caches (default: a fresh, "
                         "empty cache per worker, so the first step is a cold compile)")
@@ -92,6 +95,7 @@ def main(argv=None) -> int:
     if a.log_dir:
         os.makedirs(a.log_dir, exist_ok=True)
     script = os.path.abspath(__file__)
+    os.environ["BENCH_SCHEDULE"] = a.schedule  # (read by every worker)
     rows: list[H.Row] = []
     t_start = time.perf_counter()
     load0 = os.getloadavg()[0]

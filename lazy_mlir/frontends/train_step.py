@@ -40,7 +40,8 @@ Guarantees:
   batch structure (positional count, keyword names, non-tensor values), shapes
   and dtypes (or other batch sizes, below), the same state tensor objects, the same
   hyperparameters and non-tensor optimizer state (a learning-rate scheduler's
-  change records again, once), the same ``train()``/``eval()`` modes (of
+  change records again, once; but the fused Adam, AdamW and SGD's learning
+  rate, betas and momentum are inputs bound per replay: ``train_step_hyper``), the same ``train()``/``eval()`` modes (of
   the modules the model had when the step was made), grad
   mode, ``lm.autocast`` state (on or off, its dtype), target and pipeline
   config. Anything else runs the plain step.
@@ -81,11 +82,12 @@ from collections.abc import Mapping
 
 import torch
 
-from ..lazy import bounds, early_outputs, host_eval, random
+from ..lazy import bounds, early_outputs, fused_optim, host_eval, random
 from .. import metrics
 from ..lazy.capture import assign, emit, value_of
 from ..lazy.collectives import NAMES as COLLECTIVES
 from ..compile_service.executable import LOADED
+from . import train_step_hyper as hyperparams
 from . import train_step_sizes as sizes
 from ..lazy.autocast import state as autocast_state
 from ..graph.ir import DeviceData, Value
@@ -187,17 +189,27 @@ class _Plan:
         self.seeds = seeds  # positions in ``bound`` of random seeds, drawn anew per call
         self.specs = [v.spec for v in graph.outputs]
         self.no_grad: tuple[int, ...] = ()  # state positions of parameters left without a grad
+        self.hyper: tuple = ()  # train_step_hyper.Bound: inputs made from param groups per call
+        self.fixed: tuple = ()  # (group, key, value): unguarded keys this plan took as constants
+        self.made: dict = {}  # train_step_hyper.bind's last inputs
+
+    @property
+    def rebound(self) -> frozenset:
+        """Positions in ``bound`` given anew at each replay."""
+        return frozenset(self.seeds).union(b.pos for b in self.hyper)
 
     reads: tuple = ()  # host_eval.Read: host reads of the batch, checked before a replay
 
     def same_as(self, other: "_Plan") -> bool:
         """Two recordings of the same step: same graph, same constants."""
-        if self.key != other.key or self.seeds != other.seeds:
+        if (self.key != other.key or self.seeds != other.seeds
+                or self.hyper != other.hyper or self.fixed != other.fixed):
             return False
         if not host_eval.same_reads(self.reads, other.reads):
             return False
+        rebound = self.rebound
         for i, (a, b) in enumerate(zip(self.bound, other.bound)):
-            if a is b or i in self.seeds:
+            if a is b or i in rebound:
                 continue
             if a.host is None or b.host is None or not torch.equal(a.host, b.host):
                 return False
@@ -219,6 +231,10 @@ class CompiledTrainStep:
         self._recorded: dict = {}  # guard -> the last recording, until two agree
         self._by_rank: dict = {}   # size-free guard -> (guard, its last recording)
         self._variants: dict = {}  # size-free guard -> SizeVariant (other batch sizes)
+        self._lifted: set = set()  # (group, key) whose values replays bind (train_step_hyper)
+        # loose guard -> why: a refusal holds for every learning rate (a
+        # scheduler's new one each step recorded, and was refused, again)
+        self._refused: dict = {}
 
     # -- what a recording depends on ----------------------------------------
     def _params(self) -> list:
@@ -248,14 +264,18 @@ class CompiledTrainStep:
                     out += [(st, k, st[k]) for k in sorted(st) if isinstance(st[k], torch.Tensor)]
         return out
 
-    def _guard(self, call: _Call, state) -> tuple | None:
-        """The conditions a replay needs; None when they cannot be stated."""
+    def _guard(self, call: _Call, state, loose: bool = False) -> tuple | None:
+        """The conditions a replay needs; None when they cannot be stated.
+        ``loose``: with every hyperparameter's value left out (its
+        ``structure`` kept), the conditions of a refusal."""
         opt = self.optimizer
-        hyper = []
-        for g in opt.param_groups:
+        hyper, lifted = [], self._lifted
+        for i, g in enumerate(opt.param_groups):
             for k in sorted(g):
                 if k != "params":
-                    hyper.append((k, _frozen(g[k])))
+                    v = _frozen(g[k])
+                    hyper.append((k, hyperparams.structure(v) if loose or (i, k) in lifted
+                                  else v))
         for g in opt.param_groups:
             for p in g["params"]:
                 st = opt.state.get(p)
@@ -281,6 +301,8 @@ class CompiledTrainStep:
             plan = self._plans.get(guard)
             if plan is None and self._variants:
                 plan = self._new_size(guard, call, state)
+            if plan is None and self._refused:
+                plan = self._refused.get(self._guard(call, state, loose=True))
         elif call.hashable():
             plan = "a hyperparameter is a tensor"
         else:
@@ -319,6 +341,7 @@ class CompiledTrainStep:
         """Forget the recordings: the next calls record again. For a change
         the guard cannot see (a global flag the forward reads)."""
         self._plans.clear()
+        self._refused.clear()
         self._recorded.clear()
         self._by_rank.clear()
         self._variants.clear()
@@ -339,8 +362,10 @@ class CompiledTrainStep:
         CPU state back on the CPU, so the guard is the one later calls see)."""
         for st, k, t in moved:
             st[k] = t.cpu()
-        guard = self._guard(call, self._state())
+        state = self._state()
+        guard = self._guard(call, state)
         self._plans[guard] = why
+        self._refused[self._guard(call, state, loose=True)] = why
         self._recorded.pop(guard, None)
         metrics.counter_inc("TrainStepRefused")
         log.warning("lazy-mlir: compile_train_step runs the plain lazy step: %s", why)
@@ -377,13 +402,14 @@ class CompiledTrainStep:
             self._refuse(call, moved, "a state tensor is a view of another")
             return self._plain(call)
         before = metrics.host_reads()
-        drawn = random.log_seeds()
+        drawn, lifts = random.log_seeds(), fused_optim.log_lifted()
         reads = host_eval.log_reads(lead[len(state):], lead[:len(state)])  # (guarded reads)
         try:
             with bounds.in_graph(), early_outputs.one_graph():
                 loss = self._plain(call, mark=False)
         finally:
             random.stop_logging(drawn)
+            fused_optim.stop_lift_log(lifts)
             host_eval.stop_logging()
         changed = metrics.changed_since(before)
         if changed:
@@ -392,6 +418,8 @@ class CompiledTrainStep:
             return loss
         plan = self._launch(state, lead, loss, drawn)
         plan.reads = tuple(reads)
+        if self._lift(plan, lifts):  # (the guard leaves out the values it now binds)
+            guard = self._guard(call, state)
         last = self._recorded.pop(guard, None)
         if last is not None and not plan.same_as(last):
             self._refuse(call, [], "a value the step computes on the host changes from "
@@ -403,6 +431,17 @@ class CompiledTrainStep:
             self._recorded[guard] = plan
         metrics.counter_inc("TrainStepRecorded")
         return loss
+
+    def _lift(self, plan: _Plan, lifts: list) -> bool:
+        """The hyperparameters ``plan`` binds per replay, and those the
+        guard leaves out that it does not (checked per replay instead).
+        The keys it binds leave the guard from now on: whether they were new."""
+        groups = self.optimizer.param_groups
+        plan.hyper = hyperparams.bindings(lifts, self.optimizer, plan.bound)
+        plan.fixed = hyperparams.fixed(self._lifted, plan.hyper, groups)
+        new = hyperparams.keys(plan.hyper) - self._lifted
+        self._lifted |= new
+        return bool(new)
 
     def _state_to_lazy(self) -> list:
         moved = []
@@ -451,8 +490,10 @@ class CompiledTrainStep:
         return plan
 
     def _replay(self, plan: _Plan, call: _Call, state) -> torch.Tensor:
-        if plan.reads and not host_eval.reads_hold(plan.reads, [value_of(b).data
-                                                                for b in call.tensors]):
+        groups = self.optimizer.param_groups
+        if ((plan.reads and not host_eval.reads_hold(plan.reads, [value_of(b).data
+                                                                 for b in call.tensors]))
+                or (plan.fixed and not hyperparams.fixed_hold(plan.fixed, groups))):
             metrics.counter_inc("TrainStepPlain")  # (a host read of this batch differs)
             return self._plain(call)
         values = [value_of(t) for _, _, t in state] + [value_of(b) for b in call.tensors]
@@ -462,6 +503,7 @@ class CompiledTrainStep:
         bound = list(plan.bound)
         for i in plan.seeds:
             bound[i] = random.again(bound[i])  # (a seed, or a host fill: drop path's rand)
+        hyperparams.bind(plan.hyper, groups, bound, plan.made)
         inputs = [v.data for v in values] + bound
         datas = [DeviceData(s) for s in plan.specs]
         # The outputs are bound before the launch, which is the last thing

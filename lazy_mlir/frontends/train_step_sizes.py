@@ -137,8 +137,8 @@ def agree(p, q, n_state: int) -> SizeVariant | None:
         return None
     if any(kind == "new" for kind, _ in p.slots):  # (the optimizer's first step)
         return None
-    if (p.slots, p.specs, p.checks, p.seeds, p.no_grad, p.n_lead) != (
-            q.slots, q.specs, q.checks, q.seeds, q.no_grad, q.n_lead):
+    if (p.slots, p.specs, p.checks, p.seeds, p.hyper, p.fixed, p.no_grad, p.n_lead) != (
+            q.slots, q.specs, q.checks, q.seeds, q.hyper, q.fixed, q.no_grad, q.n_lead):
         return None
     for entry in (p.entry, q.entry):
         plan = size_families.plan_of(entry)
@@ -178,11 +178,13 @@ def _remade(plan: SizePlan, p, q, n_state: int) -> dict[int, Remade] | None:
 
 def same_constants(p, q, remade=frozenset()) -> bool:
     """The constants two recordings read (their inputs after the state and
-    the batch) are equal, random seeds and ``remade`` ones aside."""
+    the batch) are equal, random seeds, hyperparameters and ``remade`` ones
+    aside."""
     if len(p.bound) != len(q.bound):
         return False
+    rebound = p.rebound
     for i, (a, b) in enumerate(zip(p.bound, q.bound)):
-        if a is b or i in p.seeds or i in remade:
+        if a is b or i in rebound or i in remade:
             continue
         if a.host is None or b.host is None or a.spec != b.spec or not torch.equal(a.host,
                                                                                  b.host):

@@ -13,7 +13,10 @@ The whole update is then one node where the foreach path records a dozen
 
 - A float ``lr`` becomes a 0-dim graph input (``capture._make_scalar``), not
   a constant: an LR schedule changes an input, never the graph. A tensor
-  ``lr`` (lazy or host) is an input as it is.
+  ``lr`` (lazy or host) is an input as it is. While ``log_lifted`` is on
+  (``compile_train_step`` records a step), each lifted hyperparameter is a
+  fresh input, logged with the param-group keys it comes from, so a replay
+  binds the group's new value to that input alone.
 - Step counts on the lazy device are inputs of the node; host step counts
   (``capturable=False`` with fused chosen by ``prefer_fused``) are stacked on
   the host into ONE [n] input.
@@ -31,6 +34,7 @@ its foreach path (see ``prefer_fused``).
 from __future__ import annotations
 
 import operator
+from typing import Callable, NamedTuple
 
 import torch
 
@@ -94,13 +98,53 @@ _dtype_of = operator.attrgetter("spec.dtype")
 _storage_of = operator.attrgetter("_storage")
 
 
-def _lr(lr, dtype):
+class Lifted(NamedTuple):
+    """A hyperparameter lifted while ``log_lifted`` is on: the graph input
+    ``data`` holds ``torch.tensor(of(*group[k] for k in keys), dtype)``
+    for the param group holding ``param``."""
+    param: torch.Tensor
+    keys: tuple[str, ...]
+    of: Callable
+    dtype: torch.dtype
+    data: object
+
+
+_lift_logs: list[list] = []
+
+
+def log_lifted() -> list:
+    """A list that collects a ``Lifted`` for every hyperparameter lifted
+    until ``stop_lift_log`` (``compile_train_step`` binds each anew per
+    replay: a learning-rate schedule then replays the same graph)."""
+    log: list = []
+    _lift_logs.append(log)
+    return log
+
+
+def stop_lift_log(log: list) -> None:
+    _lift_logs.remove(log)
+
+
+def _lifted(param, keys: tuple, of: Callable, values: tuple, dtype) -> LazyTensor:
+    """``of(*values)`` as a tensor input: ``_make_scalar``'s shared one, or,
+    while logged, a fresh one of its own (a shared one may also feed the
+    model, which a new learning rate must not change)."""
+    x = of(*values)
+    if not _lift_logs:
+        return _make_scalar(x, dtype)
+    t = wrap_value(data_value(torch.tensor(x, dtype=dtype)))
+    for log in _lift_logs:
+        log.append(Lifted(param, keys, of, dtype, value_of(t).data))
+    return t
+
+
+def _lr(lr, dtype, param):
     """The learning rate as a 0-dim tensor the node takes as an input."""
     if isinstance(lr, LazyTensor):
         return lr
     if isinstance(lr, torch.Tensor):
         return wrap_value(data_value(lr.detach().reshape(()).to(dtype).clone()))
-    return _make_scalar(float(lr), dtype)
+    return _lifted(param, ("lr",), float, (lr,), dtype)
 
 
 def _steps(steps) -> list:
@@ -156,7 +200,7 @@ def _fused_adam(func, args, kwargs):
                              (written, read, b["state_steps"])):
         return None
     dtype = params[0].dtype
-    steps, lr = _steps(b["state_steps"]), _lr(b["lr"], dtype)
+    steps, lr = _steps(b["state_steps"]), _lr(b["lr"], dtype, params[0])
     betas, consts = _adam_betas(b, dtype), _adam_constants(func, b)
     before = (list_replay.values([*params, *grads, *exp_avgs, *exp_avg_sqs, *max_sqs, *steps, lr,
                                   betas]) if _replayable(b) else None)
@@ -174,8 +218,16 @@ def _fused_adam(func, args, kwargs):
 def _adam_betas(b, dtype) -> LazyTensor:
     """The betas as the node's tensor argument (``ops.optim.adam_betas``):
     lifted, so a momentum schedule changes an input, not the graph."""
-    terms = _optim_ops.adam_betas(float(b["beta1"]), float(b["beta2"]))
-    return _make_scalar(terms, _optim_ops.hyper_dtype(dtype))
+    return _lifted(b["self"][0], ("betas",), _betas_terms, ((b["beta1"], b["beta2"]),),
+                   _optim_ops.hyper_dtype(dtype))
+
+
+def _betas_terms(betas) -> tuple[float, ...]:
+    return _optim_ops.adam_betas(float(betas[0]), float(betas[1]))
+
+
+def _momentum_terms(momentum, dampening) -> tuple[float, float]:
+    return _optim_ops.sgd_momentum(float(momentum), float(dampening))
 
 
 def _adam_constants(func, b) -> list:
@@ -210,7 +262,7 @@ def _replayed(func, b, written: list, max_sqs: list) -> bool:
     if type(lr) is not LazyTensor:
         if type(params[0]) is not LazyTensor:
             return False
-        lr = _make_scalar(float(lr), params[0].dtype)
+        lr = _lr(lr, params[0].dtype, params[0])
     vals = list_replay.values([*params, *b["grads"], *b["exp_avgs"], *b["exp_avg_sqs"],
                                *max_sqs, *b["state_steps"], lr,
                                _adam_betas(b, params[0].dtype)])
@@ -233,9 +285,10 @@ def _fused_sgd(func, args, kwargs):
     read = list(grads) if grad_scale is None else []
     if _handled_without_node(func, args, kwargs, ops.fused_sgd.default, (written, read, ())):
         return None
-    terms = _optim_ops.sgd_momentum(momentum, float(b["dampening"]))
-    node_args = (list(params), list(grads), buffers, _lr(b["lr"], dtype),
-                 float(b["weight_decay"]), _make_scalar(terms, _optim_ops.hyper_dtype(dtype)),
+    terms = _lifted(params[0], ("momentum", "dampening"), _momentum_terms,
+                    (momentum, b["dampening"]), _optim_ops.hyper_dtype(dtype))
+    node_args = (list(params), list(grads), buffers, _lr(b["lr"], dtype, params[0]),
+                 float(b["weight_decay"]), terms,
                  momentum != 0.0, bool(b["nesterov"]), bool(b["maximize"]), bool(b["is_first_step"]),
                  _optional(grad_scale), _optional(b["found_inf"]))
     _write(written, _record(ops.fused_sgd.default, node_args, {}, bare=True))

@@ -125,6 +125,65 @@ def test_a_changed_learning_rate_records_again_and_is_used():
     assert isinstance(state[1].state[next(state[0].parameters())]["step"], torch.Tensor)
 
 
+def _scheduled(make_sched):
+    """An ``on_step`` for ``_run``: a scheduler made for each optimizer,
+    stepped after every step as a training loop does."""
+    scheds = []
+
+    def on_step(i, eopt, lopt):
+        if i == 0:
+            scheds.extend(make_sched(o) for o in (eopt, lopt))
+        for s in scheds if i else ():
+            s.step()
+    return on_step
+
+
+@pytest.mark.parametrize("make_opt, make_sched", [
+    (lambda p: torch.optim.AdamW(p, lr=1e-3),  # (cycles the betas too)
+     lambda o: torch.optim.lr_scheduler.OneCycleLR(o, max_lr=1e-2, total_steps=10)),
+    (lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, dampening=0.1),  # (cycles momentum)
+     lambda o: torch.optim.lr_scheduler.OneCycleLR(o, max_lr=0.1, total_steps=10)),
+    (lambda p: torch.optim.Adam(p, lr=1e-2),
+     lambda o: torch.optim.lr_scheduler.LambdaLR(o, lambda i: 1.0 / (1 + i))),
+], ids=["adamw-onecycle", "sgd-onecycle", "adam-lambda"])
+def test_a_learning_rate_schedule_stepped_every_step_is_replayed(make_opt, make_sched):
+    """A scheduler that changes the learning rate (and the momentum) every
+    step: the fused update's values are inputs the replay binds from the
+    param groups (``train_step_hyper``), so the step replays with eager's
+    values. Each new learning rate recorded again before (never replayed)."""
+    before = _counters()
+    state = _run(make_opt, 8, on_step=_scheduled(make_sched), smaller_last=False)
+    _same_state(*state)
+    # 1 records (and makes the state), 2 and 3 record the same graph, 4-8 replay
+    assert _delta(before) == {"TrainStepRecorded": 3, "TrainStepReplayed": 5,
+                              "TrainStepPlain": 0, "TrainStepRefused": 0}
+
+
+class _DecayingSGD(torch.optim.SGD):
+    """A subclass whose ``step`` reads ``group["lr"]`` itself: the value is
+    a constant of its recording, so a new one must record again."""
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        super().step(closure)
+        for g in self.param_groups:
+            for p in g["params"]:
+                p.mul_(1.0 - g["lr"])
+
+
+def test_a_subclass_whose_step_reads_the_learning_rate_records_again():
+    def schedule(i, eopt, lopt):
+        for o in (eopt, lopt):
+            for g in o.param_groups:
+                g["lr"] = 0.1 if i < 5 else 0.02
+    before = _counters()
+    state = _run(lambda p: _DecayingSGD(p, lr=0.1, momentum=0.9), 9, on_step=schedule,
+                 smaller_last=False)
+    _same_state(*state)
+    # 0-2 record, 3-4 replay; at 5 the lr changes: 5-6 record, 7-8 replay
+    assert _delta(before)["TrainStepReplayed"] == 4
+
+
 def test_adam_reads_its_step_count_on_the_host_and_runs_plain(caplog):
     """Adam's foreach path with ``capturable=False`` reads its step count on
     the host (its default on lazy parameters is the fused path, below)."""
@@ -160,6 +219,34 @@ def test_a_step_with_an_eager_op_says_so_without_blaming_the_optimizer(caplog):
             step(x.to("lazy"), y.to("lazy"))
     assert "runs ops eagerly (index" in caplog.text, caplog.text
     assert "capturable" not in caplog.text
+
+
+def test_a_refused_step_under_a_schedule_is_refused_once(caplog):
+    """A step refused (an op runs eagerly) stays refused when only a
+    hyperparameter's value changes: a scheduler's new learning rate each
+    step recorded the step again, was refused again and warned again."""
+    eager = _model()
+    lazy = copy.deepcopy(eager).to("lazy")
+    eopt, lopt = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (eager, lazy))
+    scheds = [torch.optim.lr_scheduler.LambdaLR(o, lambda i: 1.0 / (1 + i)) for o in (eopt, lopt)]
+
+    def loss_fn(out, y):
+        return F.cross_entropy(out[y >= 0], y[y >= 0])  # a bool-mask index: runs eagerly
+    step = lm.compile_train_step(lazy, loss_fn, lopt)
+    before = _counters()
+    with caplog.at_level(logging.WARNING, logger="lazy_mlir"):
+        for i in range(5):
+            x, y = _batch(i)
+            eopt.zero_grad(set_to_none=True)
+            want = loss_fn(eager(x), y)
+            want.backward()
+            eopt.step()
+            torch.testing.assert_close(step(x.to("lazy"), y.to("lazy")).cpu(), want.detach(), **TOL)
+            for s in scheds:
+                s.step()
+    assert _delta(before) == {"TrainStepRecorded": 0, "TrainStepReplayed": 0,
+                              "TrainStepPlain": 4, "TrainStepRefused": 1}
+    assert caplog.text.count("runs the plain lazy step") == 1, caplog.text
 
 
 @pytest.mark.parametrize("opt", ["Adam", pytest.param("AdamW", marks=pytest.mark.slow)])
@@ -447,7 +534,9 @@ def test_an_evaluation_left_pending_beside_a_changing_learning_rate():
     then differed and the step ran plain from then on."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10)).to("lazy")
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    # foreach: its learning rate is not an input of the replay (fused SGD's
+    # is, train_step_hyper), so the new one records again
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, foreach=True)
     sched = torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.5)
     step = lm.compile_train_step(model, nn.CrossEntropyLoss(), opt)
     x, y = torch.randn(32, 64).to("lazy"), torch.randint(0, 10, (32,)).to("lazy")
