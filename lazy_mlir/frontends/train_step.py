@@ -11,6 +11,9 @@ returns ``step``; ``step(*inputs, target)`` does what this does::
     optimizer.step()
     return loss.detach()
 
+(with ``max_grad_norm=``, ``clip_grad_norm_(model.parameters(), max_grad_norm)``
+before ``optimizer.step()``).
+
 The batch may also come as keyword inputs, and the model may compute its own
 loss (``loss_fn`` left out: ``compile_train_step(model, optimizer)``):
 
@@ -99,8 +102,9 @@ log = logging.getLogger("lazy_mlir")
 _HASHABLE = (int, float, bool, str, type(None), tuple, frozenset)
 
 
-def compile_train_step(model, loss_fn=None, optimizer=None, *,
-                       target_key: str = "labels", dynamic: bool = True) -> "CompiledTrainStep":
+def compile_train_step(model, loss_fn=None, optimizer=None, *, target_key: str = "labels",
+                       dynamic: bool = True,
+                       max_grad_norm: float | None = None) -> "CompiledTrainStep":
     """``step``: one training step, replayed as one compiled graph once it
     repeats (see the module docstring for the call forms).
 
@@ -109,7 +113,10 @@ def compile_train_step(model, loss_fn=None, optimizer=None, *,
     loss. ``target_key``: with a keyword batch and a ``loss_fn``, the entry
     given to ``loss_fn`` as the target instead of to the model. ``dynamic``:
     a batch of a new shape may replay on a module with dynamic dimensions
-    (``train_step_sizes``); False records at every batch shape."""
+    (``train_step_sizes``); False records at every batch shape.
+    ``max_grad_norm``: ``torch.nn.utils.clip_grad_norm_(model.parameters(),
+    max_grad_norm)`` between the backward and the optimizer's step, part of
+    the replayed graph (it reads nothing on the host)."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError("lm.compile_train_step takes an nn.Module")
     if optimizer is None and isinstance(loss_fn, torch.optim.Optimizer):
@@ -121,7 +128,12 @@ def compile_train_step(model, loss_fn=None, optimizer=None, *,
     if loss_fn is not None and not callable(loss_fn):
         raise TypeError(f"lm.compile_train_step: loss_fn must be callable (or None for a model "
                         f"that returns its loss), not {type(loss_fn).__name__}")
-    return CompiledTrainStep(model, loss_fn, optimizer, target_key, dynamic)
+    if max_grad_norm is not None and not (isinstance(max_grad_norm, (int, float))
+                                          and max_grad_norm > 0):
+        raise ValueError(f"lm.compile_train_step: max_grad_norm must be a positive number "
+                         f"(or None: no clipping), not {max_grad_norm!r}")
+    return CompiledTrainStep(model, loss_fn, optimizer, target_key, dynamic,
+                             None if max_grad_norm is None else float(max_grad_norm))
 
 
 class _Call:
@@ -218,8 +230,9 @@ class _Plan:
 
 class CompiledTrainStep:
     def __init__(self, model, loss_fn, optimizer, target_key: str = "labels",
-                 dynamic: bool = True):
+                 dynamic: bool = True, max_grad_norm: float | None = None):
         self.model = model
+        self.max_grad_norm = max_grad_norm
         self.dynamic = dynamic
         self.loss_fn = loss_fn
         self.optimizer = optimizer
@@ -352,6 +365,8 @@ class CompiledTrainStep:
         self.optimizer.zero_grad(set_to_none=True)
         loss = self._loss(call)
         loss.backward()
+        if self.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
         self.optimizer.step()
         if mark:
             mark_step()

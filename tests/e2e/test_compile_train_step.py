@@ -41,13 +41,15 @@ def _batch(i, batch=16):
     return X[j:j + batch], Y[j:j + batch]
 
 
-def _run(make_opt, steps, *, on_step=None, batch=16, smaller_last=True):
+def _run(make_opt, steps, *, on_step=None, batch=16, smaller_last=True, clip=None,
+         norms=None):
     """(lazy model, lazy optimizer, eager model, eager optimizer) after
-    ``steps`` steps of each, checking every loss on the way."""
+    ``steps`` steps of each, checking every loss on the way. ``clip``: the
+    max gradient norm (``norms`` collects eager's norms before clipping)."""
     eager = _model()
     lazy = copy.deepcopy(eager).to("lazy")
     eopt, lopt = make_opt(eager.parameters()), make_opt(lazy.parameters())
-    step = lm.compile_train_step(lazy, F.cross_entropy, lopt)
+    step = lm.compile_train_step(lazy, F.cross_entropy, lopt, max_grad_norm=clip)
     for i in range(steps):
         if on_step:
             on_step(i, eopt, lopt)
@@ -56,6 +58,9 @@ def _run(make_opt, steps, *, on_step=None, batch=16, smaller_last=True):
         eopt.zero_grad(set_to_none=True)
         want = F.cross_entropy(eager(x), y)
         want.backward()
+        if clip is not None:
+            norm = torch.nn.utils.clip_grad_norm_(eager.parameters(), clip)
+            (norms if norms is not None else []).append(float(norm))
         eopt.step()
         got = step(x.to("lazy"), y.to("lazy"))
         torch.testing.assert_close(got.cpu(), want.detach(), **TOL)
@@ -157,6 +162,21 @@ def test_a_learning_rate_schedule_stepped_every_step_is_replayed(make_opt, make_
     # 1 records (and makes the state), 2 and 3 record the same graph, 4-8 replay
     assert _delta(before) == {"TrainStepRecorded": 3, "TrainStepReplayed": 5,
                               "TrainStepPlain": 0, "TrainStepRefused": 0}
+
+
+def test_max_grad_norm_clips_the_gradients_inside_the_replayed_graph():
+    """``max_grad_norm``: ``clip_grad_norm_`` between the backward and the
+    step, as a training loop writes it; it reads nothing on the host, so
+    the clipped step replays, with eager's clipped gradients and state."""
+    before, norms = _counters(), []
+    state = _run(lambda p: torch.optim.AdamW(p, lr=1e-2), 6, smaller_last=False, clip=0.5,
+                 norms=norms)
+    assert min(norms) > 0.5  # (every step clipped)
+    _same_state(*state)
+    assert _delta(before) == {"TrainStepRecorded": 3, "TrainStepReplayed": 3,
+                              "TrainStepPlain": 0, "TrainStepRefused": 0}
+    with pytest.raises(ValueError, match="max_grad_norm must be a positive number"):
+        lm.compile_train_step(state[0], F.cross_entropy, state[1], max_grad_norm=-1.0)
 
 
 class _DecayingSGD(torch.optim.SGD):
