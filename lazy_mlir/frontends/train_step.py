@@ -12,7 +12,8 @@ returns ``step``; ``step(*inputs, target)`` does what this does::
     return loss.detach()
 
 (with ``max_grad_norm=``, ``clip_grad_norm_(model.parameters(), max_grad_norm)``
-before ``optimizer.step()``).
+before ``optimizer.step()``; with ``return_outputs=True`` it returns
+``(loss, outputs)``, the model's outputs detached: ``train_step_outputs``).
 
 The batch may also come as keyword inputs, and the model may compute its own
 loss (``loss_fn`` left out: ``compile_train_step(model, optimizer)``):
@@ -91,6 +92,7 @@ from ..lazy.capture import assign, emit, value_of
 from ..lazy.collectives import NAMES as COLLECTIVES
 from ..compile_service.executable import LOADED
 from . import train_step_hyper as hyperparams
+from . import train_step_outputs as outputs
 from . import train_step_sizes as sizes
 from ..lazy.autocast import state as autocast_state
 from ..graph.ir import DeviceData, Value
@@ -103,8 +105,8 @@ _HASHABLE = (int, float, bool, str, type(None), tuple, frozenset)
 
 
 def compile_train_step(model, loss_fn=None, optimizer=None, *, target_key: str = "labels",
-                       dynamic: bool = True,
-                       max_grad_norm: float | None = None) -> "CompiledTrainStep":
+                       dynamic: bool = True, max_grad_norm: float | None = None,
+                       return_outputs: bool = False) -> "CompiledTrainStep":
     """``step``: one training step, replayed as one compiled graph once it
     repeats (see the module docstring for the call forms).
 
@@ -116,7 +118,9 @@ def compile_train_step(model, loss_fn=None, optimizer=None, *, target_key: str =
     (``train_step_sizes``); False records at every batch shape.
     ``max_grad_norm``: ``torch.nn.utils.clip_grad_norm_(model.parameters(),
     max_grad_norm)`` between the backward and the optimizer's step, part of
-    the replayed graph (it reads nothing on the host)."""
+    the replayed graph (it reads nothing on the host). ``return_outputs``:
+    ``step(...)`` returns ``(loss, outputs)``, the model's outputs detached
+    (``train_step_outputs``)."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError("lm.compile_train_step takes an nn.Module")
     if optimizer is None and isinstance(loss_fn, torch.optim.Optimizer):
@@ -133,7 +137,8 @@ def compile_train_step(model, loss_fn=None, optimizer=None, *, target_key: str =
         raise ValueError(f"lm.compile_train_step: max_grad_norm must be a positive number "
                          f"(or None: no clipping), not {max_grad_norm!r}")
     return CompiledTrainStep(model, loss_fn, optimizer, target_key, dynamic,
-                             None if max_grad_norm is None else float(max_grad_norm))
+                             None if max_grad_norm is None else float(max_grad_norm),
+                             bool(return_outputs))
 
 
 class _Call:
@@ -165,22 +170,6 @@ class _Call:
             return False
 
 
-def _loss_of(out) -> torch.Tensor:
-    """The loss a model returns: a scalar tensor, ``out.loss`` or ``out["loss"]``."""
-    loss = out
-    if not isinstance(out, torch.Tensor):
-        loss = out.get("loss") if isinstance(out, Mapping) else getattr(out, "loss", None)
-    if isinstance(loss, torch.Tensor) and loss.dim() == 0:
-        return loss
-    what = (f"a tensor of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor)
-            else f"{type(out).__name__}" + (" with no loss" if loss is None else ""))
-    raise TypeError(
-        "lm.compile_train_step without a loss_fn: the model must return its loss (a scalar "
-        "tensor, or an output with .loss or ['loss'], as transformers models given labels); "
-        f"it returned {what}. Pass the labels in the batch, or a loss_fn: "
-        "compile_train_step(model, loss_fn, optimizer)")
-
-
 def _frozen(v):
     return tuple(_frozen(x) for x in v) if isinstance(v, list) else v
 
@@ -195,7 +184,8 @@ class _Plan:
         self.n_lead = n_lead
         self.family = None  # (size-family key, sizes) of its graph (``train_step_sizes``)
         self.checks = checks  # (exception type, message) per index-check flag
-        # per output: ("state", i) | ("grad", i) | ("new", None) | ("loss", None) | ("flag", None)
+        # per output: ("state", i) | ("grad", i) | ("new", None) | ("loss", None)
+        # | ("out", None) (return_outputs) | ("flag", None)
         self.slots = slots
         self.bound = graph.inputs[n_lead:]  # lifted scalars, seeds, other constants
         self.seeds = seeds  # positions in ``bound`` of random seeds, drawn anew per call
@@ -211,6 +201,7 @@ class _Plan:
         return frozenset(self.seeds).union(b.pos for b in self.hyper)
 
     reads: tuple = ()  # host_eval.Read: host reads of the batch, checked before a replay
+    out_spec = None  # train_step_outputs.tensor_leaves' spec (return_outputs)
 
     def same_as(self, other: "_Plan") -> bool:
         """Two recordings of the same step: same graph, same constants."""
@@ -230,9 +221,12 @@ class _Plan:
 
 class CompiledTrainStep:
     def __init__(self, model, loss_fn, optimizer, target_key: str = "labels",
-                 dynamic: bool = True, max_grad_norm: float | None = None):
+                 dynamic: bool = True, max_grad_norm: float | None = None,
+                 return_outputs: bool = False):
         self.model = model
         self.max_grad_norm = max_grad_norm
+        self.return_outputs = return_outputs
+        self._out = None  # (return_outputs) this call's model outputs
         self.dynamic = dynamic
         self.loss_fn = loss_fn
         self.optimizer = optimizer
@@ -304,6 +298,13 @@ class CompiledTrainStep:
 
     # -- a call --------------------------------------------------------------
     def __call__(self, *args, **kwargs):
+        loss = self._call(*args, **kwargs)
+        if not self.return_outputs:
+            return loss
+        out, self._out = self._out, None
+        return loss, out
+
+    def _call(self, *args, **kwargs):
         if len(args) == 1 and not kwargs and isinstance(args[0], Mapping):
             args, kwargs = (), dict(args[0])  # step(batch_dict)
         self._check_form(args, kwargs)
@@ -344,11 +345,16 @@ class CompiledTrainStep:
 
     def _loss(self, call: _Call) -> torch.Tensor:
         if self.loss_fn is None:
-            return _loss_of(self.model(*call.args, **call.kwargs))
-        if call.kwargs:
-            rest = {k: v for k, v in call.kwargs.items() if k != self.target_key}
-            return self.loss_fn(self.model(**rest), call.kwargs[self.target_key])
-        return self.loss_fn(self.model(*call.args[:-1]), call.args[-1])
+            out = self.model(*call.args, **call.kwargs)
+        elif call.kwargs:
+            out = self.model(**{k: v for k, v in call.kwargs.items() if k != self.target_key})
+        else:
+            out = self.model(*call.args[:-1])
+        if self.return_outputs:
+            self._out = out
+        if self.loss_fn is None:
+            return outputs.loss_of(out)
+        return self.loss_fn(out, call.kwargs[self.target_key] if call.kwargs else call.args[-1])
 
     def reset(self) -> None:
         """Forget the recordings: the next calls record again. For a change
@@ -368,6 +374,8 @@ class CompiledTrainStep:
         if self.max_grad_norm is not None:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
         self.optimizer.step()
+        if self.return_outputs:
+            self._out = outputs.detached(self._out)
         if mark:
             mark_step()
         return loss.detach()
@@ -427,8 +435,10 @@ class CompiledTrainStep:
             fused_optim.stop_lift_log(lifts)
             host_eval.stop_logging()
         changed = metrics.changed_since(before)
-        if changed:
-            self._refuse(call, moved, self._why_plain(changed))
+        why = self._why_plain(changed) if changed else (
+            self.return_outputs and outputs.why_not(self._out))
+        if changed or why:
+            self._refuse(call, moved, why)
             mark_step()
             return loss
         plan = self._launch(state, lead, loss, drawn)
@@ -488,6 +498,9 @@ class CompiledTrainStep:
                 slots.append(("new", None))
         roots.append(value_of(loss))
         slots.append(("loss", None))
+        out_leaves, out_spec = outputs.tensor_leaves(self._out) if self.return_outputs else ([], None)
+        roots += [value_of(t) for t in out_leaves]
+        slots += [("out", None)] * len(out_leaves)
         roots = [v if v.pending else emit(torch.ops.aten.clone.default, (v,), {})[0]
                  for v in roots]
         graph, entry, checks = launch(roots, lead)
@@ -496,6 +509,7 @@ class CompiledTrainStep:
         by_id = {id(d): i for i, d in enumerate(graph.inputs[len(lead):])}
         seeds = tuple(by_id[id(d)] for d in drawn if id(d) in by_id)  # (in drawing order)
         plan = _Plan(graph, entry, checks, len(lead), slots, seeds)
+        plan.out_spec = out_spec
         if self.dynamic:
             plan.family = sizes.family(graph, current_target())
         cleared = {id(p) for g in self.optimizer.param_groups for p in g["params"]}
@@ -530,7 +544,7 @@ class CompiledTrainStep:
         # its 500 MB of transient memory in again (host_memory), ~200 ms CPU.
         for i in plan.no_grad:  # zero_grad(set_to_none=True) for the grads the graph does not give
             state[i][2].grad = None
-        loss = None
+        loss, outs = None, []
         for (kind, i), d in zip(plan.slots, datas):
             if kind == "state":
                 assign(state[i][2], Value.of_data(d))  # as an in-place write leaves it
@@ -538,6 +552,10 @@ class CompiledTrainStep:
                 state[i][2].grad = wrap_value(Value.of_data(d))
             elif kind == "loss":
                 loss = wrap_value(Value.of_data(d))
+            elif kind == "out":
+                outs.append(wrap_value(Value.of_data(d)))
+        if plan.out_spec is not None:
+            self._out = outputs.rebuild(plan.out_spec, outs)
         run_entry(plan.entry, inputs, datas, plan.checks)
         metrics.counter_inc("TrainStepReplayed")
         return loss

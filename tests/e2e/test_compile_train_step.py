@@ -179,6 +179,61 @@ def test_max_grad_norm_clips_the_gradients_inside_the_replayed_graph():
         lm.compile_train_step(state[0], F.cross_entropy, state[1], max_grad_norm=-1.0)
 
 
+class _Heads(nn.Module):
+    """A model whose output is a structure: a dict of logits and a tuple
+    (features, a number), or an object a replay cannot rebuild."""
+
+    def __init__(self, opaque=False):
+        super().__init__()
+        self.body, self.opaque = _model(), opaque
+
+    def forward(self, x):
+        logits = self.body(x)
+        aux = (logits.abs().mean(1), 3) if not self.opaque else logging.LogRecord
+        return {"logits": logits, "aux": aux}
+
+
+def _loss_of_heads(out, y):
+    return F.cross_entropy(out["logits"], y)
+
+
+def test_return_outputs_gives_each_steps_outputs_recorded_and_replayed():
+    """``return_outputs``: ``(loss, outputs)``, the model's outputs detached,
+    the values eager computes, in the same structure, at every step
+    (recorded or replayed: the replayed graph computes them too)."""
+    eager = _Heads()
+    lazy = copy.deepcopy(eager).to("lazy")
+    eopt, lopt = (torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (eager, lazy))
+    step = lm.compile_train_step(lazy, _loss_of_heads, lopt, return_outputs=True)
+    before = _counters()
+    for i in range(6):
+        x, y = _batch(i)
+        eopt.zero_grad(set_to_none=True)
+        want = eager(x)
+        _loss_of_heads(want, y).backward()
+        eopt.step()
+        loss, got = step(x.to("lazy"), y.to("lazy"))
+        assert got["aux"][1] == 3 and not got["logits"].requires_grad
+        torch.testing.assert_close(got["logits"].cpu(), want["logits"].detach(), **TOL)
+        torch.testing.assert_close(got["aux"][0].cpu(), want["aux"][0].detach(), **TOL)
+        torch.testing.assert_close(loss.cpu(), _loss_of_heads(want, y).detach(), **TOL)
+    # 1 makes the momentum buffers, 2 and 3 record the same graph, 4-6 replay
+    assert _delta(before) == {"TrainStepRecorded": 3, "TrainStepReplayed": 3,
+                              "TrainStepPlain": 0, "TrainStepRefused": 0}
+
+
+def test_return_outputs_that_cannot_be_rebuilt_run_plain_and_say_why(caplog):
+    lazy = _Heads(opaque=True).to("lazy")
+    opt = torch.optim.SGD(lazy.parameters(), lr=0.1)
+    step = lm.compile_train_step(lazy, _loss_of_heads, opt, return_outputs=True)
+    with caplog.at_level(logging.WARNING, logger="lazy_mlir"):
+        for i in range(3):
+            x, y = (t.to("lazy") for t in _batch(i))
+            _, out = step(x, y)
+            assert out["aux"] is logging.LogRecord and out["logits"].shape == (16, 10)
+    assert "return_outputs: the model's output holds a type" in caplog.text
+
+
 class _DecayingSGD(torch.optim.SGD):
     """A subclass whose ``step`` reads ``group["lr"]`` itself: the value is
     a constant of its recording, so a new one must record again."""
