@@ -10,7 +10,9 @@ structure (``torch.utils._pytree``: tuples, lists, dicts, ``transformers``'
 ``ModelOutput``s); the other leaves (None, numbers, strings) are kept as
 recorded. An output that holds any other object (a key-value cache class
 that pytree does not know) cannot be rebuilt: the step then runs plain,
-with the reason logged once.
+with the reason logged once. Outputs whose shape follows the batch (logits)
+give recordings at two batch shapes different output specs, so no size
+variant (``train_step_sizes.agree``) is made: each batch shape records.
 """
 from __future__ import annotations
 
