@@ -45,8 +45,9 @@ Guarantees:
   and dtypes (or other batch sizes, below), the same state tensor objects, the same
   hyperparameters and non-tensor optimizer state (a learning-rate scheduler's
   change records again, once; but the fused Adam, AdamW and SGD's learning
-  rate, betas and momentum are inputs bound per replay: ``train_step_hyper``), the same ``train()``/``eval()`` modes (of
-  the modules the model had when the step was made), grad
+  rate, betas and momentum are inputs bound per replay: ``train_step_hyper``),
+  the same ``train()``/``eval()`` modes (of the modules the model had when
+  the step was made), grad
   mode, ``lm.autocast`` state (on or off, its dtype), target and pipeline
   config. Anything else runs the plain step.
 - A step that reads a tensor on the host (``.item()``, ``if tensor:``), runs
@@ -498,7 +499,8 @@ class CompiledTrainStep:
                 slots.append(("new", None))
         roots.append(value_of(loss))
         slots.append(("loss", None))
-        out_leaves, out_spec = outputs.tensor_leaves(self._out) if self.return_outputs else ([], None)
+        out_leaves, out_spec = ([], None) if not self.return_outputs else (
+            outputs.tensor_leaves(self._out))
         roots += [value_of(t) for t in out_leaves]
         slots += [("out", None)] * len(out_leaves)
         roots = [v if v.pending else emit(torch.ops.aten.clone.default, (v,), {})[0]
