@@ -67,9 +67,14 @@ def bindings(log: list[Lifted], optimizer, bound: list) -> tuple[Bound, ...]:
 
 def _made(b: Bound, groups) -> torch.Tensor | None:
     try:
-        return torch.tensor(b.of(*(groups[b.group][k] for k in b.keys)), dtype=b.dtype)
+        return _host(b, tuple(groups[b.group][k] for k in b.keys))
     except (KeyError, IndexError, TypeError, ValueError):
         return None
+
+
+def _host(b: Bound, values: tuple) -> torch.Tensor:
+    """The input's value made from the group's ``values`` at ``b.keys``."""
+    return torch.tensor(b.of(*values), dtype=b.dtype)
 
 
 def keys(hyper: tuple[Bound, ...]) -> set[tuple[int, str]]:
@@ -105,6 +110,5 @@ def bind(hyper: tuple[Bound, ...], groups, bound: list, made: dict) -> None:
         values = tuple(g[k] for k in b.keys)
         last = made.get(b.pos)
         if last is None or last[0] != values:
-            host = torch.tensor(b.of(*values), dtype=b.dtype)
-            last = made[b.pos] = (values, data_value(host).data)
+            last = made[b.pos] = (values, data_value(_host(b, values)).data)
         bound[b.pos] = last[1]
