@@ -270,6 +270,7 @@ class _Specialized:
         made = getattr(host.untyped_storage(), "_lazy_mlir_array", None)
         if made is not None and made[1] == host._version and made[2] == host.data_ptr() \
                 and made[3] == host.shape and made[4] == host.dtype and host.is_contiguous():
+            self._imports[j] = None  # (an earlier import would keep memory ``host`` left)
             return made[0]
         array = self.session.to_device(host)
         imported = getattr(array, "_lazy_mlir_host", None)

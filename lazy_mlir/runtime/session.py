@@ -278,7 +278,7 @@ class Session:
         metrics.counter_inc("TransferToDevice", arr.nbytes)
         address = host.data_ptr()  # (arr's: numpy's ``ctypes.data`` costs a microsecond)
         if self.zero_copy and arr.nbytes and address % ZERO_COPY_ALIGNMENT == 0:
-            out = self._import(arr, address)
+            out = self._import(arr, address, host)
             if out is not None:
                 metrics.counter_inc("ZeroCopyToDevice", arr.nbytes)
                 return out
@@ -294,26 +294,28 @@ class Session:
             out = self._empties[key] = self._upload(host)
         return out
 
-    def _import(self, arr: np.ndarray, address: int):
+    def _import(self, arr: np.ndarray, address: int, host: torch.Tensor):
         """A device array over ``arr``'s memory, which starts at ``address``
-        (kept alive by the buffer), or None when the device will not import it."""
+        and is ``host``'s (kept alive by the buffer), or None when the device
+        will not import it."""
         rt = self.rt
         element_type = _element_type(arr.dtype)
         if element_type is None:
             return None
         memory, usage = _import_flags()
+        kept = _bytes_of(host, address, arr.nbytes)
         try:
             buf = self.device.allocator.import_host_allocation(
-                arr.reshape(-1).view(np.uint8), memory_type=memory, allowed_usage=usage)
+                kept, memory_type=memory, allowed_usage=usage)
         except Exception as e:
             log.debug("lazy-mlir: host import refused (%s); copying", e)
             return None
         view = rt.HalBufferView(buf, list(arr.shape), element_type)
         out = rt.DeviceArray(self.device, view, implicit_host_transfer=True,
                              override_dtype=arr.dtype)
-        # The binding keeps ``arr`` alive through the Python wrapper ``buf``
+        # The binding keeps ``kept`` alive through the Python wrapper ``buf``
         # only, not through the buffer itself: hold both as long as the array.
-        out._lazy_mlir_host = (buf, arr, address)
+        out._lazy_mlir_host = (buf, kept, address)
         return out
 
     # -- device -> host ------------------------------------------------------
@@ -434,6 +436,25 @@ class Session:
         new_view = rt.HalBufferView(dst, list(view.shape), view.element_type)
         return rt.DeviceArray(self.device, new_view, implicit_host_transfer=True,
                               override_dtype=array.dtype)
+
+
+class _HeldStorage:
+    """The numpy interface of a tensor's memory that holds its storage, not
+    a tensor over it: a tensor would share the storage, and an input that
+    no tensor shares may take over a result's memory (``aot_writes``)."""
+
+    __slots__ = ("storage", "__array_interface__")
+
+    def __init__(self, storage, address: int, nbytes: int):
+        self.storage = storage
+        self.__array_interface__ = {"data": (address, False), "shape": (nbytes,),
+                                    "typestr": "|u1", "version": 3}
+
+
+def _bytes_of(host: torch.Tensor, address: int, nbytes: int) -> np.ndarray:
+    """``host``'s ``nbytes`` bytes from ``address``, as a uint8 array that
+    keeps ``host``'s storage alive."""
+    return np.asarray(_HeldStorage(host.untyped_storage(), address, nbytes))
 
 
 @functools.lru_cache(maxsize=None)
