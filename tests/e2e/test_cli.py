@@ -109,7 +109,7 @@ def test_compile_command(dumped, tmp_path):
     assert r.returncode == 0 and "stream." in r.stdout
 
 
-@pytest.mark.parametrize("args,message", [
+USER_ERRORS = [
     (["dump", "missing.py"], "no such script"),
     (["dump", "{script}", "--stages", "linalg,bogus"], "unknown stage(s) bogus; valid stages"),
     (["dump", "{script}", "--pipeline-config", "{bad_toml}"], "is not valid TOML"),
@@ -119,29 +119,70 @@ def test_compile_command(dumped, tmp_path):
     (["compile", "{garbage}", "--to", "linalg"], "garbage.mlir"),
     (["compile", "{garbage}", "--to", "nope"], "unknown --to 'nope'"),
     (["dump", "{script}", "--target", "tpu"], "unknown target 'tpu'"),
-])
-def test_user_errors_get_one_line_and_nonzero_exit(args, message, script, tmp_path):
-    bad_toml = tmp_path / "bad.toml"
-    bad_toml.write_text("opt_level = [")
-    bad_pass = tmp_path / "bad_pass.toml"
-    bad_pass.write_text('linalg_after = ["no-such-pass"]\n')
-    raises = tmp_path / "raises.py"
-    raises.write_text("import lazy_mlir\n1 / 0\n")
-    garbage = tmp_path / "garbage.mlir"
-    garbage.write_text("this is not mlir")
-    args = [a.format(script=script, bad_toml=bad_toml, bad_pass=bad_pass, raises=raises,
-                     garbage=garbage) for a in args]
-    r = cli(*args)
-    assert r.returncode != 0
-    assert message in r.stderr
-    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+]
+HELPS = [[], ["demo"], ["dump"], ["compile"], ["cache"], ["export"], ["run"], ["doctor"]]
+
+# Each command line in a process of its own costs an import of torch (~6 s
+# a line on 2 cores): the user errors and the helps run as commands of one
+# process, ``main`` called as the console script calls it.
+MANY = textwrap.dedent("""
+    import contextlib, io, json, sys, traceback
+    from lazy_mlir.tools.cli import main
+    out = []
+    for argv in json.loads(sys.argv[1]):
+        o, e = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(o), contextlib.redirect_stderr(e):
+            try:
+                rc = main(argv)
+            except SystemExit as x:
+                rc = x.code if isinstance(x.code, int) else 1
+            except BaseException:
+                traceback.print_exc()
+                rc = 1
+        out.append([rc, o.getvalue(), e.getvalue()])
+    print(json.dumps(out))
+""")
 
 
-@pytest.mark.parametrize("command", [[], ["demo"], ["dump"], ["compile"], ["cache"],
-                                     ["export"], ["run"], ["doctor"]])
-def test_help(command):
-    r = cli(*command, "--help")
-    assert r.returncode == 0 and "usage:" in r.stdout
+@pytest.fixture(scope="module")
+def many(script, tmp_path_factory):
+    """{index: (returncode, stdout, stderr)} of USER_ERRORS, then HELPS."""
+    tmp = tmp_path_factory.mktemp("errors")
+    files = {"script": script, "bad_toml": tmp / "bad.toml", "bad_pass": tmp / "bad_pass.toml",
+             "raises": tmp / "raises.py", "garbage": tmp / "garbage.mlir"}
+    files["bad_toml"].write_text("opt_level = [")
+    files["bad_pass"].write_text('linalg_after = ["no-such-pass"]\n')
+    files["raises"].write_text("import lazy_mlir\n1 / 0\n")
+    files["garbage"].write_text("this is not mlir")
+    argvs = [[a.format(**files) for a in args] for args, _ in USER_ERRORS]
+    argvs += [[*command, "--help"] for command in HELPS]
+    r = subprocess.run([sys.executable, "-c", MANY, json.dumps(argvs)], capture_output=True,
+                       text=True, cwd=tmp)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("case", range(len(USER_ERRORS)),
+                         ids=[" ".join(a) for a, _ in USER_ERRORS])
+def test_user_errors_get_one_line_and_nonzero_exit(case, many):
+    rc, _, stderr = many[case]
+    assert rc != 0
+    assert USER_ERRORS[case][1] in stderr
+    assert "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr
+
+
+@pytest.mark.parametrize("case", range(len(HELPS)), ids=[" ".join(c) or "-" for c in HELPS])
+def test_help(case, many):
+    rc, stdout, _ = many[len(USER_ERRORS) + case]
+    assert rc == 0 and "usage:" in stdout
+
+
+def test_the_console_script_reports_a_user_error():
+    """The module run as a program (what ``lazy-mlir`` runs): a user error
+    is one line on stderr and a nonzero exit."""
+    r = cli("compile", "missing.mlir")
+    assert r.returncode != 0 and "no such file" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
 def test_doctor_lists_versions_drivers_and_cache():

@@ -1,6 +1,6 @@
-"""The fuzzer's fixed corpus, run in CI: a few hundred seeded programs on the
-lazy device, through ``lm.jit`` and through ``torch.compile``, each compared
-with eager PyTorch (``run.py`` says what is compared). Programs share graphs
+"""The fuzzer's fixed corpus: a few hundred seeded programs (half of them in
+CI, all with ``--runslow``) on the lazy device, through ``lm.jit`` and
+through ``torch.compile``, each compared with eager PyTorch (``run.py`` says what is compared). Programs share graphs
 (``BATCH`` a graph), so the corpus costs a few dozen compiles; programs with
 host reads cut their graph at each read, so few of them are taken.
 
@@ -61,16 +61,32 @@ def _own_graphs():
     yield
 
 
-def test_lazy_device_corpus():
-    progs = _corpus(SEEDS) + _corpus(SEEDS, reads=True, most=WITH_READS)
+def _half(seeds, part: str):
+    """The corpus' first half (run in CI: a sample of each kind of program)
+    or its second (``--runslow``)."""
+    seeds = list(seeds)
+    cut = len(seeds) // 2
+    return seeds[:cut] if part == "sample" else seeds[cut:]
+
+
+HALVES = ["sample", pytest.param("rest", marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("part", HALVES)
+def test_lazy_device_corpus(part):
+    progs = _corpus(_half(SEEDS, part))
+    if part == "sample":
+        progs += _corpus(SEEDS, reads=True, most=WITH_READS)
     findings = check(progs, modes=("lazy",), batch=BATCH)
     assert not findings, _report(findings)
 
 
+@pytest.mark.parametrize("part", HALVES)
 @pytest.mark.parametrize("mode", ["jit", "dynamo"])
-def test_function_corpus(mode):
+def test_function_corpus(mode, part):
     seeds, known = (FUNCTIONAL, KNOWN_JIT) if mode == "jit" else (DYNAMO, KNOWN_DYNAMO)
-    findings = check(_corpus(seeds, functional=True, known=known), modes=(mode,), batch=BATCH)
+    findings = check(_corpus(_half(seeds, part), functional=True, known=known), modes=(mode,),
+                     batch=BATCH)
     assert not findings, _report(findings)
 
 
