@@ -59,6 +59,23 @@ def test_a_converting_write_read_later_runs_the_graph_eagerly():
     assert lm.metrics.counter_value("DynamoEagerGraph") == before + 1
 
 
+def _adamw_step(m, opt, x):
+    opt.zero_grad(set_to_none=True)
+    loss = m(x).square().mean()
+    loss.backward()
+    opt.step()
+    return loss
+
+
+def _assert_trained_alike(eager, model, eopt, copt):
+    """The parameters and the optimizer states of ``model`` are eager's."""
+    for a, b in zip(eager.parameters(), model.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+    for sa, sb in zip(eopt.state.values(), copt.state.values()):
+        for k in sa:
+            torch.testing.assert_close(sb[k], sa[k], rtol=1e-4, atol=1e-5)
+
+
 def test_the_optimizer_updates_the_parameters_in_place_as_eager_does():
     dynamo.register()
     torch._dynamo.reset()
@@ -68,42 +85,22 @@ def test_the_optimizer_updates_the_parameters_in_place_as_eager_does():
     ptrs = [p.data_ptr() for p in model.parameters()]
     eopt = torch.optim.AdamW(eager.parameters(), lr=1e-2)
     copt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-
-    def step(m, opt, x):
-        opt.zero_grad(set_to_none=True)
-        loss = m(x).square().mean()
-        loss.backward()
-        opt.step()
-        return loss
-
-    compiled = torch.compile(step, backend="lazy_mlir")
+    compiled = torch.compile(_adamw_step, backend="lazy_mlir")
     writes = lm.metrics.counter_value("DynamoInputWrites")
     eager_graphs = lm.metrics.counter_value("DynamoEagerGraph")
     for i in range(4):
         x = torch.randn(3, 6)
-        torch.testing.assert_close(compiled(model, copt, x), step(eager, eopt, x))
+        torch.testing.assert_close(compiled(model, copt, x), _adamw_step(eager, eopt, x))
     # The parameters, both moments and the step counts: written by our backend.
     assert lm.metrics.counter_value("DynamoInputWrites") - writes >= 4 * 4
     assert lm.metrics.counter_value("DynamoEagerGraph") == eager_graphs
     assert [p.data_ptr() for p in model.parameters()] == ptrs
-    for a, b in zip(eager.parameters(), model.parameters()):
-        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
-    for sa, sb in zip(eopt.state.values(), copt.state.values()):
-        for k in sa:
-            torch.testing.assert_close(sb[k], sa[k], rtol=1e-4, atol=1e-5)
+    _assert_trained_alike(eager, model, eopt, copt)
 
 
 def _big_model():
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(128, 256), nn.Tanh(), nn.Linear(256, 128), nn.Linear(128, 128))
-
-
-def _adamw_step(m, opt, x):
-    opt.zero_grad(set_to_none=True)
-    loss = m(x).square().mean()
-    loss.backward()
-    opt.step()
-    return loss
 
 
 def test_large_updates_take_over_the_results_memory_unless_shared():
@@ -127,11 +124,7 @@ def test_large_updates_take_over_the_results_memory_unless_shared():
     for _ in range(4):
         x = torch.randn(16, 128)
         torch.testing.assert_close(compiled(model, copt, x), _adamw_step(eager, eopt, x))
-    for a, b in zip(eager.parameters(), model.parameters()):
-        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
-    for sa, sb in zip(eopt.state.values(), copt.state.values()):
-        for k in sa:
-            torch.testing.assert_close(sb[k], sa[k], rtol=1e-4, atol=1e-5)
+    _assert_trained_alike(eager, model, eopt, copt)
     assert torch.equal(held, model[0].weight) and torch.equal(view, model[0].bias[:8])
     assert model[2].weight.data_ptr() == shared_ptr and model[2].weight.is_shared()
     assert model[3].weight.data_ptr() != last_ptr  # (taken over)
