@@ -267,6 +267,8 @@ def _linalg_edits(config: PipelineConfig, target: str | None) -> list[tuple]:
     from ..passes.returned_views import copy_returned_views, count_in as returned_views
     edits.append(("returned_views", returned_views, copy_returned_views,
                   "returned views of written arguments copied"))
+    from ..passes.unit_strides import MARK as UNIT_STRIDES, unit_strides
+    edits.append(("unit_strides", UNIT_STRIDES, unit_strides, "unit-size slices stepped by 1"))
     from ..passes.element_slices import MARK as ELEMENTS, fill_reshaped_elements
     edits.append(("element_slices", ELEMENTS, fill_reshaped_elements,
                   "one-element slices read as fills"))

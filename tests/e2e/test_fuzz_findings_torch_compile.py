@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+import lazy_mlir as lm
+
 from e2e_helpers import Counters, compiled_like_eager
 from lazy_mlir.targets import host_cpu_flags
 
@@ -415,3 +417,18 @@ def test_torch_compile_one_element_slice_given_unit_dimensions(fn):
     and failed to compile; the graph ran eagerly (fuzzer seeds 902529,
     940189, 940199, 970299). ``passes/element_slices`` reads their elements."""
     compiled_like_eager(fn, lambda: (torch.tensor([3, 0, 1], dtype=torch.int32),))
+
+
+def test_a_step_along_a_unit_dimension_compiles():
+    """Fuzzer seed 980073: ``v[:, 0:1:3]`` slices with stride 3 a dimension
+    it takes one element of; a later slice of it (a roll) failed in IREE
+    3.13 ("mismatch of result layout"). The graph ran eagerly under
+    torch.compile and ``lm.jit`` raised; ``passes/unit_strides`` steps by 1
+    there."""
+    def fn(v):
+        return [v[:, 0:1:3], torch.roll(v[:, 0:1:3], 1, 0)]
+
+    compiled_like_eager(fn, lambda: (torch.arange(20.0).reshape(5, 1, 4),))
+    v = torch.arange(20.0).reshape(5, 1, 4)
+    got = lm.jit(fn).lower(v).compile()(v)
+    assert all(torch.equal(g, w) for g, w in zip(got, fn(v)))
