@@ -61,7 +61,7 @@ aten = torch.ops.aten
 _RANK0_OPS = [
     aten.amax.default, aten.amin.default, aten.argmax.default, aten.argmin.default,
     aten.all.dim, aten.any.dim, aten.max.dim, aten.min.dim, aten.prod.dim_int,
-    aten.cumsum.default,  # cumprod: its own entry below (a dtype converts first)
+    # (cumsum, cumprod: their own entries below, a dtype converts first)
     aten._softmax.default, aten._log_softmax.default,  # 0-d: the linalg pipeline hangs
 ]
 
@@ -79,6 +79,20 @@ def _on_1d(op):
 
 
 _cumprod_on_0d = _on_1d(aten.cumprod.default)
+
+
+@register_decomposition(aten.cumsum.default, scope=IMPORT)
+def cumsum_0d(x, dim, *, dtype=None):
+    """A 0-d tensor's cumsum is its element in the result's dtype, as eager's
+    0-d path copies it. Not a one-element scan: a scan of bools (``out=`` a
+    0-d bool) reached IREE 3.13 as an ``i1`` scan it failed to compile
+    ("'arith.addi' op requires the same type": fuzzer seeds 960345,
+    980123; the lazy device ran it eagerly, ``lm.jit`` raised)."""
+    if x.dim() != 0:
+        return NotImplemented
+    if dtype is None:
+        dtype = x.dtype if x.is_floating_point() or x.is_complex() else torch.int64
+    return aten._to_copy.default(x, dtype=dtype)
 
 
 @register_decomposition(aten.flip.default, scope=IMPORT)

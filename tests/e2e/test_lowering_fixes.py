@@ -44,6 +44,23 @@ def test_reductions_of_a_0d_tensor(counters):
     _compiled(all_of, x, counters=counters)
 
 
+@pytest.mark.parametrize("value", [True, False])
+def test_a_0d_cumsum_of_bools_into_a_bool_compiles(value, counters):
+    """Fuzzer seeds 960345, 980123: ``cumsum(b, 0, out=bool_0d)`` (and of
+    bools into int64, and of a float into float64) reached IREE 3.13 as a
+    one-element ``i1`` scan it failed to compile: the graph ran eagerly,
+    ``lm.jit`` raised. A 0-d cumsum is its element, converted."""
+    def scans(b):
+        into = torch.empty((), dtype=torch.bool, device=b.device)
+        torch.cumsum(b, 0, out=into)
+        return into, torch.cumsum(b, 0), torch.cumsum(b.float() + 0.5, 0, dtype=torch.float64)
+
+    b = torch.tensor(value)
+    _compiled(scans, b, counters=counters)
+    got = lm.jit(scans).lower(b).compile()(b)
+    assert all(torch.equal(g, w) for g, w in zip(got, scans(b)))
+
+
 def test_reductions_of_a_1d_tensor_unchanged(counters):
     x = torch.randn(3, 5)
     _compiled(lambda t: (torch.amax(t, 1), torch.argmax(t, 0), torch.cumsum(t, 1)), x,
