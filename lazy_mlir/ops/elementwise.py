@@ -99,10 +99,12 @@ def pow_tensor_scalar(x, e):
     +-0.5 are sqrt and rsqrt as in eager; other powers take the tensor path.
     (Comparisons use float scalars: torch-mlir folds ``gt.Scalar`` of a
     float splat constant and an int scalar to false.)"""
-    if not _inside.active and _is_int(x.dtype) and type(e) is int and 0 <= e < 2 ** 63:
-        return _int_power(x, e)
+    if not _inside.active and _is_int(x.dtype) and type(e) in (int, bool) and 0 <= e < 2 ** 63:
+        return _int_power(x, int(e))  # (a bool power too: ``pow(i, True)``, seed 960466)
     if not _inside.active and x.dtype == torch.bool and type(e) is int and 0 <= e < 2 ** 63:
-        # (int64, eager's type of a bool tensor to an int power: square(b); seed 400159)
+        # (int64, eager's type of a bool tensor to an int power: square(b); seed 400159.
+        # To a bool power eager's type is bool, its meta kernel's int64: left to fail,
+        # the graph runs eagerly, as the lazy device's ``EagerDtype`` does)
         return _int_power(aten._to_copy.default(x, dtype=torch.int64), e)
     if _inside.active or not x.dtype.is_floating_point \
             or isinstance(e, (bool, complex)) or not isinstance(e, (int, float)):

@@ -432,3 +432,18 @@ def test_a_step_along_a_unit_dimension_compiles():
     v = torch.arange(20.0).reshape(5, 1, 4)
     got = lm.jit(fn).lower(v).compile()(v)
     assert all(torch.equal(g, w) for g, w in zip(got, fn(v)))
+
+
+def test_an_integer_tensor_to_a_bool_power_compiles():
+    """Fuzzer seed 960466: ``pow(i, True)`` reached torch-mlir as an integer
+    power it cannot lower ("non-floating point dtype"): the graph ran
+    eagerly. It is the repeated product of integer powers now. (A bool
+    tensor to a bool power still runs eagerly: eager's type is bool, the
+    meta kernel's int64, as on the lazy device.)"""
+    def fn(i):
+        return [torch.pow(i, True), torch.pow(i, False), torch.pow(i.to(torch.uint8), True)]
+
+    make = lambda: (torch.tensor([2, -3, 0, 7], dtype=torch.int32),)  # noqa: E731
+    compiled_like_eager(fn, make)
+    assert [t.dtype for t in torch.compile(fn, backend="lazy_mlir")(*make())] == \
+        [t.dtype for t in fn(*make())]
