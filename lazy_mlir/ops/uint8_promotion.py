@@ -109,7 +109,8 @@ def _number_as_tensor(op, below):
     sibling = _SCALAR_SIBLINGS.get(op, op)
 
     def decomposition(x, other, *rest, **kwargs):
-        if x.dtype in _BYTES and type(other) in (int, float):
+        if x.dtype in _BYTES and type(other) in (int, float, bool):  # (``x.mul_(True)``:
+            # SIGSEGV as an int did, fuzzer seed 980301)
             dtype = torch.result_type(x, other)
             if dtype in _BYTES and type(other) is int:  # (eager wraps it: ``x > 300`` is ``x > 44``)
                 other = _wrapped(other, dtype)

@@ -447,7 +447,8 @@ def test_number_beside_an_int8_tensor_does_not_kill_the_process():
     """torch-mlir converts a number to i8 without the original dtype its
     conversion needs: ``int8_x.mul_(7)`` under torch.compile (``mul.Scalar``)
     built an op on a null value, SIGSEGV, and the process died (fuzzer seed
-    400079; so did int8 times bool, seed 400076); ``uint8_x == 5`` and
+    400079; so did int8 times bool, seed 400076, and a bool number,
+    ``x.diagonal().mul_(True)``, seed 980301); ``uint8_x == 5`` and
     ``uint8_x // 7`` raised (seed 52). The number enters as a 0-d tensor of
     eager's result type, other operands are converted to the computation
     type, 8-bit quotients computed in int32. In a child process: the
@@ -461,7 +462,8 @@ from lazy_mlir.frontends import dynamo
 dynamo.register()
 def fn(x, u):
     x.mul_(7)
-    return [x + 3, x - 2.5, x == 21, u * 3, u == 5, u > 200, 300 - u, x * (x > 20), u // 7]
+    return [x + 3, x - 2.5, x == 21, u * 3, u == 5, u > 200, 300 - u, x * (x > 20), u // 7,
+            x * True, u + False, x == True, u > False, x.diagonal().mul_(False)]
 args = lambda: (torch.arange(6, dtype=torch.int8).reshape(3, 2), torch.tensor([5, 201], dtype=torch.uint8))
 want = fn(*args())
 for got in (torch.compile(fn, backend="lazy_mlir")(*args()), lm.jit(fn).lower(*args()).compile()(*args())):
