@@ -240,3 +240,23 @@ def _uint8_widened(op, below):
 for _op in _SIGNED_IN_LOWERING:
     register_decomposition(_op, scope=IMPORT, priority=18, overrides=True, chained=True)(
         _uint8_widened)
+
+
+def _converted_first(op, below):
+    """A sum or product asked for an 8-bit ``dtype`` of an operand of another
+    type converts the operand first, as eager does: torch-mlir's reduction
+    converted it to ``i8`` without the original dtype its conversion needs
+    and built an op on a null value, SIGSEGV (``torch.sum(int32_x, 0,
+    out=int8_y)``, fuzzer seed 980880; ``lm.jit`` runs that pipeline in the
+    user's process). 8-bit sums wrap as eager's do."""
+    def decomposition(x, *args, **kwargs):
+        dtype = kwargs.get("dtype")
+        if dtype in _BYTES and x.dtype != dtype:
+            return op(aten._to_copy.default(x, dtype=dtype), *args, **kwargs)
+        return below(x, *args, **kwargs) if below is not None else NotImplemented
+    return decomposition
+
+
+for _op in (aten.sum.default, aten.sum.dim_IntList, aten.prod.default, aten.prod.dim_int):
+    register_decomposition(_op, scope=IMPORT, priority=19, overrides=True, chained=True)(
+        _converted_first)

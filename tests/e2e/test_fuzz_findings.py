@@ -477,6 +477,40 @@ assert lm.metrics.counter_value("DynamoEagerGraph") == 0
 
 
 
+def test_a_reduction_into_an_8_bit_dtype_does_not_kill_the_process():
+    """``torch.sum(int32_x, 0, out=int8_y)`` (fuzzer seed 980880), and sums
+    and products of wider integers asked for int8 or uint8: torch-mlir
+    converted the operand to ``i8`` without the original dtype its
+    conversion needs, SIGSEGV (the lazy device's compile worker died and
+    the graph ran eagerly; ``lm.jit`` died in the user's process). The
+    operand is converted first, as eager does. In a child process: the
+    failure is its death."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    code = """
+import torch, lazy_mlir as lm
+def fn(x):
+    return [torch.sum(x, 0, dtype=torch.int8), torch.sum(x, dtype=torch.uint8),
+            torch.prod(x, 1, dtype=torch.int8), torch.prod(x.long(), dtype=torch.uint8),
+            torch.sum(x.bool(), 0, dtype=torch.int8)]
+x = torch.tensor([[100, -7, 3], [100, 5, -128]], dtype=torch.int32)
+want = fn(x)
+got = lm.jit(fn).lower(x).compile()(x)
+assert all(g.dtype == w.dtype and torch.equal(g, w) for g, w in zip(got, want)), (got, want)
+y = torch.zeros(3, dtype=torch.int8).to("lazy")
+torch.sum(x.to("lazy"), 0, out=y)
+lazy = fn(x.to("lazy"))
+lm.mark_step()
+assert torch.equal(y.cpu(), want[0]) and all(torch.equal(g.cpu(), w) for g, w in zip(lazy, want))
+assert lm.metrics.counter_value("EagerGraph") == 0, lm.metrics.counter_names()
+"""
+    env = {**__import__("os").environ, "LAZY_MLIR_COMPILE": "wait"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
 def test_bitwise_op_of_an_8_bit_and_a_bool_tensor_does_not_kill_the_process():
     """``torch.bitwise_and(uint8, bool)`` (fuzzer seed 801424: ``v2 & v1``
     of a uint8 and a 0-d bool under ``lm.jit``): torch-mlir's lowering
