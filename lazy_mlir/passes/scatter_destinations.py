@@ -123,6 +123,29 @@ def _barrier_made_updates(op) -> None:
         E.barrier_before(op, 0)
 
 
+def _gathered(dest) -> bool:
+    """Whether ``dest`` is made by a ``linalg`` op that reads an input other
+    than element for element: a ``linalg.transpose``, or a ``linalg.generic``
+    with an input map that is not the identity (an ``unfold``'s ``d3 + d2 *
+    3``). Fused into the scatter's dispatch, IREE 3.13's codegen failed on
+    them ("write affecting operations on global resources are restricted
+    to workgroup distributed contexts": ``index_put_`` into an unfold of a
+    strided view, or of a ``[1, 1]`` tensor, whose unit dims make a
+    transpose; fuzzer seeds 980748, 970273; the graph ran eagerly). Kept
+    out of the dispatch, they compile; a fill or an elementwise producer
+    stays fused."""
+    made = E.producer(dest)
+    if made is None:
+        return False
+    if made.name == "linalg.transpose":
+        return True
+    if made.name != "linalg.generic":
+        return False
+    maps = [E.ir.AffineMapAttr(m).value for m in made.attributes["indexing_maps"]]
+    inputs = len(made.operands) - len(made.results)
+    return any(m != E.ir.AffineMap.get_identity(m.n_dims) for m in maps[:inputs])
+
+
 def own_destinations(module) -> int:
     """Copy the destination of each in-place op of ``IN_PLACE`` that is read
     elsewhere too, and of each ``insert_slice`` whose destination is read
@@ -146,7 +169,13 @@ def own_destinations(module) -> int:
                 op.results[0].replace_all_uses_with(op.operands[index])
                 op.erase()
                 continue
-            if E.shape(op.operands[index]) is None or not _read_elsewhere(op.operands[index], op):
+            if E.shape(op.operands[index]) is None:
+                continue
+            if not _read_elsewhere(op.operands[index], op):
+                if _gathered(op.operands[index]):
+                    E.barrier_before(op, index)
+                    E.mark(op, MARK)
+                    count += 1
                 continue
             E.copy_before(op, index)
             E.barrier_before(op, index)  # (the copy a dispatch of its own)

@@ -986,3 +986,41 @@ def test_a_returned_comparison_and_its_bytes_compile(byte):
     got = lm.jit(fn).lower(x.clone()).compile()(x.clone())
     assert all(torch.equal(torch.as_tensor(g), w) for g, w in zip(got, want))
     compiled_like_eager(fn, lambda: (x.clone(),))
+
+
+def _unfold_strided(dev, accumulate):
+    v0 = torch.arange(32).reshape(4, 2, 4).to(dev)[::2]
+    v1 = v0.unfold(2, 3, 3)
+    v1.index_put_((torch.tensor([-1, -1], device=dev),),
+                  torch.full((2, 2, 1, 3), 5, dtype=torch.int64, device=dev),
+                  accumulate=accumulate)
+    return [v0, v1]
+
+
+def _unfold_unit(dev, accumulate):
+    v0 = torch.tensor([[7]]).to(dev)
+    v1 = v0.unfold(0, 1, 2)
+    v1.index_put_((torch.tensor([-1, 0], device=dev),),
+                  torch.ones((2, 1, 1), dtype=torch.int64, device=dev), accumulate=accumulate)
+    return [v0, v1]
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+@pytest.mark.parametrize("program", [_unfold_strided, _unfold_unit], ids=["strided", "unit"])
+def test_index_put_into_an_unfold_compiles(program, accumulate):
+    """Fuzzer seeds 980748 and 970273: ``index_put_`` (duplicate indices)
+    into an ``unfold`` of a strided view, or of a ``[1, 1]`` tensor. The
+    unfold's gather (a map ``d3 + d2 * 3``, or a transpose of unit dims)
+    fused into the scatter's dispatch failed IREE 3.13's codegen ("write
+    affecting operations on global resources are restricted to workgroup
+    distributed contexts"): the graph ran eagerly. It is kept out of the
+    dispatch now (``passes/scatter_destinations``)."""
+    def fn(dev):
+        return program(dev, accumulate)
+
+    want = fn("cpu")
+    c = Counters()
+    got = fn("lazy")
+    lm.mark_step()
+    assert all(torch.equal(g.cpu(), w) for g, w in zip(got, want))
+    assert not c.fell_back() and c.delta("EagerGraph") == 0
